@@ -1,0 +1,14 @@
+"""bayes_attn: Bayesian posterior sampling and statistical-mechanics theory of
+multi-head attention networks with fixed attention (Tiberi et al., NeurIPS 2024).
+
+The theory runs in float64, so importing the package enables JAX's 64-bit mode.
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+from .network import Network, Weights  # noqa: E402
+from .posterior import Posterior, Summary, load_posterior, sample_posterior  # noqa: E402
+
+__all__ = ["Network", "Posterior", "Summary", "Weights", "load_posterior", "sample_posterior"]

@@ -1,0 +1,71 @@
+"""Argument checks shared by the public functions.
+
+Every check raises ``ValueError`` naming the argument and what was expected,
+so that bad input fails before anything is compiled or sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | None] | None = None) -> np.ndarray:
+    """Return ``value`` as a finite float64 array, checking rank and shape.
+
+    ``shape`` entries that are ``None`` are free.
+    """
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a numeric array, got {type(value).__name__}") from err
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
+    if shape is not None:
+        want = tuple("*" if s is None else s for s in shape)
+        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+            raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return arr
+
+
+def positive(name: str, value) -> float:
+    """Return ``value`` as a float, requiring it to be finite and > 0."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from err
+    if not np.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return v
+
+
+def positive_int(name: str, value, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def choice(name: str, value, options: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``options``."""
+    if value not in options:
+        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+    return value
+
+
+def inputs(name: str, x, n0: int) -> np.ndarray:
+    """Check a batch of sequences ``[P, T, N0]``."""
+    arr = array(name, x, ndim=3)
+    if arr.shape[2] != n0:
+        raise ValueError(f"{name} must have shape (P, T, N0={n0}), got {arr.shape}")
+    if arr.shape[0] < 1 or arr.shape[1] < 1:
+        raise ValueError(f"{name} must hold at least one sequence of at least one token, got {arr.shape}")
+    return arr
+
+
+def labels(name: str, y, p: int) -> np.ndarray:
+    """Check a label vector ``[P]`` matching ``p`` inputs."""
+    return array(name, y, shape=(p,))

@@ -1,0 +1,284 @@
+"""The network of THEORY.md §1 and its attention paths (§2) and kernels (§3).
+
+Attention is fixed and computed from the bare input ``x`` at every layer, so
+the network is linear in its learned weights ``V0``, ``V[l][h]`` and ``a``.
+
+Array layout: inputs ``x`` are ``[P, T, N0]`` (examples, tokens, features).
+Paths ``pi = (h1, ..., hL)`` are indexed row-major with ``h1`` slowest; there
+are ``D = H_1 ... H_L`` of them. Path labels are 1-based, e.g. ``"1-2"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _checks
+
+READOUTS = ("last", "first", "mean")
+
+
+class Weights(NamedTuple):
+    """The learned weights of §1.
+
+    V0: ``[N1, N0]``; V: one array per layer ``l``, ``[H_l, N_{l+1}, N_l]``
+    (``N_{L+1} = Na``); a: ``[Na]``.
+    """
+
+    V0: jax.Array
+    V: tuple[jax.Array, ...]
+    a: jax.Array
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """Deep multi-head attention network with fixed attention (THEORY.md §1).
+
+    Args:
+        attention: one array per layer ``l``, ``[H_l, N0, N0]``, the bilinear
+            matrices ``W[l][h]`` (first index: key token, second: query token).
+        widths: ``[N1, ..., NL, Na]`` or one int for all.
+        variances: prior variances ``[s0², s1², ..., sL², sa²]`` or one float.
+        readout: query position of the last layer, ``"last"``, ``"first"`` or ``"mean"``.
+        head_names: optional names per layer and head, for labels in reports.
+    """
+
+    attention: tuple[np.ndarray, ...]
+    widths: tuple[int, ...]
+    variances: tuple[float, ...]
+    readout: str = "last"
+    head_names: tuple[tuple[str, ...], ...] | None = None
+
+    def __init__(self, attention, widths, variances=1.0, readout: str = "last", head_names=None):
+        if isinstance(attention, np.ndarray) or not isinstance(attention, Sequence) or len(attention) == 0:
+            raise ValueError("attention must be a non-empty list over layers of arrays [H_l, N0, N0]")
+        att = []
+        for l, w in enumerate(attention, start=1):
+            arr = _checks.array(f"attention[{l - 1}]", w, ndim=3)
+            if arr.shape[1] != arr.shape[2] or (att and arr.shape[1] != att[0].shape[1]):
+                raise ValueError(
+                    f"attention[{l - 1}] must have shape (H_{l}, N0, N0) with the same N0 in every layer, got {arr.shape}"
+                )
+            if arr.shape[0] < 1:
+                raise ValueError(f"attention[{l - 1}] must hold at least one head, got shape {arr.shape}")
+            att.append(arr)
+        L = len(att)
+        if isinstance(widths, (int, np.integer)) and not isinstance(widths, bool):
+            widths = [widths] * (L + 1)
+        if not isinstance(widths, Sequence) or len(widths) != L + 1:
+            raise ValueError(f"widths must be one int or a list [N1, ..., NL, Na] of length {L + 1}, got {widths!r}")
+        widths = tuple(_checks.positive_int(f"widths[{i}]", n) for i, n in enumerate(widths))
+        if isinstance(variances, (int, float, np.floating, np.integer)) and not isinstance(variances, bool):
+            variances = [variances] * (L + 2)
+        if not isinstance(variances, Sequence) or len(variances) != L + 2:
+            raise ValueError(
+                f"variances must be one float or a list [s0², s1², ..., sL², sa²] of length {L + 2}, got {variances!r}"
+            )
+        variances = tuple(_checks.positive(f"variances[{i}]", v) for i, v in enumerate(variances))
+        _checks.choice("readout", readout, READOUTS)
+        if head_names is not None:
+            head_names = tuple(tuple(str(n) for n in layer) for layer in head_names)
+            if [len(n) for n in head_names] != [a.shape[0] for a in att]:
+                raise ValueError("head_names must give one name per head of every layer")
+        object.__setattr__(self, "attention", tuple(att))
+        object.__setattr__(self, "widths", widths)
+        object.__setattr__(self, "variances", variances)
+        object.__setattr__(self, "readout", readout)
+        object.__setattr__(self, "head_names", head_names)
+
+    @classmethod
+    def from_qk(cls, queries, keys, widths, variances=1.0, readout: str = "last", head_names=None) -> Network:
+        """Build from query/key weights: ``W = K^T Q / sqrt(d_qk)``.
+
+        ``queries[l]`` and ``keys[l]`` are ``[H_l, d_qk, N0]``.
+        """
+        if len(queries) != len(keys):
+            raise ValueError(f"queries and keys must have one entry per layer, got {len(queries)} and {len(keys)}")
+        att = []
+        for l, (q, k) in enumerate(zip(queries, keys)):
+            q = _checks.array(f"queries[{l}]", q, ndim=3)
+            k = _checks.array(f"keys[{l}]", k, shape=q.shape)
+            att.append(np.einsum("hdi,hdj->hij", k, q) / math.sqrt(q.shape[1]))
+        return cls(att, widths, variances, readout, head_names)
+
+    # ----- sizes and labels -------------------------------------------------
+    @property
+    def L(self) -> int:
+        """Number of attention layers."""
+        return len(self.attention)
+
+    @property
+    def heads(self) -> tuple[int, ...]:
+        """Heads per layer ``(H_1, ..., H_L)``."""
+        return tuple(a.shape[0] for a in self.attention)
+
+    @property
+    def N0(self) -> int:
+        """Token feature dimension."""
+        return self.attention[0].shape[1]
+
+    @property
+    def D(self) -> int:
+        """Number of attention paths ``H_1 ... H_L``."""
+        return math.prod(self.heads)
+
+    @property
+    def paths(self) -> list[tuple[int, ...]]:
+        """Paths as 0-based head tuples, row-major with ``h1`` slowest."""
+        return list(itertools.product(*[range(h) for h in self.heads]))
+
+    @property
+    def path_labels(self) -> list[str]:
+        """1-based path labels such as ``"1-2"``."""
+        return ["-".join(str(h + 1) for h in p) for p in self.paths]
+
+    @property
+    def gp_U(self) -> np.ndarray:
+        """The GP value of ``U``: ``s1² ... sL² sa² I`` (``[D, D]``)."""
+        return math.prod(self.variances[1:]) * np.eye(self.D)
+
+    def with_width(self, width: int) -> Network:
+        """The same network with every width set to ``width``."""
+        return Network(self.attention, width, self.variances, self.readout, self.head_names)
+
+    def with_paths_of(self, heads: Sequence[Sequence[int]]) -> Network:
+        """The sub-network keeping, per layer, the 0-based heads listed."""
+        att = [a[list(h)] for a, h in zip(self.attention, heads)]
+        names = None
+        if self.head_names is not None:
+            names = [[n[i] for i in h] for n, h in zip(self.head_names, heads)]
+        return Network(att, self.widths, self.variances, self.readout, names)
+
+    # ----- attention and paths ----------------------------------------------
+    def check_inputs(self, x, name: str = "x") -> np.ndarray:
+        """Validate a batch ``[P, T, N0]`` for this network."""
+        return _checks.inputs(name, x, self.N0)
+
+    def attention_matrices(self, x) -> list[jax.Array]:
+        """``Omega[l][h]`` for each layer: ``[P, H_l, T, T]`` (key, query), softmax over keys.
+
+        The last layer gives only its readout column ``omega[L][h]``: ``[P, H_L, T]``.
+        """
+        x = jnp.asarray(self.check_inputs(x))
+        return _attention(tuple(jnp.asarray(a) for a in self.attention), x, self.readout)
+
+    def xi(self, x) -> jax.Array:
+        """Attentioned inputs ``xi_pi(x)`` of every path: ``[P, D, N0]``."""
+        x = jnp.asarray(self.check_inputs(x))
+        return _xi(tuple(jnp.asarray(a) for a in self.attention), x, self.readout)
+
+    def path_kernel(self, x, x2=None) -> jax.Array:
+        """``C[pi, pi'](mu, nu) = s0² xi_pi(x_mu)·xi_pi'(x2_nu) / (N0 D)``: ``[D, D, P, P2]``."""
+        xi1 = self.xi(x)
+        xi2 = xi1 if x2 is None else self.xi(x2)
+        return path_kernel_from_xi(xi1, xi2, self.variances[0])
+
+    def kernel(self, U, x, x2=None) -> jax.Array:
+        """``K(mu, nu) = sum U[pi, pi'] C[pi, pi'](mu, nu)``: ``[P, P2]``; ``U`` is ``[D, D]``."""
+        U = jnp.asarray(_checks.array("U", U, shape=(self.D, self.D)))
+        xi1 = self.xi(x)
+        xi2 = xi1 if x2 is None else self.xi(x2)
+        return kernel_from_xi(U, xi1, xi2, self.variances[0])
+
+    # ----- weights and forward pass -----------------------------------------
+    def weight_shapes(self) -> Weights:
+        """Shapes of the weights, as a ``Weights`` of tuples."""
+        n = (*self.widths,)
+        V = tuple((h, n[l + 1], n[l]) for l, h in enumerate(self.heads))
+        return Weights((n[0], self.N0), V, (n[-1],))
+
+    def sample_prior(self, key: jax.Array) -> Weights:
+        """Draw weights from the prior (iid Gaussian entries with variances ``s²``)."""
+        shapes = self.weight_shapes()
+        keys = jax.random.split(key, self.L + 2)
+        sd = [math.sqrt(v) for v in self.variances]
+        V0 = sd[0] * jax.random.normal(keys[0], shapes.V0)
+        V = tuple(sd[l + 1] * jax.random.normal(keys[l + 1], s) for l, s in enumerate(shapes.V))
+        a = sd[-1] * jax.random.normal(keys[-1], shapes.a)
+        return Weights(V0, V, a)
+
+    def effective_weights(self, weights: Weights) -> jax.Array:
+        """``w_pi = a^T V[L][hL] ... V[1][h1] / sqrt(Na NL ... N2)``: ``[D, N1]``."""
+        return effective_weights(weights.V, weights.a, self.widths)
+
+    def forward(self, weights: Weights, x, form: str = "path") -> jax.Array:
+        """Network output ``f(x)``: ``[P]``.
+
+        ``form="token"`` runs §1 layer by layer over tokens; ``form="path"``
+        sums over paths as in §2. They agree exactly in exact arithmetic.
+        """
+        _checks.choice("form", form, ("token", "path"))
+        x = jnp.asarray(self.check_inputs(x))
+        att = tuple(jnp.asarray(a) for a in self.attention)
+        if form == "token":
+            return forward_token(_attention(att, x, self.readout), x, weights, self.widths)
+        xi = _xi(att, x, self.readout)
+        return forward_from_xi(xi, weights.V0, self.effective_weights(weights))
+
+
+def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[jax.Array]:
+    out = []
+    for l, W in enumerate(att):
+        score = jnp.einsum("psi,hij,ptj->phst", x, W, x)
+        omega = jax.nn.softmax(score, axis=2)
+        if l == len(att) - 1:
+            omega = {"last": omega[..., -1], "first": omega[..., 0], "mean": omega.mean(axis=-1)}[readout]
+        out.append(omega)
+    return out
+
+
+def _xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
+    omegas = _attention(att, x, readout)
+    r = omegas[-1]  # [P, H_L, T]: the right-most factor of every path
+    for omega in reversed(omegas[:-1]):  # prepend h_l as the slowest index
+        P, H, T, _ = omega.shape
+        r = jnp.einsum("phst,pdt->phds", omega, r).reshape(P, H * r.shape[1], T)
+    return jnp.einsum("psi,pds->pdi", x, r)
+
+
+def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
+    """``C`` of §3 from path inputs ``[P, D, N0]`` and ``[P2, D, N0]``: ``[D, D, P, P2]``."""
+    D, N0 = xi1.shape[1], xi1.shape[2]
+    return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
+
+
+def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
+    """``K = sum U C`` without forming ``C``: ``[P, P2]``."""
+    D, N0 = xi1.shape[1], xi1.shape[2]
+    return s0sq * jnp.einsum("adi,de,bei->ab", xi1, U, xi2, optimize="optimal") / (N0 * D)
+
+
+def effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]) -> jax.Array:
+    """``w_pi`` of §2 for every path (``h1`` slowest): ``[D, N1]``."""
+    r = a[None, :]  # [paths so far (h_{l+1}..h_L), N_{l+1}]
+    for l in reversed(range(len(V))):
+        Vl = V[l]  # [H_l, N_{l+1}, N_l]
+        r = jnp.einsum("dj,hji->hdi", r, Vl).reshape(Vl.shape[0] * r.shape[0], Vl.shape[2])
+    return r / math.sqrt(math.prod(widths[1:]))
+
+
+def forward_from_xi(xi: jax.Array, V0: jax.Array, w: jax.Array) -> jax.Array:
+    """``f = sum_pi w_pi · V0 xi_pi / sqrt(N1 N0 D)`` from ``xi [P, D, N0]``, ``V0 [N1, N0]``, ``w [D, N1]``."""
+    N1, N0 = V0.shape
+    D = w.shape[0]
+    return jnp.einsum("pdi,ni,dn->p", xi, V0, w, optimize="optimal") / math.sqrt(N1 * N0 * D)
+
+
+def forward_token(omegas: Sequence[jax.Array], x: jax.Array, weights: Weights, widths: Sequence[int]) -> jax.Array:
+    """§1 over tokens, given the attention ``omegas`` of :meth:`Network.attention_matrices`: ``[P]``."""
+    N0 = x.shape[2]
+    z = jnp.einsum("ni,pti->pnt", weights.V0, x) / math.sqrt(N0)  # [P, N1, T]
+    for l, (Vl, omega) in enumerate(zip(weights.V, omegas)):
+        H, Nl = Vl.shape[0], Vl.shape[2]
+        if omega.ndim == 4:
+            z = jnp.einsum("hji,pis,phst->pjt", Vl, z, omega) / math.sqrt(H * Nl)
+        else:
+            z = jnp.einsum("hji,pis,phs->pj", Vl, z, omega) / math.sqrt(H * Nl)
+    return z @ weights.a / math.sqrt(widths[-1])
