@@ -1,0 +1,28 @@
+# Quick start:  make demo   (install, then run the main job on the embedded default)
+#               make test   (install with the test extra, then run the test suite)
+PYTHON ?= $(shell scripts/find-python)
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: install demo test bench clean
+
+$(BIN)/python:
+	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[test]"
+
+demo: install
+	$(BIN)/bayes-attn run
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/bench_solver.py
+	$(BIN)/python benchmarks/bench_sampler.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

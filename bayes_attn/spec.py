@@ -1,0 +1,172 @@
+"""Declarative run specifications (TOML files in ``models/``).
+
+A spec names a task, a network built from the task's heads, the likelihood
+temperature and the sampler settings. Every field has a default, and the
+defaults are the embedded main job: the Fig. 2c Markov network at width 10.
+
+Example::
+
+    name = "markov_4paths"
+    temperature = 0.01
+
+    [task]            # MarkovTask fields
+    kind = "markov"
+    n_train = 100
+
+    [network]
+    layers = [["same_token", "random"], ["uniform", "random"]]
+    width = 10
+
+    [sampler]         # sample_posterior keywords
+    method = "collapsed"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import _checks
+from .markov import FIG2C_LAYERS, MarkovTask
+from .network import Network
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Heads per layer (names from :data:`bayes_attn.markov.HEADS`) and priors."""
+
+    layers: tuple[tuple[str, ...], ...] = FIG2C_LAYERS
+    width: int = 10
+    variances: float | tuple[float, ...] = 1.0
+    beta: float = 10.0
+    random_strength: float = 1.0
+    random_seed: int = 1
+    readout: str = "last"
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """Keywords of :func:`bayes_attn.sample_posterior`."""
+
+    method: str = "collapsed"
+    form: str = "path"
+    num_warmup: int = 500
+    num_samples: int = 500
+    num_chains: int = 2
+    seed: int = 0
+    dtype: str = "float64"
+    thinning: int = 1
+    target_accept: float = 0.8
+    max_tree_depth: int = 10
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A whole run: task, network, temperature, sampler."""
+
+    name: str = "markov_4paths"
+    temperature: float = 0.01
+    task: MarkovTask = field(default_factory=MarkovTask)
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    sampler: SamplerSpec = field(default_factory=SamplerSpec)
+
+    def net(self, width: int | None = None) -> Network:
+        """The network, at ``width`` if given."""
+        n = self.network
+        return self.task.network(
+            n.layers,
+            width=n.width if width is None else _checks.positive_int("width", width),
+            variances=list(n.variances) if isinstance(n.variances, tuple) else n.variances,
+            beta=n.beta,
+            random_strength=n.random_strength,
+            random_seed=n.random_seed,
+            readout=n.readout,
+        )
+
+    def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Training and test data ``(x, y, x_test, y_test)``."""
+        return self.task.generate()
+
+    def sampler_kwargs(self, **overrides) -> dict:
+        """Sampler keywords with ``overrides`` (``None`` values ignored)."""
+        kw = dataclasses.asdict(self.sampler)
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return kw
+
+    def to_toml(self) -> str:
+        """The spec as TOML text (round-trips through :func:`load_spec`)."""
+        lines = [f'name = "{self.name}"', f"temperature = {self.temperature!r}", ""]
+        for section, obj in (("task", self.task), ("network", self.network), ("sampler", self.sampler)):
+            lines.append(f"[{section}]")
+            if section == "task":
+                lines.append('kind = "markov"')
+            for k, v in dataclasses.asdict(obj).items():
+                lines.append(f"{k} = {_toml_value(v)}")
+            lines.append("")
+        return "\n".join(lines)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_toml_value(e) for e in v) + "]"
+    return repr(v)
+
+
+def _section(cls, name: str, table: dict, convert: dict | None = None):
+    if not isinstance(table, dict):
+        raise ValueError(f"[{name}] must be a table, got {table!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(table) - known
+    if unknown:
+        raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+    values = dict(table)
+    for key, fn in (convert or {}).items():
+        if key in values:
+            values[key] = fn(values[key])
+    return cls(**values)
+
+
+def _tuple(v):
+    return tuple(_tuple(e) for e in v) if isinstance(v, list) else v
+
+
+def spec_from_dict(data: dict) -> Spec:
+    """Build and check a :class:`Spec` from a parsed TOML table."""
+    known = {"name", "temperature", "task", "network", "sampler"}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+    task = dict(data.get("task", {}))
+    kind = task.pop("kind", "markov")
+    _checks.choice("task.kind", kind, ("markov",))
+    spec = Spec(
+        name=str(data.get("name", Spec.name)),
+        temperature=_checks.positive("temperature", data.get("temperature", Spec.temperature)),
+        task=_section(MarkovTask, "task", task, {"p_stay": tuple}),
+        network=_section(NetworkSpec, "network", data.get("network", {}), {"layers": _tuple, "variances": _tuple}),
+        sampler=_section(SamplerSpec, "sampler", data.get("sampler", {})),
+    )
+    spec.net()  # fail early on a bad network
+    return spec
+
+
+def load_spec(path: str | Path | None = None) -> Spec:
+    """Read a TOML spec; ``None`` gives the embedded default."""
+    if path is None:
+        return Spec()
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"spec must be an existing TOML file, got {str(path)!r}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from err
+    return spec_from_dict(data)
