@@ -1,0 +1,166 @@
+"""NUTS posterior: diagnostics, storage, exact conditional draws, bad input."""
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import random_data, random_network
+
+import bayes_attn as ba
+from bayes_attn import posterior as bp
+
+
+@pytest.fixture(scope="module")
+def tiny_full():
+    net = random_network((2, 2), width=4)
+    x, y = random_data(20)
+    xt, _ = random_data(7, seed=2)
+    post = ba.sample_posterior(
+        net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=3,
+        method="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
+    )
+    return net, x, y, xt, post
+
+
+def test_tiny_network_converges_on_invariant_observables(tiny_full):
+    net, x, y, xt, post = tiny_full
+    s = post.summary()
+    assert s.max_rhat < 1.05, s.by_variable()
+    assert s.min_ess > 100
+    assert s.divergences <= 0.01 * post.num_draws  # multiplicative weights: rare divergences near w = 0
+    assert set(s.by_variable().index) == {"U", "f_train", "f_test"}
+    assert s.bfmi.shape == (2,)
+
+
+def test_tree_layout_and_order_parameter(tiny_full):
+    net, x, y, xt, post = tiny_full
+    p = post.tree["posterior"]
+    assert p["U"].dims == ("chain", "draw", "path", "path_")
+    assert list(p["U"].coords["path"].values) == ["1-1", "1-2", "2-1", "2-2"]
+    assert p["f_train"].shape == (2, 300, 20) and p["f_test"].shape == (2, 300, 7)
+    assert "V0" not in p  # raw weights only on request
+    w = p["w"].values
+    np.testing.assert_allclose(p["U"].values, np.einsum("cgdn,cgen->cgde", w, w) / 4, rtol=1e-12, atol=1e-14)
+    U = post.order_parameter()
+    np.testing.assert_allclose(U, U.T)
+    assert np.all(np.linalg.eigvalsh(U) > 0)
+    for name in ("diverging", "energy", "acceptance_rate", "step_size", "n_steps"):
+        assert name in post.tree["sample_stats"]
+
+
+def test_rao_blackwellised_predict_matches_draws(tiny_full):
+    """predict() (exact over V0) agrees with the mean/variance of the f_test draws within MC error."""
+    net, x, y, xt, post = tiny_full
+    mean, var = post.predict(xt)
+    f = post.tree["posterior"]["f_test"]
+    import arviz_stats as azs
+
+    mcse = azs.mcse(post.tree, var_names=["f_test"])["f_test"].values
+    z = (mean - f.mean(("chain", "draw")).values) / mcse
+    assert np.max(np.abs(z)) < 4, z
+    emp_var = f.var(("chain", "draw")).values
+    assert np.all(np.abs(var / emp_var - 1) < 0.35), var / emp_var  # ~600 correlated draws
+    assert np.all(var > 0)
+
+
+def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
+    net, x, y, xt, post = tiny_full
+    path = post.save(tmp_path / "sub" / "post.nc")
+    back = ba.load_posterior(path)
+    xr.testing.assert_identical(back.tree, post.tree)
+    np.testing.assert_array_equal(back.net.attention[1], net.attention[1])
+    assert back.net.widths == net.widths and back.net.variances == net.variances
+    # overwrite the file that is loaded: the loaded copy is in memory, the file is replaced whole
+    back.save(path)
+    xr.testing.assert_identical(ba.load_posterior(path).tree, post.tree)
+
+
+def test_failed_save_keeps_existing_file(tiny_full, tmp_path, monkeypatch):
+    net, x, y, xt, post = tiny_full
+    path = post.save(tmp_path / "post.nc")
+    before = path.read_bytes()
+
+    def broken(self, *a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(xr.DataTree, "to_netcdf", broken)
+    with pytest.raises(OSError):
+        post.save(path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["post.nc"]
+
+
+def test_collapsed_conditional_draws_are_exact():
+    """For a fixed U, draws of f | U, Y have the GP posterior mean and covariance."""
+    net = random_network((2, 2), width=4)
+    x, y = random_data(6)
+    xt, _ = random_data(3, seed=4)
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(4, 4))
+    U = A @ A.T / 4
+    T = 0.2
+    M = 20000
+    xi, xit = net.xi(x), net.xi(xt)
+    out = bp._conditional_outputs(jnp.broadcast_to(U, (1, M, 4, 4)), jax.random.key(0), xi, jnp.asarray(y), xit, 1.0, T)
+    f = np.concatenate([out["f_train"][0], out["f_test"][0]], axis=1)  # [M, 9]
+    xa = np.concatenate([x, xt])
+    K = np.asarray(net.kernel(U, xa))
+    Kx = K[:, :6]
+    G = K[:6, :6] + T * np.eye(6)
+    mean = Kx @ np.linalg.solve(G, y)
+    cov = K - Kx @ np.linalg.solve(G, Kx.T)
+    sd = np.sqrt(np.diag(cov))
+    assert np.max(np.abs(f.mean(0) - mean) / (sd / math.sqrt(M))) < 4.5
+    emp = np.cov(f.T)
+    se = np.sqrt((cov**2 + np.outer(sd**2, sd**2)) / M)
+    assert np.max(np.abs(emp - cov) / se) < 4.5
+
+
+def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
+    net, x, y, xt = tiny
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, num_warmup=50, num_samples=20, num_chains=1,
+                               method="collapsed", keep_weights=True, progress_bar=False)
+    p = post.tree["posterior"]
+    assert p["V0"].shape == (1, 20, 4, 6)
+    w = net.effective_weights(ba.Weights(p["V0"].values[0, 5], (p["V1"].values[0, 5], p["V2"].values[0, 5]), p["a"].values[0, 5]))
+    f = np.asarray(ba.network.forward_from_xi(net.xi(xt), jnp.asarray(p["V0"].values[0, 5]), w))
+    np.testing.assert_allclose(p["f_test"].values[0, 5], f, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(y=np.ones(3)), r"y must have shape \(20,\)"),
+        (dict(x_test=np.ones((2, 4, 5))), "x_test"),
+        (dict(method="gibbs"), "method"),
+        (dict(num_chains=0), "num_chains"),
+        (dict(dtype="float16"), "dtype"),
+    ],
+)
+def test_bad_sampler_input_fails_before_compiling(tiny, kwargs, match, monkeypatch):
+    net, x, y, xt = tiny
+    monkeypatch.setattr(bp, "MCMC", None)  # any attempt to build the sampler would raise TypeError
+    args = dict(temperature=0.1, y=y)
+    args.update(kwargs)
+    yy = args.pop("y")
+    with pytest.raises(ValueError, match=match):
+        ba.sample_posterior(net, x, yy, **args)
+
+
+def test_x_with_nan_is_rejected(tiny):
+    net, x, y, xt = tiny
+    x = x.copy()
+    x[3, 1, 2] = np.nan
+    with pytest.raises(ValueError, match="x contains NaN"):
+        ba.sample_posterior(net, x, y, temperature=0.1)
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="path must be an existing netCDF file"):
+        ba.load_posterior(tmp_path / "nope.nc")
