@@ -47,6 +47,38 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     _sampling(p)
     p.set_defaults(func=cmd_sample)
+
+    p = sub.add_parser(
+        "theory",
+        help="solve the order-parameter theory; print U, Ua, action and test accuracies; write theory.nc",
+        description="Minimise the action S over the order parameters (THEORY.md §4), print U with path labels, "
+        "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
+    )
+    _common(p)
+    p.set_defaults(func=cmd_theory)
+
+    p = sub.add_parser(
+        "run",
+        help="theory + sampling + comparison at one width, into a run folder with report.md and figures",
+        description="Solve the theory, sample the posterior, compare them with Monte-Carlo error bars and write "
+        "theory.nc, gp.nc, posterior.nc, comparison.nc, report.md and figures into the output folder.",
+    )
+    _common(p)
+    _sampling(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "sweep",
+        help="theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
+        description="Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
+        "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
+        "OUT/widths/ and not recomputed when the sweep is run again.",
+    )
+    _common(p)
+    _sampling(p)
+    p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
+    p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
+    p.set_defaults(func=cmd_sweep)
     return top
 
 
@@ -83,6 +115,70 @@ def cmd_sample(args) -> int:
     (out / "summary.txt").write_text(text + "\n")
     print(text)
     print(f"wrote {path}")
+    return 0
+
+
+def cmd_theory(args) -> int:
+    import numpy as np
+    import pandas as pd
+
+    from . import _io
+    from .pipeline import gp_accuracies
+    from .theory import gp_limit, solve_theory
+
+    spec, out, temperature = _setup(args)
+    net = spec.net(args.width)
+    x, y, xt, yt = spec.data()
+    t = solve_theory(net, x, y, temperature=temperature)
+    gp = gp_limit(net, x, y, temperature=temperature)
+    acc = float(np.mean(np.sign(t.predict(xt)[0]) == yt))
+    labels = net.path_labels
+    print(f"{spec.name}: N={net.widths[0]}, temperature={temperature}, P={len(y)}")
+    print("U (order parameter over paths):")
+    print(pd.DataFrame(t.U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}"))
+    print(f"Ua = {t.U_readout:.6g}   S/N = {t.action:.8g}   max|dS/dU| = {t.max_gradient:.2g}   "
+          f"Hessian min eigenvalue = {t.hessian_min_eigenvalue:.3g}   converged = {t.converged} ({t.iterations} Newton steps)")
+    print(f"test accuracy: theory {acc:.4f}" + "".join(
+        f"   GP ({k}) {v:.4f}" for k, v in gp_accuracies(spec, gp, xt, yt).items()))
+    ds = t.to_dataset()
+    ds["accuracy"] = acc
+    path = _io.save(ds, out / "theory.nc")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .pipeline import run
+
+    spec, out, temperature = _setup(args)
+    kw = {k: v for k, v in _sampler_kwargs(spec, args).items() if v is not None}
+    print(f"{spec.name}: theory + {kw['method']} NUTS ({kw['num_chains']} chains × ({kw['num_warmup']} + "
+          f"{kw['num_samples']}) draws) + comparison at N={args.width or spec.network.width} → {out}")
+    res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress, **kw)
+    print(res.posterior.summary())
+    print()
+    print(res.comparison.report())
+    print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
+          "order_parameter.png, predictor.png, alignment.png")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .pipeline import sweep
+
+    spec, _, temperature = _setup(args)
+    if args.width is not None:
+        raise ValueError("sweep takes --widths and --sample-widths, not --width")
+    out = args.out or Path("runs") / f"{spec.name}-sweep"
+    kw = {k: v for k, v in _sampler_kwargs(spec, args).items() if v is not None}
+    ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths, temperature=temperature,
+               progress_bar=not args.no_progress, **kw)
+    print(ds[["accuracy_theory"]].to_dataframe().to_string())
+    print(ds[["accuracy_gp"]].to_dataframe().to_string())
+    if "accuracy_sampled" in ds:
+        print(ds[["accuracy_sampled", "accuracy_sampled_se"]].to_dataframe().to_string())
+        print(ds[["check_value", "check_mcse", "check_gap"]].to_dataframe().to_string())
+    print(f"wrote {out}/sweep.nc, accuracy_vs_width.png" + (", finite_size.png" if "accuracy_sampled" in ds else ""))
     return 0
 
 

@@ -23,10 +23,10 @@ Samplers (``method``):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +42,7 @@ import pandas as pd
 import xarray as xr
 from numpyro.infer import MCMC, NUTS, init_to_sample
 
-from . import _checks
+from . import _checks, _io
 from .models import collapsed_model, order_parameter, path_model, token_model
 from .network import Network, effective_weights, forward_from_xi, path_kernel_from_xi
 
@@ -166,8 +166,16 @@ def sample_posterior(
         elif method == "collapsed":
             draws |= _conditional_outputs(draws["U"], jax.random.key(seed + 1), xi, yj, xi_test, net.variances[0], temperature)
         extra = mcmc.get_extra_fields(group_by_chain=True)
-    tree = _to_datatree(net, draws, extra, x, y, temperature, method=method, form=form, dtype=dtype, seconds=seconds, num_warmup=num_warmup, seed=seed)
+    tree = _to_datatree(
+        net, draws, extra, x, y, temperature, method=method, form=form, dtype=dtype, seconds=seconds, num_warmup=num_warmup, seed=seed,
+        **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}),
+    )
     return Posterior(tree, net)
+
+
+def fingerprint(x: np.ndarray) -> str:
+    """Short hash of an input array, to check later which inputs draws belong to."""
+    return hashlib.sha1(np.ascontiguousarray(x, dtype=np.float64).tobytes()).hexdigest()[:16]
 
 
 def _observables(z, *, xi, xi_test, widths, full, keep_weights, keep_effective_weights):
@@ -449,37 +457,10 @@ class Posterior:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the tree to netCDF atomically (temporary file, then rename)."""
-        return save_tree(self.tree, path)
-
-
-def save_tree(tree: xr.DataTree, path: str | os.PathLike) -> Path:
-    """Write a ``DataTree`` to ``path`` via a temporary file and an atomic rename.
-
-    An existing file at ``path`` is replaced only once the new one is complete.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".nc.tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        tree.to_netcdf(tmp, engine="netcdf4")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def load_tree(path: str | os.PathLike) -> xr.DataTree:
-    """Read a whole netCDF ``DataTree`` into memory and close the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"path must be an existing netCDF file, got {str(path)!r}")
-    with xr.open_datatree(path, engine="netcdf4") as tree:
-        return tree.load().copy()
+        return _io.save(self.tree, path)
 
 
 def load_posterior(path: str | os.PathLike) -> Posterior:
     """Read a :class:`Posterior` written by :meth:`Posterior.save`."""
-    tree = load_tree(path)
+    tree = _io.load_tree(path)
     return Posterior(tree, _network_from_tree(tree))

@@ -65,6 +65,26 @@ class SamplerSpec:
 
 
 @dataclass(frozen=True)
+class CompareSpec:
+    """Theory-vs-sampling settings.
+
+    ``gp_paths`` names path subsets whose GP limits are drawn as reference
+    lines (a subset's GP is that of a network with only those paths).
+    """
+
+    gp_paths: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"good path": ("1-1",), "good + denoising paths": ("1-1", "2-1")}
+    )
+    path_names: dict[str, str] = field(
+        default_factory=lambda: {"1-1": "good", "2-1": "denoising"}
+    )
+    rtol: float = 0.05
+    n_sigma: float = 3.0
+    widths: tuple[int, ...] = (10, 30, 50, 100, 300, 500, 1000)
+    sample_widths: tuple[int, ...] = (10, 30, 100)
+
+
+@dataclass(frozen=True)
 class Spec:
     """A whole run: task, network, temperature, sampler."""
 
@@ -73,6 +93,7 @@ class Spec:
     task: MarkovTask = field(default_factory=MarkovTask)
     network: NetworkSpec = field(default_factory=NetworkSpec)
     sampler: SamplerSpec = field(default_factory=SamplerSpec)
+    compare: CompareSpec = field(default_factory=CompareSpec)
 
     def net(self, width: int | None = None) -> Network:
         """The network, at ``width`` if given."""
@@ -100,7 +121,8 @@ class Spec:
     def to_toml(self) -> str:
         """The spec as TOML text (round-trips through :func:`load_spec`)."""
         lines = [f'name = "{self.name}"', f"temperature = {self.temperature!r}", ""]
-        for section, obj in (("task", self.task), ("network", self.network), ("sampler", self.sampler)):
+        sections = (("task", self.task), ("network", self.network), ("sampler", self.sampler), ("compare", self.compare))
+        for section, obj in sections:
             lines.append(f"[{section}]")
             if section == "task":
                 lines.append('kind = "markov"')
@@ -111,6 +133,8 @@ class Spec:
 
 
 def _toml_value(v) -> str:
+    if isinstance(v, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml_value(e)}' for k, e in v.items()) + "}"
     if isinstance(v, str):
         return f'"{v}"'
     if isinstance(v, bool):
@@ -140,7 +164,7 @@ def _tuple(v):
 
 def spec_from_dict(data: dict) -> Spec:
     """Build and check a :class:`Spec` from a parsed TOML table."""
-    known = {"name", "temperature", "task", "network", "sampler"}
+    known = {"name", "temperature", "task", "network", "sampler", "compare"}
     unknown = set(data) - known
     if unknown:
         raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
@@ -153,8 +177,16 @@ def spec_from_dict(data: dict) -> Spec:
         task=_section(MarkovTask, "task", task, {"p_stay": tuple}),
         network=_section(NetworkSpec, "network", data.get("network", {}), {"layers": _tuple, "variances": _tuple}),
         sampler=_section(SamplerSpec, "sampler", data.get("sampler", {})),
+        compare=_section(
+            CompareSpec, "compare", data.get("compare", {}),
+            {"gp_paths": lambda d: {k: tuple(v) for k, v in d.items()}, "widths": tuple, "sample_widths": tuple},
+        ),
     )
-    spec.net()  # fail early on a bad network
+    labels = spec.net().path_labels  # fail early on a bad network
+    for name, paths in spec.compare.gp_paths.items():
+        bad = [p for p in paths if p not in labels]
+        if bad or not paths:
+            raise ValueError(f"compare.gp_paths[{name!r}] must list paths among {labels}, got {list(paths)}")
     return spec
 
 

@@ -1,0 +1,285 @@
+"""Theory against sampling (THEORY.md §5), with Monte-Carlo error bars.
+
+Compared quantities:
+
+- the order parameter ``U``: theory ``U_1`` against the posterior mean of
+  ``w_pi · w_pi' / N1``, entry by entry with ArviZ MCSE, and the relative
+  Frobenius distance ``||U_s − U_t||_F / ||U_t||_F`` with its MC error;
+- predictor statistics on a test set: theory mean/variance against the mean
+  and variance of the ``f_test`` draws (MCSE from ArviZ);
+- test accuracy of ``sign(mean)``: theory, sampled, GP limit.
+
+A difference counts as a disagreement only when it is larger than the
+relative tolerance *and* more than ``n_sigma`` Monte-Carlo standard errors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import arviz_stats as azs
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .posterior import Posterior, fingerprint
+from .theory import Theory, gp_limit
+
+
+@dataclass(frozen=True)
+class Check:
+    """One compared scalar: ``value`` (a relative error) against ``tolerance``,
+    with its Monte-Carlo standard error ``mcse`` and the MC ``noise_floor``
+    (the value expected from MC error alone)."""
+
+    name: str
+    value: float
+    mcse: float
+    noise_floor: float
+    tolerance: float
+    n_sigma: float
+
+    @property
+    def passed(self) -> bool:
+        """Within tolerance, or not distinguishable from MC noise."""
+        return bool(self.value <= self.tolerance or self.value <= self.noise_floor + self.n_sigma * self.mcse)
+
+    @property
+    def gap(self) -> float:
+        """Estimate of the relative error without MC noise: ``sqrt(value² − floor²)``."""
+        return math.sqrt(max(self.value**2 - self.noise_floor**2, 0.0))
+
+
+def _relative_distance(sampled: np.ndarray, theory: np.ndarray, mcse: np.ndarray) -> tuple[float, float, float]:
+    """``||s − t|| / ||t||``, its MC standard error (delta method) and the MC noise floor."""
+    diff = sampled - theory
+    norm_t = float(np.linalg.norm(theory))
+    dist = float(np.linalg.norm(diff))
+    se = float(np.sqrt(np.sum((diff / max(dist, 1e-300)) ** 2 * mcse**2)))
+    floor = float(np.sqrt(np.sum(mcse**2)))
+    return dist / norm_t, se / norm_t, floor / norm_t
+
+
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    """Result of :func:`compare`. Arrays are numpy; paths follow ``net.path_labels``."""
+
+    path_labels: list[str]
+    width: int
+    U_theory: np.ndarray
+    U_sampled: np.ndarray
+    U_mcse: np.ndarray
+    mean_theory: np.ndarray
+    mean_sampled: np.ndarray
+    mean_mcse: np.ndarray
+    var_theory: np.ndarray
+    var_sampled: np.ndarray
+    var_mcse: np.ndarray
+    y_test: np.ndarray
+    accuracy: dict[str, float]
+    checks: list[Check] = field(default_factory=list)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def U_zscores(self) -> np.ndarray:
+        """``(U_s − U_t) / MCSE`` per entry."""
+        return (self.U_sampled - self.U_theory) / self.U_mcse
+
+    @property
+    def agree(self) -> bool:
+        """The verdict: every check passed."""
+        return all(c.passed for c in self.checks)
+
+    @property
+    def mean_correlation(self) -> float:
+        return float(np.corrcoef(self.mean_theory, self.mean_sampled)[0, 1])
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def report(self) -> str:
+        """Markdown report."""
+        labels = self.path_labels
+        frame = lambda a: pd.DataFrame(a, index=labels, columns=labels).to_markdown(floatfmt=".4g")  # noqa: E731
+        rows = [
+            f"| {c.name} | {c.value:.4g} | {c.mcse:.2g} | {c.noise_floor:.2g} | {c.gap:.4g} | {c.tolerance:.3g} | "
+            f"{'pass' if c.passed else 'FAIL'} |"
+            for c in self.checks
+        ]
+        n = len(self.y_test)
+        acc = [
+            f"| {k} | {v:.4f} | {math.sqrt(max(v * (1 - v), 1e-12) / n):.4f} |" for k, v in self.accuracy.items()
+        ]
+        diag = ", ".join(f"{k} = {v:.4g}" for k, v in self.diagnostics.items())
+        return "\n".join(
+            [
+                f"# Theory vs sampling (N = {self.width})",
+                "",
+                f"**Verdict: {'theory and sampling agree' if self.agree else 'theory and sampling DISAGREE'}** "
+                f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
+                f"Monte-Carlo noise floor exceeds {self.checks[0].n_sigma if self.checks else 3:g} MCSE).",
+                "",
+                "| check | relative error | MCSE | MC noise floor | noise-corrected gap | tolerance | result |",
+                "|---|---|---|---|---|---|---|",
+                *rows,
+                "",
+                f"Sampler diagnostics: {diag}",
+                "",
+                "## Test accuracy of sign(mean)",
+                "",
+                f"| predictor | accuracy | test-set s.e. (P_test = {n}) |",
+                "|---|---|---|",
+                *acc,
+                "",
+                "## Order parameter U",
+                "",
+                "Theory:",
+                "",
+                frame(self.U_theory),
+                "",
+                "Sampled (posterior mean of w·w'/N1):",
+                "",
+                frame(self.U_sampled),
+                "",
+                "Monte-Carlo standard error:",
+                "",
+                frame(self.U_mcse),
+                "",
+                "z-scores (sampled − theory) / MCSE:",
+                "",
+                frame(self.U_zscores),
+                "",
+                "## Predictor on the test set",
+                "",
+                f"correlation of means: {self.mean_correlation:.5f}; "
+                f"median MCSE of sampled means: {np.median(self.mean_mcse):.3g}",
+                "",
+            ]
+        )
+
+    def to_dataset(self) -> xr.Dataset:
+        """All compared quantities with named dimensions."""
+        pp = ("path", "path_")
+        ds = xr.Dataset(
+            {
+                "U_theory": (pp, self.U_theory),
+                "U_sampled": (pp, self.U_sampled),
+                "U_mcse": (pp, self.U_mcse),
+                "mean_theory": ("test_example", self.mean_theory),
+                "mean_sampled": ("test_example", self.mean_sampled),
+                "mean_mcse": ("test_example", self.mean_mcse),
+                "var_theory": ("test_example", self.var_theory),
+                "var_sampled": ("test_example", self.var_sampled),
+                "var_mcse": ("test_example", self.var_mcse),
+                "y_test": ("test_example", self.y_test),
+                "accuracy": ("predictor", list(self.accuracy.values())),
+                "check_value": ("check", [c.value for c in self.checks]),
+                "check_mcse": ("check", [c.mcse for c in self.checks]),
+                "check_noise_floor": ("check", [c.noise_floor for c in self.checks]),
+                "check_gap": ("check", [c.gap for c in self.checks]),
+                "check_tolerance": ("check", [c.tolerance for c in self.checks]),
+                "check_passed": ("check", [c.passed for c in self.checks]),
+            },
+            coords={
+                "path": self.path_labels,
+                "path_": self.path_labels,
+                "predictor": list(self.accuracy),
+                "check": [c.name for c in self.checks],
+            },
+            attrs={"width": self.width, "agree": int(self.agree), **self.diagnostics},
+        )
+        return ds
+
+
+def compare(
+    theory: Theory,
+    posterior: Posterior,
+    x_test,
+    y_test,
+    *,
+    rtol: float = 0.05,
+    n_sigma: float = 3.0,
+    gp: Theory | None = None,
+) -> Comparison:
+    """Compare a theory with posterior draws of the same network and data.
+
+    Args:
+        theory: from :func:`bayes_attn.solve_theory`.
+        posterior: from :func:`bayes_attn.sample_posterior`, sampled with ``x_test``.
+        x_test: ``[P_test, T, N0]``, the inputs of ``f_test``; y_test: labels ``[P_test]``.
+        rtol: relative tolerance of each check (5% by default).
+        n_sigma: MC standard errors beyond the noise floor that make a difference significant.
+        gp: the GP limit of the same problem (computed if not given).
+    """
+    net = theory.net
+    x_test = net.check_inputs(x_test, "x_test")
+    y_test = np.asarray(y_test, dtype=np.float64)
+    if y_test.shape != (x_test.shape[0],):
+        raise ValueError(f"y_test must have shape ({x_test.shape[0]},), got {y_test.shape}")
+    if net.D != posterior.net.D or net.widths != posterior.net.widths:
+        raise ValueError(
+            f"theory and posterior must be of the same network, got widths {net.widths} / {posterior.net.widths} "
+            f"and {net.D} / {posterior.net.D} paths"
+        )
+    if "f_test" not in posterior.tree["posterior"]:
+        raise ValueError("posterior has no f_test: sample it with x_test")
+    tree = posterior.tree
+    if tree["posterior"].sizes["test_example"] != x_test.shape[0]:
+        raise ValueError(
+            f"x_test must be the {tree['posterior'].sizes['test_example']} inputs the posterior was sampled with, "
+            f"got {x_test.shape[0]}"
+        )
+    stored = tree.attrs.get("x_test_fingerprint")
+    if stored is not None and stored != fingerprint(x_test):
+        raise ValueError("x_test differs from the test inputs the posterior was sampled with")
+    if not np.isclose(theory.temperature, posterior.temperature):
+        raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature}")
+
+    gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
+    m_t, v_t = theory.predict(x_test)
+    m_gp, _ = gp.predict(x_test)
+
+    f = tree["posterior"]["f_test"]
+    mcse_mean = azs.mcse(tree, var_names=["f_test", "U"])
+    mcse_sd = azs.mcse(tree, var_names=["f_test"], method="sd")
+    m_s = f.mean(("chain", "draw")).values
+    sd_s = f.std(("chain", "draw")).values
+    U_s = posterior.order_parameter()
+    U_se = np.asarray(mcse_mean["U"].values)
+    m_se = np.asarray(mcse_mean["f_test"].values)
+    v_se = 2 * sd_s * np.asarray(mcse_sd["f_test"].values)
+
+    checks = [
+        Check("U (relative Frobenius)", *_relative_distance(U_s, theory.U, U_se), rtol, n_sigma),
+        Check("predictor mean (relative L2)", *_relative_distance(m_s, m_t, m_se), rtol, n_sigma),
+        Check("predictor variance (relative L2)", *_relative_distance(sd_s**2, v_t, v_se), rtol, n_sigma),
+    ]
+    summary = posterior.summary()
+    accuracy = {
+        "theory": float(np.mean(np.sign(m_t) == y_test)),
+        "sampled": float(np.mean(np.sign(m_s) == y_test)),
+        "gp": float(np.mean(np.sign(m_gp) == y_test)),
+    }
+    return Comparison(
+        path_labels=net.path_labels,
+        width=int(net.widths[0]),
+        U_theory=theory.U,
+        U_sampled=U_s,
+        U_mcse=U_se,
+        mean_theory=m_t,
+        mean_sampled=m_s,
+        mean_mcse=m_se,
+        var_theory=v_t,
+        var_sampled=sd_s**2,
+        var_mcse=v_se,
+        y_test=y_test,
+        accuracy=accuracy,
+        checks=checks,
+        diagnostics={
+            "max_r_hat": summary.max_rhat,
+            "min_ess": summary.min_ess,
+            "divergences": float(summary.divergences),
+            "draws": float(posterior.num_draws),
+        },
+    )

@@ -1,0 +1,155 @@
+"""Figures of the paper's kind, drawn with matplotlib (no display needed).
+
+Every function takes results (``Comparison``, ``Theory`` or a sweep
+``xarray.Dataset``) and a path, writes a PNG and returns the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from .compare import Comparison  # noqa: E402
+from .theory import Theory  # noqa: E402
+
+
+def _save(fig, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _heatmap(ax, M, labels, title, vmax, cmap="RdBu_r", ylabel=True):
+    im = ax.imshow(M, cmap=cmap, vmin=-vmax, vmax=vmax)
+    ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 6 else 0)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("path π'")
+    if ylabel:
+        ax.set_ylabel("path π")
+    ax.set_title(title)
+    if len(labels) <= 8:
+        for i in range(M.shape[0]):
+            for j in range(M.shape[1]):
+                ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=8)
+    return im
+
+
+def order_parameter(c: Comparison, path, path_names: dict[str, str] | None = None) -> Path:
+    """Heatmaps of ``U``: theory | sampled | difference (with path labels)."""
+    labels = [f"{p}\n{path_names[p]}" if path_names and p in path_names else p for p in c.path_labels]
+    vmax = float(np.max(np.abs([c.U_theory, c.U_sampled])))
+    diff = c.U_sampled - c.U_theory
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    im = _heatmap(axes[0], c.U_theory, labels, "theory U", vmax)
+    _heatmap(axes[1], c.U_sampled, labels, "sampled U (posterior mean)", vmax, ylabel=False)
+    fig.colorbar(im, ax=axes[:2], shrink=0.8, label="U[π, π']")
+    dmax = float(np.max(np.abs(diff))) or 1.0
+    im2 = _heatmap(axes[2], diff, labels, "sampled − theory", dmax, cmap="PuOr_r", ylabel=False)
+    fig.colorbar(im2, ax=axes[2], shrink=0.8, label="difference")
+    fig.suptitle(f"Order parameter, N = {c.width}")
+    return _save(fig, path)
+
+
+def predictor(c: Comparison, path) -> Path:
+    """Sampled vs theory predictor mean on the test set, with ±2 MCSE error bars."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    lo, hi = float(np.min(c.mean_theory)), float(np.max(c.mean_theory))
+    for label, sign, color in ((+1, 1.0, "tab:blue"), (-1, -1.0, "tab:red")):
+        sel = c.y_test == sign
+        axes[0].errorbar(c.mean_theory[sel], c.mean_sampled[sel], yerr=2 * c.mean_mcse[sel], fmt="o", ms=3,
+                         alpha=0.6, color=color, label=f"test label {label:+d}")
+    axes[0].plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+    axes[0].set_xlabel("theory predictor mean")
+    axes[0].set_ylabel("sampled predictor mean (±2 MCSE)")
+    axes[0].set_title(f"Predictor mean, N = {c.width}")
+    axes[0].legend()
+    axes[1].errorbar(c.var_theory, c.var_sampled, yerr=2 * c.var_mcse, fmt="o", ms=3, alpha=0.6)
+    vlo, vhi = float(np.min(c.var_theory)), float(np.max(c.var_theory))
+    axes[1].plot([vlo, vhi], [vlo, vhi], "k--", lw=1, label="y = x")
+    axes[1].set_xlabel("theory predictor variance")
+    axes[1].set_ylabel("sampled predictor variance (±2 MCSE)")
+    axes[1].set_title("Predictor variance")
+    axes[1].legend()
+    return _save(fig, path)
+
+
+def alignment(theory: Theory, gp: Theory, path, n_pcs: int = 20) -> Path:
+    """Kernel–task alignment (paper Fig. 2d): |cos(eigenvector, Y)| per PC, finite width vs GP."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for t, name, color in ((theory, f"finite width (N = {theory.net.widths[0]})", "tab:orange"), (gp, "GP limit", "tab:gray")):
+        ev, cos = t.alignment()
+        k = min(n_pcs, len(ev))
+        axes[0].plot(np.arange(1, k + 1), np.abs(cos[:k]), "o-", color=color, label=name)
+        axes[1].semilogy(np.arange(1, k + 1), ev[:k], "o-", color=color, label=name)
+    axes[0].set_xlabel("principal component of K (by eigenvalue)")
+    axes[0].set_ylabel("|cosine similarity with Y|")
+    axes[0].set_title("Kernel–task alignment")
+    axes[0].legend()
+    axes[1].set_xlabel("principal component of K")
+    axes[1].set_ylabel("eigenvalue of K")
+    axes[1].set_title("Kernel spectrum")
+    axes[1].legend()
+    return _save(fig, path)
+
+
+def sweep_accuracy(ds: xr.Dataset, path) -> Path:
+    """Paper Fig. 2c: test accuracy vs N (theory line, sampled points, GP lines) and U entries vs N."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    w = ds["width"].values
+    ax = axes[0]
+    ax.plot(w, ds["accuracy_theory"], "o-", color="tab:orange", label="theory (finite width)")
+    if "sample_width" in ds.dims and ds.sizes["sample_width"]:
+        ax.errorbar(ds["sample_width"], ds["accuracy_sampled"], yerr=ds["accuracy_sampled_se"], fmt="s", ms=7,
+                    color="black", capsize=3, label="sampled (NUTS), ±1 s.e. over chains")
+    styles = ["-", "--", ":", "-."]
+    for i, name in enumerate(ds["gp_model"].values):
+        ax.axhline(float(ds["accuracy_gp"].sel(gp_model=name)), ls=styles[i % 4], color="tab:gray",
+                   label=f"GP limit: {name}")
+    ax.set_xscale("log")
+    ax.set_xlabel("width N")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Test accuracy vs width")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    labels = list(ds["path"].values)
+    names = ds.attrs.get("path_names", {})
+    for i, p in enumerate(labels):
+        for j in range(i, len(labels)):
+            q = labels[j]
+            line = ax.plot(w, ds["U_theory"].sel(path=p, path_=q), "-", label=f"U[{p}, {q}]" + (f" ({names[p]})" if i == j and p in names else ""))
+            if "sample_width" in ds.dims and ds.sizes["sample_width"]:
+                ax.errorbar(ds["sample_width"], ds["U_sampled"].sel(path=p, path_=q), yerr=2 * ds["U_mcse"].sel(path=p, path_=q),
+                            fmt="o", color=line[0].get_color(), ms=4)
+    ax.set_xscale("log")
+    ax.set_xlabel("width N")
+    ax.set_ylabel("U entry (lines: theory; points: sampled ±2 MCSE)")
+    ax.set_title("Order parameter vs width")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def finite_size(ds: xr.Dataset, path) -> Path:
+    """Sampled-vs-theory relative error against 1/N (log–log), with MC error bars."""
+    fig, ax = plt.subplots(figsize=(6, 4.4))
+    inv = 1.0 / ds["sample_width"].values
+    for name, color in (("U (relative Frobenius)", "tab:blue"), ("predictor mean (relative L2)", "tab:green")):
+        gap = ds["check_gap"].sel(check=name).values
+        se = ds["check_mcse"].sel(check=name).values
+        floor = ds["check_noise_floor"].sel(check=name).values
+        ax.errorbar(inv, gap, yerr=se, fmt="o-", color=color, capsize=3, label=f"{name}, noise-corrected")
+        ax.plot(inv, floor, "x:", color=color, alpha=0.6, label=f"{name}: MC noise floor")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("1 / N")
+    ax.set_ylabel("relative error, sampled vs theory")
+    ax.set_title("Finite-size gap between sampling and theory")
+    ax.legend(fontsize=7)
+    return _save(fig, path)

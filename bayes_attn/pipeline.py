@@ -1,0 +1,215 @@
+"""Runs that chain the pieces: task → network → theory | posterior → comparison → report.
+
+- :func:`run`: one width: theory, GP limit, sampling, comparison, report and figures.
+- :func:`sweep`: theory over many widths and sampling at some, into one netCDF
+  with a ``width`` dimension (paper Fig. 2c/2e); finished widths are kept on
+  disk and not recomputed when a sweep is resumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from . import _io, figures
+from .compare import Comparison, compare
+from .network import Network
+from .posterior import Posterior, sample_posterior
+from .spec import Spec
+from .theory import Theory, gp_limit, solve_theory
+
+
+def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
+    """The GP limit of the network restricted to ``paths`` (labels).
+
+    Its kernel is that of a network with only those paths: the GP ``U`` on the
+    kept diagonal entries, scaled by ``D / len(paths)`` to undo the ``1/D`` of ``C``.
+    """
+    labels = gp.net.path_labels
+    keep = np.isin(labels, paths)
+    U = np.diag(np.where(keep, np.diag(gp.U) * gp.net.D / keep.sum(), 0.0))
+    return dataclasses.replace(gp, U=U, order_parameters=(U, *gp.order_parameters[1:]), limit=f"gp on {list(paths)}")
+
+
+def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
+    """Test accuracy of the GP limit of the whole network and of each ``compare.gp_paths`` subset."""
+    models = {"whole network": gp} | {k: gp_on_paths(gp, v) for k, v in spec.compare.gp_paths.items()}
+    return {k: float(np.mean(np.sign(t.predict(x_test)[0]) == y_test)) for k, t in models.items()}
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """Everything :func:`run` computed, and where it was written."""
+
+    theory: Theory
+    gp: Theory
+    posterior: Posterior
+    comparison: Comparison
+    out: Path
+
+
+def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
+        progress_bar: bool = True, **sampler) -> RunResult:
+    """Theory + GP + sampling + comparison at one width, written into ``out``.
+
+    Writes ``theory.nc``, ``gp.nc``, ``posterior.nc``, ``comparison.nc``,
+    ``report.md``, ``spec.toml`` and figures ``order_parameter.png``,
+    ``predictor.png``, ``alignment.png``.
+    """
+    out = Path(out)
+    net = spec.net(width)
+    T = spec.temperature if temperature is None else temperature
+    kw = spec.sampler_kwargs(**sampler)
+    x, y, xt, yt = spec.data()
+    theory = solve_theory(net, x, y, temperature=T)
+    gp = gp_limit(net, x, y, temperature=T)
+    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, **kw)
+    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
+    _io.save(theory.to_dataset(), out / "theory.nc")
+    _io.save(gp.to_dataset(), out / "gp.nc")
+    post.save(out / "posterior.nc")
+    _io.save(comp.to_dataset(), out / "comparison.nc")
+    gp_acc = gp_accuracies(spec, gp, xt, yt)
+    (out / "spec.toml").write_text(spec.to_toml())
+    (out / "report.md").write_text(_report(spec, net, T, theory, post, comp, gp_acc))
+    figures.order_parameter(comp, out / "order_parameter.png", spec.compare.path_names)
+    figures.predictor(comp, out / "predictor.png")
+    figures.alignment(theory, gp, out / "alignment.png")
+    return RunResult(theory, gp, post, comp, out)
+
+
+def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior, comp: Comparison, gp_acc) -> str:
+    names = spec.compare.path_names
+    paths = ", ".join(f"{p} ({names[p]})" if p in names else p for p in net.path_labels)
+    scores = theory.head_scores()
+    head_rows = [
+        f"| {l + 1} | {h + 1} | {net.head_names[l][h] if net.head_names else ''} | {s:.3f} |"
+        for l, layer in enumerate(scores) for h, s in enumerate(layer)
+    ]
+    return "\n".join(
+        [
+            f"# {spec.name}: N = {net.widths[0]}, temperature = {T}",
+            "",
+            f"Paths: {paths}. P = {len(theory.y_train)} training, {len(comp.y_test)} test examples.",
+            "",
+            f"Theory: converged = {theory.converged}, max |dS/dU| = {theory.max_gradient:.2g}, "
+            f"Hessian min eigenvalue = {theory.hessian_min_eigenvalue:.3g}, Ua = {theory.U_readout:.4g}, "
+            f"S/N = {theory.action:.6g}.",
+            "",
+            f"Sampler: {post.tree.attrs['method']} NUTS, {post.tree['posterior'].sizes['chain']} chains × "
+            f"{post.tree['posterior'].sizes['draw']} draws, {post.tree.attrs['seconds']:.1f} s.",
+            "",
+            comp.report(),
+            "## GP limits",
+            "",
+            "| GP model | test accuracy |",
+            "|---|---|",
+            *[f"| {k} | {v:.4f} |" for k, v in gp_acc.items()],
+            "",
+            "## Head scores (theory)",
+            "",
+            "| layer | head | name | score |",
+            "|---|---|---|---|",
+            *head_rows,
+            "",
+            "Figures: order_parameter.png, predictor.png, alignment.png.",
+            "",
+        ]
+    )
+
+
+# ----------------------------------------------------------------------------
+# sweeps over width
+# ----------------------------------------------------------------------------
+def _theory_at(spec: Spec, N: int, T: float, data, folder: Path) -> xr.Dataset:
+    path = folder / f"theory-N{N}.nc"
+    if path.exists():
+        return _io.load_dataset(path)
+    x, y, xt, yt = data
+    t = solve_theory(spec.net(N), x, y, temperature=T)
+    ds = t.to_dataset()
+    ds["accuracy"] = float(np.mean(np.sign(t.predict(xt)[0]) == yt))
+    _io.save(ds, path)
+    return ds
+
+
+def _sampled_at(spec: Spec, N: int, T: float, data, folder: Path, progress_bar: bool, sampler: dict) -> xr.Dataset:
+    path = folder / f"sampled-N{N}.nc"
+    if path.exists():
+        return _io.load_dataset(path)
+    x, y, xt, yt = data
+    net = spec.net(N)
+    theory = solve_theory(net, x, y, temperature=T)
+    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, **spec.sampler_kwargs(**sampler))
+    post.save(folder / f"posterior-N{N}.nc")
+    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma)
+    ds = comp.to_dataset()
+    chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
+    per_chain = np.mean(np.sign(chain_means) == yt, axis=1)
+    ds["accuracy_per_chain"] = ("chain", per_chain)
+    _io.save(ds, path)
+    return ds
+
+
+def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, temperature: float | None = None,
+          progress_bar: bool = True, **sampler) -> xr.Dataset:
+    """Theory at ``widths`` and sampling at ``sample_widths``; writes ``sweep.nc`` and figures.
+
+    Per-width results go to ``out/widths/`` as they finish; a rerun loads them
+    instead of recomputing (a sweep interrupted by a crash resumes).
+    """
+    out = Path(out)
+    widths = sorted({int(w) for w in (widths or spec.compare.widths)})
+    sample_widths = sorted({int(w) for w in (spec.compare.sample_widths if sample_widths is None else sample_widths)})
+    for w in (*widths, *sample_widths):
+        if w < 1:
+            raise ValueError(f"widths must be positive integers, got {w}")
+    T = spec.temperature if temperature is None else temperature
+    data = spec.data()
+    folder = out / "widths"
+    theories = [_theory_at(spec, N, T, data, folder) for N in widths]
+    sampled = [_sampled_at(spec, N, T, data, folder, progress_bar, sampler) for N in sample_widths]
+
+    x, y, xt, yt = data
+    gp_acc = gp_accuracies(spec, gp_limit(spec.net(widths[0]), x, y, temperature=T), xt, yt)
+    th = xr.concat([t[["U", "accuracy", "action", "max_gradient", "hessian_min_eigenvalue", "Ua"]] for t in theories],
+                   dim=xr.DataArray(widths, dims="width", name="width"), coords="minimal", compat="override")
+    ds = xr.Dataset(
+        {
+            "U_theory": th["U"],
+            "accuracy_theory": th["accuracy"],
+            "action": th["action"],
+            "max_gradient": th["max_gradient"],
+            "hessian_min_eigenvalue": th["hessian_min_eigenvalue"],
+            "Ua": th["Ua"],
+            "accuracy_gp": ("gp_model", list(gp_acc.values())),
+        },
+        coords={"gp_model": list(gp_acc)},
+    )
+    if sampled:
+        sw = xr.DataArray(sample_widths, dims="sample_width", name="sample_width")
+        keep = ["U_sampled", "U_mcse", "U_theory", "check_value", "check_mcse", "check_noise_floor", "check_gap",
+                "check_passed", "accuracy"]
+        s = xr.concat([d[keep] for d in sampled], dim=sw, coords="minimal", compat="override")
+        ds["U_sampled"] = s["U_sampled"]
+        ds["U_mcse"] = s["U_mcse"]
+        ds["U_theory_at_sample_width"] = s["U_theory"]
+        for k in ("check_value", "check_mcse", "check_noise_floor", "check_gap", "check_passed"):
+            ds[k] = s[k]
+        ds["accuracy_sampled"] = s["accuracy"].sel(predictor="sampled", drop=True)
+        ds["accuracy_sampled_se"] = ("sample_width", [
+            float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] > 1 else np.nan
+            for d in sampled
+        ])
+    ds.attrs.update(spec=spec.to_toml(), temperature=T, path_names=json.dumps(spec.compare.path_names), name=spec.name)
+    _io.save(ds, out / "sweep.nc")
+    plot_ds = ds.assign_attrs(path_names=spec.compare.path_names)
+    figures.sweep_accuracy(plot_ds, out / "accuracy_vs_width.png")
+    if sampled:
+        figures.finite_size(plot_ds, out / "finite_size.png")
+    return ds
