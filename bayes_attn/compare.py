@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import arviz_stats as azs
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -235,6 +234,8 @@ def compare(
         raise ValueError("x_test differs from the test inputs the posterior was sampled with")
     if not np.isclose(theory.temperature, posterior.temperature):
         raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature}")
+
+    import arviz_stats as azs
 
     gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
     m_t, v_t = theory.predict(x_test)

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import arviz_base as azb
-import arviz_stats as azs
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -270,6 +268,8 @@ def _conditional_V0(draws, key, xi, y, net: Network, temperature) -> jax.Array:
 # results
 # ----------------------------------------------------------------------------
 def _to_datatree(net: Network, draws: dict, extra: dict, x, y, temperature, **attrs) -> xr.DataTree:
+    import arviz_base as azb  # imported here: the sampler core runs without ArviZ (e.g. on a GPU box)
+
     labels = net.path_labels
     draws = {k: np.asarray(v, dtype=np.float64) for k, v in draws.items()}
     dims = {"U": ["path", "path_"], "f_train": ["example"], "f_test": ["test_example"], "w": ["path", "unit"], "y": ["example"]}
@@ -443,6 +443,8 @@ class Posterior:
 
     def summary(self) -> Summary:
         """ArviZ diagnostics on ``U``, ``f_train``, ``f_test``, plus sampler statistics."""
+        import arviz_stats as azs
+
         names = [v for v in OBSERVABLES if v in self.tree["posterior"]]
         table = azs.summary(self.tree, var_names=names, kind="all", round_to="none")
         stats = self.tree["sample_stats"]

@@ -1,0 +1,103 @@
+"""Comparison of theory and sampling: verdict logic on synthetic draws, and a tiny real run."""
+
+import math
+
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import random_data, random_network
+
+import bayes_attn as ba
+from bayes_attn import _io
+from bayes_attn.compare import Check
+from bayes_attn.posterior import Posterior, _to_datatree, fingerprint
+
+
+def test_check_verdict_rules():
+    # inside tolerance: pass whatever the error
+    assert Check("a", 0.04, 0.001, 0.0, 0.05, 3).passed
+    # above tolerance but within noise floor + 3 MCSE: pass (not distinguishable from MC error)
+    assert Check("b", 0.08, 0.01, 0.06, 0.05, 3).passed
+    # 10% well outside the error: fail
+    assert not Check("c", 0.10, 0.005, 0.01, 0.05, 3).passed
+    assert math.isclose(Check("d", 0.5, 0.1, 0.3, 0.05, 3).gap, 0.4)
+
+
+def _synthetic_posterior(net, x, y, x_test, U, mean, sd, *, chains=4, draws=500, seed=0, temperature=0.1):
+    """A Posterior whose draws are iid around given U and predictor mean/sd."""
+    rng = np.random.default_rng(seed)
+    D = U.shape[0]
+    noise = rng.normal(size=(chains, draws, D, D)) * 0.05 * np.abs(U).max()
+    Ud = U + (noise + np.swapaxes(noise, -1, -2)) / 2
+    f_test = mean + sd * rng.normal(size=(chains, draws, len(mean)))
+    f_train = rng.normal(size=(chains, draws, len(y)))
+    extra = {
+        "diverging": np.zeros((chains, draws), bool),
+        "energy": rng.normal(size=(chains, draws)),
+        "potential_energy": rng.normal(size=(chains, draws)),
+        "num_steps": np.full((chains, draws), 7),
+        "accept_prob": np.full((chains, draws), 0.9),
+        "adapt_state.step_size": np.full((chains, draws), 0.1),
+    }
+    tree = _to_datatree(net, {"U": Ud, "f_train": f_train, "f_test": f_test}, extra, x, y, temperature,
+                        method="synthetic", x_test_fingerprint=fingerprint(x_test), seconds=1.0)
+    return Posterior(tree, net)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    net = random_network((2, 2), width=6)
+    x, y = random_data(15)
+    xt, _ = random_data(40, seed=9)
+    yt = np.where(np.random.default_rng(3).random(40) < 0.5, -1.0, 1.0)
+    theory = ba.solve_theory(net, x, y, temperature=0.1)
+    return net, x, y, xt, yt, theory
+
+
+def test_verdict_on_draws_centred_on_theory(problem):
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
+    c = ba.compare(theory, post, xt, yt)
+    assert c.agree, c.report()
+    assert np.max(np.abs(c.U_zscores)) < 5
+    assert c.accuracy["theory"] == pytest.approx(np.mean(np.sign(m) == yt))
+    assert c.check("predictor mean (relative L2)").value < 0.05
+
+
+def test_verdict_flags_a_ten_percent_shift(problem):
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, 1.1 * theory.U, m, np.sqrt(v))
+    c = ba.compare(theory, post, xt, yt)
+    assert not c.agree
+    assert not c.check("U (relative Frobenius)").passed
+    assert c.check("U (relative Frobenius)").value == pytest.approx(0.1, abs=0.01)
+    assert "DISAGREE" in c.report()
+
+
+def test_compare_rejects_other_inputs(problem):
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
+    with pytest.raises(ValueError, match="x_test differs"):
+        ba.compare(theory, post, xt + 1.0, yt)
+    with pytest.raises(ValueError, match="y_test"):
+        ba.compare(theory, post, xt, yt[:3])
+    other = ba.solve_theory(net, x, y, temperature=0.2)
+    with pytest.raises(ValueError, match="temperature"):
+        ba.compare(other, post, xt, yt)
+
+
+def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path):
+    """Collapsed NUTS on a tiny problem: predictor mean close to theory (it is a small width, so only loosely)."""
+    net, x, y, xt, yt, theory = problem
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, method="collapsed", num_warmup=200,
+                               num_samples=200, num_chains=2, progress_bar=False)
+    c = ba.compare(theory, post, xt, yt)
+    assert c.mean_correlation > 0.9
+    ds = c.to_dataset()
+    back = _io.load_dataset(_io.save(ds, tmp_path / "c.nc"))
+    xr.testing.assert_allclose(back, ds)
+    assert list(ds["path"].values) == net.path_labels
+    assert set(ds["predictor"].values) == {"theory", "sampled", "gp"}

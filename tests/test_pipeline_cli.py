@@ -1,0 +1,114 @@
+"""Specs, the run/sweep pipeline and the bayes-attn command on a tiny Markov problem."""
+
+import tomllib
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from bayes_attn import cli, pipeline
+from bayes_attn.spec import Spec, load_spec, spec_from_dict
+
+TINY = {
+    "name": "tiny",
+    "temperature": 0.1,
+    "task": {"kind": "markov", "feature_dim": 8, "seq_len": 5, "n_train": 12, "n_test": 20, "seed": 3},
+    "network": {"layers": [["same_token", "random"], ["uniform", "random"]], "width": 3, "beta": 2.0},
+    "sampler": {"method": "collapsed", "num_warmup": 60, "num_samples": 40, "num_chains": 2, "seed": 1},
+    "compare": {"widths": [3, 30], "sample_widths": [3]},
+}
+
+
+def _write(tmp_path, data=TINY):
+    spec = spec_from_dict(data)
+    path = tmp_path / "tiny.toml"
+    path.write_text(spec.to_toml())
+    return spec, path
+
+
+def test_spec_round_trip_and_shipped_specs(tmp_path):
+    spec, path = _write(tmp_path)
+    assert load_spec(path) == spec
+    assert spec_from_dict(tomllib.loads(Spec().to_toml())) == Spec()
+    assert load_spec("models/markov_4paths.toml") == Spec()  # the shipped Fig. 2c spec is the default
+    two = load_spec("models/markov_2paths.toml")
+    assert two.net().D == 2 and two.task.noise_perp == 5.0
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"network": {"layers": [["sideways"]]}}, "kind"),
+        ({"sampler": {"chains": 2}}, r"\[sampler\] has unknown keys \['chains'\]"),
+        ({"temperature": -1}, "temperature"),
+        ({"extra": 1}, "unknown keys"),
+        ({"task": {"kind": "cifar"}}, "task.kind"),
+        ({"compare": {"gp_paths": {"x": ["9-9"]}}}, "gp_paths"),
+    ],
+)
+def test_bad_specs(change, match):
+    with pytest.raises(ValueError, match=match):
+        spec_from_dict({**TINY, **change})
+
+
+def test_run_writes_everything(tmp_path):
+    spec = spec_from_dict(TINY)
+    res = pipeline.run(spec, tmp_path / "run", progress_bar=False)
+    for name in ("theory.nc", "gp.nc", "posterior.nc", "comparison.nc", "report.md", "spec.toml",
+                 "order_parameter.png", "predictor.png", "alignment.png"):
+        assert (tmp_path / "run" / name).stat().st_size > 0, name
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "Verdict" in report and "GP limits" in report and "Head scores" in report
+    assert res.theory.converged
+
+
+def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+    spec = spec_from_dict(TINY)
+    ds = pipeline.sweep(spec, tmp_path / "sw", progress_bar=False)
+    assert ds.sizes["width"] == 2 and ds.sizes["sample_width"] == 1
+    assert set(ds["gp_model"].values) == {"whole network", "good path", "good + denoising paths"}
+    assert (tmp_path / "sw" / "accuracy_vs_width.png").exists() and (tmp_path / "sw" / "finite_size.png").exists()
+
+    def fail(*a, **k):
+        raise AssertionError("a finished width was recomputed")
+
+    monkeypatch.setattr(pipeline, "sample_posterior", fail)
+    monkeypatch.setattr(pipeline, "solve_theory", fail)
+    again = pipeline.sweep(spec, tmp_path / "sw", progress_bar=False)
+    xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
+
+
+def test_gp_on_paths_equals_gp_of_subnetwork():
+    spec = spec_from_dict(TINY)
+    x, y, xt, _ = spec.data()
+    net = spec.net()
+    from bayes_attn.theory import gp_limit
+
+    gp = gp_limit(net, x, y, temperature=0.1)
+    sub = gp_limit(net.with_paths_of([[0, 1], [0]]), x, y, temperature=0.1)  # paths 1-1 and 2-1
+    m1, v1 = pipeline.gp_on_paths(gp, ("1-1", "2-1")).predict(xt)
+    m2, v2 = sub.predict(xt)
+    np.testing.assert_allclose(m1, m2, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(v1, v2, rtol=1e-9, atol=1e-12)
+
+
+def test_cli_sample_and_theory(tmp_path, capsys):
+    _, path = _write(tmp_path)
+    assert cli.main(["sample", str(path), "--out", str(tmp_path / "s"), "--samples", "30", "--warmup", "30",
+                     "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "Worst diagnostics per observable" in out and (tmp_path / "s" / "posterior.nc").exists()
+    assert cli.main(["theory", str(path), "--width", "5", "--out", str(tmp_path / "t")]) == 0
+    out = capsys.readouterr().out
+    assert "Ua =" in out and "GP (whole network)" in out and (tmp_path / "t" / "theory.nc").exists()
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    assert cli.main(["theory", str(tmp_path / "missing.toml")]) == 2
+    assert "spec must be an existing TOML file" in capsys.readouterr().err
+    _, path = _write(tmp_path)
+    assert cli.main(["theory", str(path), "--width", "0"]) == 2
+    assert "--width must be a positive integer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "sample" in capsys.readouterr().out
