@@ -1,0 +1,262 @@
+"""Benchmark: the damped-Newton theory solver against a first-order baseline.
+
+Problem: minimise ``S / N_max`` (THEORY.md §4) for the Fig. 2c Markov network
+(D = 4 paths, P = 100 training sequences, temperature 0.01), ``Ua`` eliminated
+by its closed form, for N in {10, 100, 1000}.
+
+- ours: ``bayes_attn.theory`` damped Newton (default log-Cholesky coordinates;
+  also timed in vech coordinates) with stop at max |∂(S/N_max)/∂U_l| <= 1e-8;
+- baseline (like the paper): ``optax.adam`` (learning rate 0.1) on Cholesky
+  factors of every ``U_l`` with log-diagonal, same action, same start (GP
+  point); stop when max |∂(S/N_max)/∂U_l| <= 1e-5 or after 50 000 steps. The
+  whole loop is one jit-compiled ``lax.while_loop``.
+
+Both use the same precomputed path kernel; wall times exclude compilation
+(reported separately) and the shared set-up (kernel precomputation, also
+reported). Results: a printed table and ``benchmarks/results/solver.json``.
+
+Run: ``.venv/bin/python benchmarks/bench_solver.py``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Small matrices: one BLAS thread avoids oversubscription (on a shared 2-core
+# machine multithreaded OpenBLAS made 100×100 solves ~100× slower). Applies
+# to both methods alike.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+import bayes_attn  # noqa: E402,F401
+from bayes_attn import markov  # noqa: E402
+from bayes_attn import theory as th  # noqa: E402
+
+WIDTHS = (10, 100, 1000)
+TEMPERATURE = 0.01
+TOL_OURS = 1e-8
+TOL_ADAM = 1e-5
+ADAM_LR = 0.1
+ADAM_MAX_STEPS = 50_000
+REPEATS = 5  # best of REPEATS timed runs, after compilation
+
+
+# ----------------------------------------------------------------------------
+# baseline: Adam on log-diagonal Cholesky factors
+# ----------------------------------------------------------------------------
+def _chol_params(Us: list[np.ndarray]) -> np.ndarray:
+    out = []
+    for U in Us:
+        Lc = np.linalg.cholesky(U)
+        i, j = np.tril_indices(U.shape[0])
+        v = Lc[i, j].copy()
+        v[i == j] = np.log(v[i == j])
+        out.append(v)
+    return np.concatenate(out)
+
+
+def _chol_to_vech(phi: jax.Array, heads: tuple[int, ...]) -> jax.Array:
+    """Cholesky parameters -> vech (upper-triangular) entries of every ``U_l = L Lᵀ``."""
+    out, k = [], 0
+    for m in th._sizes(heads):
+        i, j = np.tril_indices(m)
+        n = len(i)
+        v = phi[k : k + n]
+        v = jnp.where(i == j, jnp.exp(v), v)
+        Lc = jnp.zeros((m, m), phi.dtype).at[i, j].set(v)
+        U = Lc @ Lc.T
+        out.append(U[np.triu_indices(m)])
+        k += n
+    return jnp.concatenate(out)
+
+
+def make_adam(heads: tuple[int, ...], mode: str, tol: float):
+    """Jitted Adam run from ``phi0``: returns (steps, phi, S/N_max, max matrix gradient) at the final point."""
+    opt = optax.adam(ADAM_LR)
+    weights = jnp.asarray(th._vech_weights(heads))
+
+    def loss_and_grads(phi, data):
+        theta, vjp = jax.vjp(lambda p: _chol_to_vech(p, heads), phi)
+        f, g_theta = jax.value_and_grad(th._reduced)(theta, data, heads, mode)
+        (g_phi,) = vjp(g_theta)
+        return f, g_phi, jnp.max(jnp.abs(g_theta / weights))  # matrix gradient, as for ours
+
+    def run(phi0, data):
+        # carry: step, phi, optimiser state, and f, grad, max matrix grad *at phi*
+        def cond(c):
+            return (c[0] < ADAM_MAX_STEPS) & (c[5] > tol)
+
+        def body(c):
+            k, phi, state, _, g, _ = c
+            upd, state = opt.update(g, state, phi)
+            phi = optax.apply_updates(phi, upd)
+            f, g, gmax = loss_and_grads(phi, data)
+            return k + 1, phi, state, f, g, gmax
+
+        f0, g0, m0 = loss_and_grads(phi0, data)
+        k, phi, _, f, _, gmax = jax.lax.while_loop(cond, body, (0, phi0, opt.init(phi0), f0, g0, m0))
+        return k, phi, f, gmax
+
+    return jax.jit(run)
+
+
+_COMPILED: dict = {}
+
+
+def run_adam(net, data, mode, Us0, tol):
+    """Best of REPEATS runs; compiled once per (structure, tol) and reused across widths (widths are traced)."""
+    phi0 = jnp.asarray(_chol_params(Us0))
+    key = (net.heads, mode, tol)
+    compile_s = 0.0
+    if key not in _COMPILED:
+        t = time.perf_counter()
+        _COMPILED[key] = make_adam(net.heads, mode, tol).lower(phi0, data).compile()
+        compile_s = time.perf_counter() - t
+    compiled = _COMPILED[key]
+    times = []
+    for _ in range(REPEATS):
+        t = time.perf_counter()
+        k, phi, f, g = jax.block_until_ready(compiled(phi0, data))
+        times.append(time.perf_counter() - t)
+    U = np.asarray(th._unpack(_chol_to_vech(phi, net.heads), net.heads)[0])
+    return dict(s=min(times), compile_s=compile_s, steps=int(k), action=float(f), max_gradient=float(g),
+                converged=bool(float(g) <= tol), U=U)
+
+
+# ----------------------------------------------------------------------------
+def main() -> dict:
+    task, net0 = markov.fig2c(10)
+    x, y, _, _ = task.generate()
+    rows = []
+    for N in WIDTHS:
+        net = net0.with_width(N)
+        t = time.perf_counter()
+        data, mode = th._problem_data(net, x, y, TEMPERATURE)
+        jax.block_until_ready(data)
+        setup_s = time.perf_counter() - t
+        Us0 = th.gp_order_parameters(net)[0]
+        theta0 = Us0
+
+        # ours: first call includes compilation (cached after the first width)
+        t = time.perf_counter()
+        res = th._newton(theta0, data, net.heads, mode, TOL_OURS, 200)
+        ours_first_s = time.perf_counter() - t
+        times = []
+        for _ in range(REPEATS):
+            t = time.perf_counter()
+            res = th._newton(theta0, data, net.heads, mode, TOL_OURS, 200)
+            times.append(time.perf_counter() - t)
+        ours_s = min(times)
+        ours_gmax = max(np.abs(G).max() for G in th._matrix_gradients(res.grad, net.heads))
+        ours_hmin = float(np.linalg.eigvalsh(res.hess)[0])
+        # the same Newton solver in vech coordinates (the entries of U_l), for reference
+        th._newton(theta0, data, net.heads, mode, TOL_OURS, 200, coordinates="vech")
+        vt = []
+        for _ in range(REPEATS):
+            t = time.perf_counter()
+            res_vech = th._newton(theta0, data, net.heads, mode, TOL_OURS, 200, coordinates="vech")
+            vt.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sol = th.solve_theory(net, x, y, temperature=TEMPERATURE)
+        end_to_end_s = time.perf_counter() - t
+
+        # baseline at its own tolerance, and at ours
+        adam = run_adam(net, data, mode, Us0, TOL_ADAM)
+        adam8 = run_adam(net, data, mode, Us0, TOL_OURS)
+
+        row = {
+            "N": N,
+            "setup_s": setup_s,
+            "ours_s": ours_s,
+            "ours_first_call_s_incl_compile": ours_first_s,
+            "ours_solve_theory_end_to_end_s": end_to_end_s,
+            "ours_iterations": res.iterations,
+            "ours_converged": res.converged,
+            "ours_action": res.value,
+            "ours_max_gradient": float(ours_gmax),
+            "ours_hessian_min_eigenvalue": ours_hmin,
+            "ours_vech_coordinates_s": min(vt),
+            "ours_vech_coordinates_iterations": res_vech.iterations,
+            "ours_vech_coordinates_action": res_vech.value,
+            "adam_s": adam["s"],
+            "adam_compile_s": adam["compile_s"],
+            "adam_steps": adam["steps"],
+            "adam_converged": adam["converged"],
+            "adam_action": adam["action"],
+            "adam_max_gradient": adam["max_gradient"],
+            "action_adam_minus_ours": adam["action"] - res.value,
+            "max_abs_U_difference": float(np.abs(adam["U"] - sol.U).max()),
+            "speedup_adam_over_ours": adam["s"] / ours_s,
+            "ours_compile_s": ours_first_s - ours_s,
+            "adam_tol1e-8_s": adam8["s"],
+            "adam_tol1e-8_steps": adam8["steps"],
+            "adam_tol1e-8_compile_s": adam8["compile_s"],
+            "adam_tol1e-8_converged": adam8["converged"],
+            "adam_tol1e-8_action": adam8["action"],
+            "adam_tol1e-8_max_gradient": adam8["max_gradient"],
+            "speedup_same_tol": adam8["s"] / ours_s,
+        }
+        rows.append(row)
+        print(
+            f"N={N}: ours {ours_s * 1e3:.1f} ms ({res.iterations} it), "
+            f"adam {adam['s']:.3f} s ({adam['steps']} steps), speed-up {row['speedup_adam_over_ours']:.1f}x; "
+            f"adam to tol {TOL_OURS:g}: {adam8['s']:.2f} s ({adam8['steps']} steps, max|g| {adam8['max_gradient']:.1e})",
+            flush=True,
+        )
+
+    header = (
+        f"{'N':>5} | {'ours ms':>8} {'it':>3} {'action':>14} {'max|g|':>8} | "
+        f"{'adam ms':>8} {'steps':>6} {'action':>14} {'max|g|':>8} | {'ΔS adam-ours':>12} {'speed-up':>9} | "
+        f"{'adam@1e-8 s':>11} {'steps':>6} {'max|g|':>8} {'speed-up':>9}"
+    )
+    print()
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['N']:>5} | {r['ours_s'] * 1e3:8.2f} {r['ours_iterations']:>3} {r['ours_action']:14.10f} "
+            f"{r['ours_max_gradient']:8.1e} | {r['adam_s'] * 1e3:8.2f} {r['adam_steps']:>6} {r['adam_action']:14.10f} "
+            f"{r['adam_max_gradient']:8.1e} | {r['action_adam_minus_ours']:12.2e} "
+            f"{r['speedup_adam_over_ours']:8.1f}x | "
+            f"{r['adam_tol1e-8_s']:11.2f} {r['adam_tol1e-8_steps']:>6} {r['adam_tol1e-8_max_gradient']:8.1e} "
+            f"{r['speedup_same_tol']:8.0f}x"
+        )
+    print(
+        f"\ncompilation (once, reused for every N): ours {rows[0]['ours_compile_s']:.2f} s, "
+        f"adam {rows[0]['adam_compile_s']:.2f} s (tol {TOL_ADAM:g}) + {rows[0]['adam_tol1e-8_compile_s']:.2f} s (tol {TOL_OURS:g})"
+    )
+    out = {
+        "problem": "Fig. 2c Markov network, D=4, P=100, temperature 0.01, S/N_max with Ua eliminated",
+        "ours": f"damped Newton in log-Cholesky coordinates (also vech: ours_vech_*), analytic data-term Hessian, "
+        f"tol {TOL_OURS} (best of {REPEATS})",
+        "baseline": f"optax.adam lr {ADAM_LR} on log-diagonal Cholesky factors, jit lax.while_loop, "
+        f"tol {TOL_ADAM} or {ADAM_MAX_STEPS} steps; also run to our tol {TOL_OURS} (adam_tol1e-8_*)",
+        "timing": "wall seconds, best of repeats, excluding compilation (*_compile_s, nonzero only for the first N) and the shared kernel set-up (setup_s)",
+        "environment": {
+            "python": platform.python_version(),
+            "jax": jax.__version__,
+            "optax": optax.__version__,
+            "cpus": os.cpu_count(),
+            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+            "load_average": os.getloadavg(),
+        },
+        "results": rows,
+    }
+    path = Path(__file__).parent / "results" / "solver.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(f"\nwrote {path}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,412 @@
+"""Tests of bayes_attn.theory (THEORY.md §3–4).
+
+Independent references live here: a numpy action with explicit inverses,
+central finite differences, a scalar brentq root for one layer and one head,
+brute-force predictors, hand loops for head scores.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import scipy.optimize
+
+import bayes_attn  # noqa: F401  (enables float64)
+from bayes_attn import Network, markov
+from bayes_attn import theory as th
+
+N0, TOKENS, P = 6, 5, 16
+
+
+def make_problem(heads, widths, variances=1.0, seed=0, p=P):
+    rng = np.random.default_rng(seed)
+    att = [rng.normal(size=(h, N0, N0)) for h in heads]
+    net = Network(att, widths, variances)
+    x = rng.normal(size=(p, TOKENS, N0))
+    y = np.where(rng.random(p) < 0.5, 1.0, -1.0)
+    return net, x, y
+
+
+def random_spd(rng, U, eps=0.3):
+    A = rng.normal(size=U.shape)
+    return U + eps * A @ A.T / U.shape[0]
+
+
+CONFIGS = [
+    ((3,), [5, 8], [1.0, 1.3, 0.7]),
+    ((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9]),
+    ((2, 1, 2), [5, 7, 6, 8], [1.0, 1.1, 0.9, 1.2, 0.8]),
+]
+
+
+# ----------------------------------------------------------------------------
+# numpy reference of the action (explicit inverses are fine in tests)
+# ----------------------------------------------------------------------------
+def numpy_action(net, x, y, Us, temperature, Ua):
+    heads, L = net.heads, net.L
+    N, s2 = net.widths, net.variances
+    Na, sa2, NL, sL2 = N[L], s2[L + 1], N[L - 1], s2[L]
+    logdet = lambda A: np.linalg.slogdet(A)[1]  # noqa: E731
+    S = Na * (Ua / sa2 - np.log(Ua))
+    S += NL * (np.trace(Us[-1]) / (sL2 * Ua) - logdet(Us[-1]) + heads[-1] * np.log(Ua))
+    for l in range(1, L):  # layer l (1-based), U_l = Us[l-1]
+        H, M = heads[l - 1], Us[l].shape[0]
+        tr_l = sum(Us[l - 1][h * M : (h + 1) * M, h * M : (h + 1) * M] for h in range(H))
+        S += N[l - 1] * (np.trace(np.linalg.inv(Us[l]) @ tr_l) / s2[l] - logdet(Us[l - 1]) + H * logdet(Us[l]))
+    C = np.asarray(net.path_kernel(x))
+    K = np.einsum("de,depq->pq", Us[0], C)
+    G = K + temperature * np.eye(len(y))
+    return S + logdet(G) + y @ np.linalg.inv(G) @ y
+
+
+def closed_form_readout(net, UL):
+    L = net.L
+    N, s2 = net.widths, net.variances
+    b = s2[-1] * (net.heads[-1] * N[L - 1] / N[L] - 1)
+    g = np.trace(UL) * N[L - 1] * s2[-1] / (N[L] * s2[L])
+    return (-b + math.sqrt(b * b + 4 * g)) / 2
+
+
+@pytest.mark.parametrize("heads,widths,variances", CONFIGS)
+def test_action_matches_numpy_reference(heads, widths, variances):
+    net, x, y = make_problem(heads, widths, variances)
+    rng = np.random.default_rng(1)
+    Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
+    for Ua in (None, 0.77):
+        got = th.action(net, x, y, Us, temperature=0.1, U_readout=Ua)
+        ua = closed_form_readout(net, Us[-1]) if Ua is None else Ua
+        assert got == pytest.approx(numpy_action(net, x, y, Us, 0.1, ua), rel=1e-11)
+
+
+@pytest.mark.parametrize("heads,widths,variances", CONFIGS)
+def test_gradient_matches_finite_differences(heads, widths, variances):
+    net, x, y = make_problem(heads, widths, variances)
+    rng = np.random.default_rng(2)
+    Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
+    T = 0.1
+    for Ua in (None, 0.9):
+        grads, gUa = th.action_gradient(net, x, y, Us, temperature=T, U_readout=Ua)
+        S = lambda V, a=Ua: th.action(net, x, y, V, temperature=T, U_readout=a)  # noqa: E731
+        h = 1e-5
+        for l, U in enumerate(Us):
+            for i, j in zip(*np.triu_indices(U.shape[0])):
+                E = np.zeros_like(U)
+                E[i, j] = E[j, i] = 1.0
+                Vp, Vm = list(Us), list(Us)
+                Vp[l], Vm[l] = U + h * E, U - h * E
+                fd = (S(Vp) - S(Vm)) / (2 * h)
+                # symmetric perturbation: derivative = G_ii on the diagonal, 2 G_ij off it
+                want = grads[l][i, j] * (1 if i == j else 2)
+                assert want == pytest.approx(fd, rel=1e-6, abs=1e-6), (l, i, j)
+        if Ua is not None:
+            fd = (S(Us, Ua + h) - S(Us, Ua - h)) / (2 * h)
+            assert gUa == pytest.approx(fd, rel=1e-6, abs=1e-6)
+        else:
+            assert abs(gUa) < 1e-8  # the closed form is stationary in Ua
+
+
+def test_solver_hessian_matches_differences_of_its_gradient():
+    """The solver's analytic data-term Hessian (both kernel modes) equals central
+    differences of its gradient (which test_gradient_matches_finite_differences ties to S)."""
+    heads, widths, variances = CONFIGS[1]
+    net, x, y = make_problem(heads, widths, variances)
+    rng = np.random.default_rng(3)
+    theta = th._pack([random_spd(rng, U) for U in th.gp_order_parameters(net)[0]])
+    h = 1e-5
+    for cmax in (th.C_MAX_ENTRIES, 0):
+        old = th.C_MAX_ENTRIES
+        th.C_MAX_ENTRIES = cmax
+        try:
+            data, mode = th._problem_data(net, x, y, 0.1)
+        finally:
+            th.C_MAX_ENTRIES = old
+        assert mode == ("C" if cmax else "xi")
+        grad = lambda t: np.asarray(th._value_grad_hess(t, data, net.heads, mode)[1])  # noqa: E731
+        f, g, H = (np.asarray(a) for a in th._value_grad_hess(theta, data, net.heads, mode))
+        Hfd = np.stack([(grad(theta + h * e) - grad(theta - h * e)) / (2 * h) for e in np.eye(len(theta))], axis=1)
+        np.testing.assert_allclose(H, H.T, atol=1e-12 * np.abs(H).max())
+        np.testing.assert_allclose(H, Hfd, rtol=1e-6, atol=1e-7 * np.abs(H).max())
+        # and the solver's value/gradient equal those of the public action (scaled by 1/N_max)
+        Us = [np.asarray(U) for U in th._unpack(theta, net.heads)]
+        assert float(f) == pytest.approx(th.action(net, x, y, Us, temperature=0.1) / max(widths), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# the solver
+# ----------------------------------------------------------------------------
+def test_gp_limit_values():
+    heads, widths, variances = CONFIGS[2]
+    net, x, y = make_problem(heads, widths, variances)
+    gp = th.gp_limit(net, x, y, temperature=0.1)
+    s2 = net.variances
+    np.testing.assert_allclose(gp.U, net.gp_U)
+    assert gp.U_readout == s2[-1]
+    np.testing.assert_allclose(gp.order_parameters[2], s2[3] * s2[4] * np.eye(2))
+    np.testing.assert_allclose(gp.order_parameters[1], s2[2] * np.kron(np.eye(1), gp.order_parameters[2]))
+    np.testing.assert_allclose(gp.order_parameters[0], s2[1] * np.kron(np.eye(2), gp.order_parameters[1]))
+    assert gp.limit == "gp"
+
+
+def test_large_width_tends_to_gp():
+    net, x, y = make_problem((2, 2), 10, 1.0)
+    devs = {}
+    for N in (10**5, 10**6):
+        n = net.with_width(N)
+        sol = th.solve_theory(n, x, y, temperature=0.1)
+        gp = th.gp_limit(n, x, y, temperature=0.1)
+        assert sol.converged and sol.is_minimum
+        ratio = len(y) / N
+        dU = np.abs(sol.U - n.gp_U).max() / np.abs(n.gp_U).max()
+        assert dU < 10 * ratio
+        for Us, Ug in zip(sol.order_parameters, gp.order_parameters):
+            assert np.abs(Us - Ug).max() < 10 * ratio * np.abs(Ug).max()
+        assert abs(sol.U_readout - gp.U_readout) < 10 * ratio
+        m, v = sol.predict(x[:5])
+        mg, vg = gp.predict(x[:5])
+        assert np.abs(m - mg).max() < 10 * ratio * np.abs(mg).max()
+        assert np.abs(v - vg).max() < 10 * ratio * np.abs(vg).max()
+        devs[N] = dU
+    # the deviation from the GP scales like 1/N
+    assert devs[10**5] / devs[10**6] == pytest.approx(10, rel=0.1)
+
+
+def _xi_one_head(W, x):
+    """xi for one layer, one head, readout last — written from THEORY.md §1–2, not via the package."""
+    score = np.einsum("psi,ij,pj->ps", x, W, x[:, -1])  # key s, query T-1
+    omega = np.exp(score - score.max(axis=1, keepdims=True))
+    omega /= omega.sum(axis=1, keepdims=True)
+    return np.einsum("psi,ps->pi", x, omega)
+
+
+def test_one_layer_one_head_matches_brentq():
+    N1, Na = 5, 7
+    s0, s1, sa = 1.3, 0.8, 1.1
+    net, x, y = make_problem((1,), [N1, Na], [s0, s1, sa])
+    T = 0.05
+    xi = _xi_one_head(net.attention[0][0], x)
+    C = s0 * xi @ xi.T / N0
+    lam, V = np.linalg.eigh(C)
+    q = V.T @ y
+
+    def Ua_of(u):  # ∂S/∂Ua = 0 with S = Na(Ua/sa − ln Ua) + N1(u/(s1 Ua) − ln u + ln Ua) + data
+        dS = lambda a: Na * (1 / sa - 1 / a) + N1 * (-u / (s1 * a * a) + 1 / a)  # noqa: E731
+        return scipy.optimize.brentq(dS, 1e-12, 1e12, xtol=1e-300, rtol=1e-15, maxiter=500)
+
+    def dS_du(u):  # total derivative = partial at Ua(u)
+        a = Ua_of(u)
+        den = u * lam + T
+        return N1 * (1 / (s1 * a) - 1 / u) + np.sum(lam / den) - np.sum(q * q * lam / den**2)
+
+    grid = np.logspace(-4, 4, 400)
+    vals = np.array([dS_du(u) for u in grid])
+    roots = np.flatnonzero(np.sign(vals[:-1]) != np.sign(vals[1:]))
+    assert len(roots) == 1
+    k = roots[0]
+    u_star = scipy.optimize.brentq(dS_du, grid[k], grid[k + 1], xtol=1e-300, rtol=1e-15, maxiter=500)
+
+    sol = th.solve_theory(net, x, y, temperature=T)
+    assert sol.converged and sol.is_minimum
+    assert sol.U.shape == (1, 1)
+    assert sol.U[0, 0] == pytest.approx(u_star, rel=1e-8)
+    assert sol.U_readout == pytest.approx(Ua_of(u_star), rel=1e-8)
+
+
+@pytest.fixture(scope="module")
+def fig2c():
+    task, net = markov.fig2c(10)
+    x, y, xt, yt = task.generate()
+    return net, x, y, xt[:200], yt[:200]
+
+
+@pytest.mark.parametrize("N", [10, 30, 100, 1000])
+def test_fig2c_solution_is_a_minimum(fig2c, N):
+    net, x, y, _, _ = fig2c
+    net = net.with_width(N)
+    sol = th.solve_theory(net, x, y, temperature=0.01)
+    assert sol.converged
+    assert sol.max_gradient <= 1e-8
+    assert sol.hessian_min_eigenvalue > 0
+    # independent stationarity check: central differences of the action along
+    # random symmetric directions vanish compared with those at the GP point
+    rng = np.random.default_rng(N)
+    gpU = th.gp_order_parameters(net)[0]
+    h = 1e-4
+    for _ in range(2):
+        dirs = [(lambda A: (A + A.T) / 2)(rng.normal(size=U.shape)) for U in sol.order_parameters]
+
+        def deriv(Us):
+            plus = [U + h * E for U, E in zip(Us, dirs)]
+            minus = [U - h * E for U, E in zip(Us, dirs)]
+            S = lambda V: th.action(net, x, y, V, temperature=0.01)  # noqa: E731
+            return (S(plus) - S(minus)) / (2 * h)
+
+        assert abs(deriv(sol.order_parameters)) < 1e-6 * abs(deriv(gpU))
+    if N == 10:
+        # the paper's picture: the good path 1-1 dominates, negative cross term with 2-1
+        labels = net.path_labels
+        good, denoise = labels.index("1-1"), labels.index("2-1")
+        assert sol.U[good, good] == sol.U.diagonal().max()
+        assert sol.U[good, denoise] < 0
+
+
+def test_explicit_init_reaches_same_solution():
+    net, x, y = make_problem((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9])
+    a = th.solve_theory(net, x, y, temperature=0.1)
+    rng = np.random.default_rng(5)
+    init = [random_spd(rng, U, eps=0.1) for U in a.order_parameters]
+    b = th.solve_theory(net, x, y, temperature=0.1, init=init)
+    assert a.converged and b.converged
+    np.testing.assert_allclose(b.U, a.U, rtol=1e-6, atol=1e-8)
+
+
+def test_vech_coordinates_reach_same_solution():
+    heads, widths, variances = CONFIGS[1]
+    net, x, y = make_problem(heads, widths, variances)
+    a = th.solve_theory(net, x, y, temperature=0.1)
+    data, mode = th._problem_data(net, x, y, 0.1)
+    res = th._newton(th.gp_order_parameters(net)[0], data, net.heads, mode, 1e-9, 100, coordinates="vech")
+    assert res.converged
+    np.testing.assert_allclose(th._vech_to_matrices(res.theta, net.heads)[0], a.U, rtol=1e-6, atol=1e-9)
+    assert res.value == pytest.approx(a.action, rel=1e-12)
+
+
+def test_newton_direction_descends_on_indefinite_hessian():
+    rng = np.random.default_rng(0)
+    Q = np.linalg.qr(rng.normal(size=(5, 5)))[0]
+    H = Q @ np.diag([-2.0, -1e-3, 0.5, 3.0, 10.0]) @ Q.T
+    for _ in range(5):
+        g = rng.normal(size=5)
+        d = th._newton_direction(g, H)
+        assert g @ d < 0
+    g = rng.normal(size=5)
+    Hpd = Q @ np.diag([0.1, 1, 2, 3, 4]) @ Q.T
+    np.testing.assert_allclose(th._newton_direction(g, Hpd), -np.linalg.solve(Hpd, g))
+
+
+def test_not_converged_warns():
+    net, x, y = make_problem((2, 2), [6, 4, 9])
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        sol = th.solve_theory(net, x, y, temperature=0.1, max_iter=1)
+    assert not sol.converged and sol.iterations == 1
+
+
+# ----------------------------------------------------------------------------
+# predictors and read-outs
+# ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def solved():
+    heads, widths, variances = CONFIGS[1]
+    net, x, y = make_problem(heads, widths, variances)
+    xt = np.random.default_rng(9).normal(size=(7, TOKENS, N0))
+    return th.solve_theory(net, x, y, temperature=0.1), x, y, xt
+
+
+def test_predict_matches_brute_force(solved):
+    sol, x, y, xt = solved
+    net, U = sol.net, sol.U
+    C_tr = np.asarray(net.path_kernel(x))
+    C_x = np.asarray(net.path_kernel(x, xt))
+    C_t = np.asarray(net.path_kernel(xt))
+    K = np.einsum("de,depq->pq", U, C_tr)
+    ks = np.einsum("de,depq->pq", U, C_x)
+    kss = np.einsum("de,depq->pq", U, C_t).diagonal()
+    Ginv = np.linalg.inv(K + sol.temperature * np.eye(len(y)))
+    m, v = sol.predict(xt)
+    np.testing.assert_allclose(m, ks.T @ Ginv @ y, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(v, kss - np.einsum("pa,pq,qa->a", ks, Ginv, ks), rtol=1e-8, atol=1e-12)
+    assert np.all(v >= 0)
+    np.testing.assert_allclose(sol.kernel(x, xt), ks, rtol=1e-12)
+    np.testing.assert_allclose(sol.kernel(x), K, rtol=1e-12)
+
+
+def test_head_scores_hand_loop(solved):
+    sol = solved[0]
+    net, U = sol.net, sol.U
+    paths = net.paths
+    raw = []
+    for l, H in enumerate(net.heads):
+        for h in range(H):
+            s = 0.0
+            for i, j in itertools.product(range(net.D), repeat=2):
+                if paths[i][l] == h or paths[j][l] == h:
+                    s += abs(U[i, j])
+            raw.append(s)
+    raw = np.array(raw) / max(raw)
+    got = np.concatenate(sol.head_scores())
+    np.testing.assert_allclose(got, raw, rtol=1e-12)
+    assert [len(s) for s in sol.head_scores()] == list(net.heads)
+
+
+def test_alignment_against_eigh(solved):
+    sol, x, y, _ = solved
+    K = np.einsum("de,depq->pq", sol.U, np.asarray(sol.net.path_kernel(x)))
+    w, V = np.linalg.eigh(K)
+    eig, cos = sol.alignment()
+    np.testing.assert_allclose(eig, w[::-1], rtol=1e-10, atol=1e-12 * w.max())
+    assert np.all(np.diff(eig) <= 0)
+    np.testing.assert_allclose(cos, np.abs(V[:, ::-1].T @ y) / np.linalg.norm(y), atol=1e-8)
+    assert np.sum(cos**2) == pytest.approx(1.0)
+
+
+def test_to_dataset(solved, tmp_path):
+    import xarray as xr
+
+    sol = solved[0]
+    ds = sol.to_dataset()
+    net = sol.net
+    assert list(ds["U"].dims) == ["path", "path_"]
+    assert list(ds["path"].values) == net.path_labels
+    np.testing.assert_allclose(ds["U"].values, sol.U)
+    np.testing.assert_allclose(ds["gp_U"].values, net.gp_U)
+    for name in ("Ua", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "temperature"):
+        assert name in ds
+    assert ds["alignment_cosine"].dims == ("pc",)
+    assert list(ds["head"].values) == ["L1H1", "L1H2", "L2H1", "L2H2"]
+    np.testing.assert_allclose(ds["U_2"].values, sol.order_parameters[1])
+    assert list(ds["index_2"].values) == ["1", "2"]
+    assert list(ds.attrs["widths"]) == list(net.widths)
+    ds.to_netcdf(tmp_path / "theory.nc")
+    back = xr.load_dataset(tmp_path / "theory.nc")
+    np.testing.assert_allclose(back["U"].values, sol.U)
+    assert bool(back["converged"]) == sol.converged
+
+
+# ----------------------------------------------------------------------------
+# bad inputs fail before compiling anything
+# ----------------------------------------------------------------------------
+def test_bad_inputs(monkeypatch):
+    net, x, y = make_problem((2, 2), [6, 4, 9])
+
+    def boom(*a, **k):
+        raise AssertionError("reached the solver")
+
+    monkeypatch.setattr(th, "_problem_data", boom)
+    bad = [
+        (dict(net="not a net"), "net"),
+        (dict(x=x[:, :, :3]), "x"),
+        (dict(x=x[0]), "x"),
+        (dict(x=np.where(np.arange(N0) == 0, np.nan, x)), "x"),
+        (dict(y=y[:-1]), "y"),
+        (dict(y=np.r_[y[:-1], np.nan]), "y"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(init="prior"), "init"),
+        (dict(init=[np.eye(4)]), "init"),
+        (dict(init=[np.eye(3), np.eye(2)]), "init"),
+        (dict(init=[-np.eye(4), np.eye(2)]), "init"),
+        (dict(init=[np.eye(4) + np.triu(np.ones((4, 4)), 1), np.eye(2)]), "init"),
+        (dict(tol=0.0), "tol"),
+        (dict(max_iter=-1), "max_iter"),
+    ]
+    for change, name in bad:
+        kw = dict(net=net, x=x, y=y, temperature=0.1) | change
+        with pytest.raises(ValueError, match=name):
+            th.solve_theory(kw.pop("net"), kw.pop("x"), kw.pop("y"), **kw)
+    with pytest.raises(ValueError, match="temperature"):
+        th.gp_limit(net, x, y, temperature=0)
+    with pytest.raises(ValueError, match="y"):
+        th.gp_limit(net, x, y[:3], temperature=0.1)
