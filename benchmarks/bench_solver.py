@@ -53,30 +53,8 @@ REPEATS = 5  # best of REPEATS timed runs, after compilation
 # ----------------------------------------------------------------------------
 # baseline: Adam on log-diagonal Cholesky factors
 # ----------------------------------------------------------------------------
-def _chol_params(Us: list[np.ndarray]) -> np.ndarray:
-    out = []
-    for U in Us:
-        Lc = np.linalg.cholesky(U)
-        i, j = np.tril_indices(U.shape[0])
-        v = Lc[i, j].copy()
-        v[i == j] = np.log(v[i == j])
-        out.append(v)
-    return np.concatenate(out)
-
-
-def _chol_to_vech(phi: jax.Array, heads: tuple[int, ...]) -> jax.Array:
-    """Cholesky parameters -> vech (upper-triangular) entries of every ``U_l = L Lᵀ``."""
-    out, k = [], 0
-    for m in th._sizes(heads):
-        i, j = np.tril_indices(m)
-        n = len(i)
-        v = phi[k : k + n]
-        v = jnp.where(i == j, jnp.exp(v), v)
-        Lc = jnp.zeros((m, m), phi.dtype).at[i, j].set(v)
-        U = Lc @ Lc.T
-        out.append(U[np.triu_indices(m)])
-        k += n
-    return jnp.concatenate(out)
+_chol_params = th._chol_params  # the same coordinates as the Newton solver's
+_chol_to_vech = th._chol_to_vech
 
 
 def make_adam(heads: tuple[int, ...], mode: str, tol: float):

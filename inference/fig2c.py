@@ -14,15 +14,19 @@ import argparse
 
 from bayes_attn.cli import main
 
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="runs/fig2c")
+
+def sweep_main(spec: str, out: str, doc: str) -> int:
+    """Parse the script's options and run ``bayes-attn sweep`` on ``spec``."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=out)
     p.add_argument("--sample-widths", nargs="*", default=["10", "30", "100"])
     p.add_argument("--chains", default="4")
     p.add_argument("--samples", default="1000")
     p.add_argument("--warmup", default="500")
     a = p.parse_args()
-    raise SystemExit(
-        main(["sweep", "models/markov_4paths.toml", "--out", a.out, "--chains", a.chains, "--samples", a.samples,
-              "--warmup", a.warmup, "--sample-widths", *a.sample_widths])
-    )
+    return main(["sweep", spec, "--out", a.out, "--chains", a.chains, "--samples", a.samples,
+                 "--warmup", a.warmup, "--sample-widths", *a.sample_widths])
+
+
+if __name__ == "__main__":
+    raise SystemExit(sweep_main("models/markov_4paths.toml", "runs/fig2c", __doc__))

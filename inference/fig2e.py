@@ -6,19 +6,7 @@ Theory over widths, collapsed NUTS at the sample widths, GP lines for each
 path alone and for the whole network; writes sweep.nc and figures into OUT.
 """
 
-import argparse
-
-from bayes_attn.cli import main
+from fig2c import sweep_main
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="runs/fig2e")
-    p.add_argument("--sample-widths", nargs="*", default=["10", "30", "100"])
-    p.add_argument("--chains", default="4")
-    p.add_argument("--samples", default="1000")
-    p.add_argument("--warmup", default="500")
-    a = p.parse_args()
-    raise SystemExit(
-        main(["sweep", "models/markov_2paths.toml", "--out", a.out, "--chains", a.chains, "--samples", a.samples,
-              "--warmup", a.warmup, "--sample-widths", *a.sample_widths])
-    )
+    raise SystemExit(sweep_main("models/markov_2paths.toml", "runs/fig2e", __doc__))
