@@ -1,0 +1,180 @@
+"""The samplers sample the same, correct posterior.
+
+- collapsed vs full NUTS: posterior means of ``U`` and ``f_test`` agree within
+  Monte-Carlo error (``|diff| <= 4 sqrt(mcse_a² + mcse_b²)``, ArviZ MCSE);
+- token vs path form, and the collapsed model: potential energies agree with
+  each other and with an independent NumPy/SciPy evaluation of the
+  (marginal) posterior, to 1e-10;
+- float32 sampling runs in float32 and agrees with float64 within MC error;
+- simulation-based calibration (``benchmarks/sbc.py``) of the full and the
+  collapsed sampler on a tiny network.
+
+All seeds are fixed, so the file is deterministic.
+"""
+
+import math
+import sys
+from functools import partial
+from pathlib import Path
+
+import arviz_stats as azs
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+from conftest import random_data, random_network
+from numpyro.infer.util import potential_energy
+
+import bayes_attn as ba
+from bayes_attn.models import collapsed_model, path_model, token_model
+from bayes_attn.network import path_kernel_from_xi
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import sbc  # noqa: E402
+
+TEMPERATURE = 0.1
+Z = 4.0  # agreement within Z standard errors; ~17 comparisons -> false-alarm rate ~1e-3
+
+
+def _problem():
+    net = random_network((2, 2), width=4)
+    x, y = random_data(20)
+    xt, _ = random_data(7, seed=2)
+    return net, x, y, xt
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Full (path form) and collapsed NUTS on the same tiny problem, 2 chains × 500 draws."""
+    net, x, y, xt = _problem()
+    common = dict(temperature=TEMPERATURE, x_test=xt, num_warmup=500, num_samples=500, num_chains=2, progress_bar=False)
+    full = ba.sample_posterior(net, x, y, method="full", seed=11, target_accept=0.9, **common)
+    coll = ba.sample_posterior(net, x, y, method="collapsed", seed=12, **common)
+    return net, x, y, xt, full, coll
+
+
+def _means_and_mcse(post) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior means and ArviZ MCSE of the upper triangle of ``U`` and of ``f_test``, concatenated."""
+    p = post.tree["posterior"]
+    mcse = azs.mcse(post.tree, var_names=["U", "f_test"])
+    iu = np.triu_indices(p.sizes["path"])
+    mean = np.r_[p["U"].mean(("chain", "draw")).values[iu], p["f_test"].mean(("chain", "draw")).values]
+    se = np.r_[mcse["U"].values[iu], mcse["f_test"].values]
+    return mean, se
+
+
+def _assert_same_means(a, b, what: str):
+    ma, sa = _means_and_mcse(a)
+    mb, sb = _means_and_mcse(b)
+    z = (ma - mb) / np.sqrt(sa**2 + sb**2)
+    assert np.all(np.isfinite(z)), what
+    assert np.max(np.abs(z)) <= Z, f"{what}: z-scores {np.round(z, 2)}"
+
+
+def test_collapsed_and_full_agree_within_mc_error(runs):
+    net, x, y, xt, full, coll = runs
+    for post in (full, coll):  # the comparison is only meaningful for converged chains
+        s = post.summary()
+        assert s.max_rhat < 1.05, s.by_variable()
+        assert s.min_ess > 100, s.by_variable()
+    _assert_same_means(full, coll, "collapsed vs full")
+    # the test has power: the MC error is small against the posterior spread of the observables
+    _, se = _means_and_mcse(coll)
+    sd = np.r_[coll.tree["posterior"]["U"].std(("chain", "draw")).values[np.triu_indices(net.D)],
+               coll.tree["posterior"]["f_test"].std(("chain", "draw")).values]
+    assert np.all(se < 0.1 * sd)
+
+
+# ----------------------------------------------------------------------------
+# potentials: exact checks
+# ----------------------------------------------------------------------------
+def _potentials(net, x, y):
+    """Potential energies (``-log`` joint density, as NUTS sees it) of the token, path and collapsed models."""
+    consts = dict(heads=net.heads, widths=net.widths, variances=net.variances, temperature=TEMPERATURE)
+    xi = net.xi(x)
+    y = jnp.asarray(y)
+    specs = {
+        "token": (token_model, (jnp.asarray(x), tuple(net.attention_matrices(x)), y)),
+        "path": (path_model, (xi, y)),
+        "collapsed": (collapsed_model, (path_kernel_from_xi(xi, xi, net.variances[0]), y)),
+    }
+    # all sites are unconstrained Normals, so potential_energy is exactly initialize_model's potential_fn
+    return {name: jax.jit(partial(potential_energy, partial(model, **consts), args, {})) for name, (model, args) in specs.items()}
+
+
+def _reference_potentials(net, x, y, W: ba.Weights) -> tuple[float, float]:
+    """Independent evaluation: ``-log prior - log lik`` (full) and ``-log prior(upper) - log N(y; 0, K + T I)``."""
+    sd = [math.sqrt(v) for v in net.variances]
+    lp_upper = sum(scipy.stats.norm.logpdf(np.asarray(V), scale=sd[l + 1]).sum() for l, V in enumerate(W.V))
+    lp_upper += scipy.stats.norm.logpdf(np.asarray(W.a), scale=sd[-1]).sum()
+    lp_V0 = scipy.stats.norm.logpdf(np.asarray(W.V0), scale=sd[0]).sum()
+    f = np.asarray(net.forward(W, x, form="token"))
+    ll = scipy.stats.norm.logpdf(y, loc=f, scale=math.sqrt(TEMPERATURE)).sum()
+    w = np.asarray(net.effective_weights(W))
+    K = np.asarray(net.kernel(w @ w.T / w.shape[1], x))
+    marg = scipy.stats.multivariate_normal.logpdf(y, mean=np.zeros(len(y)), cov=K + TEMPERATURE * np.eye(len(y)))
+    return -(lp_V0 + lp_upper + ll), -(lp_upper + marg)
+
+
+@pytest.mark.parametrize("heads", [(2, 2), (3,), (2, 1, 2)])
+def test_potentials_token_path_and_collapsed_are_exact(heads):
+    net = random_network(heads, width=3, seed=5)
+    x, y = random_data(9, seed=6)
+    pes = _potentials(net, x, y)
+    for seed in range(3):
+        W = net.sample_prior(jax.random.key(seed))
+        if seed == 2:  # far from the prior's typical set, too
+            W = jax.tree.map(lambda v: 3.0 * v, W)
+        z = {"V0": W.V0, "a": W.a, **{f"V{l + 1}": V for l, V in enumerate(W.V)}}
+        upper = {k: v for k, v in z.items() if k != "V0"}
+        pe_tok, pe_path, pe_coll = float(pes["token"](z)), float(pes["path"](z)), float(pes["collapsed"](upper))
+        ref_full, ref_coll = _reference_potentials(net, x, y, W)
+        tol = 1e-10 * max(1.0, abs(ref_full))
+        assert abs(pe_tok - pe_path) <= tol, (pe_tok, pe_path)
+        assert abs(pe_path - ref_full) <= tol, (pe_path, ref_full)
+        assert abs(pe_coll - ref_coll) <= 1e-10 * max(1.0, abs(ref_coll)), (pe_coll, ref_coll)
+        g_tok, g_path = jax.grad(pes["token"])(z), jax.grad(pes["path"])(z)
+        for k in z:
+            np.testing.assert_allclose(g_tok[k], g_path[k], rtol=1e-9, atol=1e-10 * max(1.0, abs(ref_full)))
+
+
+# ----------------------------------------------------------------------------
+# float32
+# ----------------------------------------------------------------------------
+def test_float32_collapsed_sampling_matches_float64(runs):
+    net, x, y, xt, full, coll = runs
+    post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, x_test=xt, num_warmup=300, num_samples=500,
+                               num_chains=2, seed=13, method="collapsed", dtype="float32", progress_bar=False)
+    assert post.tree.attrs["dtype"] == "float32"
+    for name in ("U", "f_test"):
+        v = post.tree["posterior"][name].values
+        assert np.all(np.isfinite(v))
+        # sampled in float32: every stored value is exactly a float32 number
+        np.testing.assert_array_equal(v.astype(np.float32).astype(np.float64), v)
+    assert post.summary().max_rhat < 1.05
+    _assert_same_means(post, coll, "float32 vs float64 collapsed")
+
+
+# ----------------------------------------------------------------------------
+# simulation-based calibration
+# ----------------------------------------------------------------------------
+SBC_SETTINGS = dict(temperature=0.1, n_reps=100, num_warmup=200, num_draws=19, thinning=5, seed=0)
+SBC_BINS = 4  # 20 possible ranks -> 5 per bin; 25 expected counts per bin
+
+
+@pytest.mark.parametrize("method", ["full", "collapsed"])
+def test_simulation_based_calibration(method):
+    """Ranks of the true U (upper triangle), f(x_test) and f(x_train[0]) among posterior draws are uniform.
+
+    Per observable a chi-square test over 100 independent replications;
+    Bonferroni over the 12 observables (they are dependent within a
+    replication, so counts are not pooled across them). The replications
+    run vectorized, so 100 cost about as much as 50.
+    """
+    net, x, xt = sbc.random_problem((2, 2), width=2, N0=4, T=3, P=8, P_test=1, seed=0)
+    res = sbc.sbc_ranks(net, x, xt, method=method, **SBC_SETTINGS)
+    assert res.ranks.shape == (100, 12)
+    assert res.ranks.min() >= 0 and res.ranks.max() <= res.num_draws
+    u = sbc.uniformity(res, SBC_BINS)
+    assert u["p_pooled"] > 0.01, u
