@@ -184,12 +184,12 @@ def cmd_sweep(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    chains = getattr(args, "chains", None) or 4
-    # One CPU device per chain (up to the core count) so chains run in parallel;
-    # must happen before JAX starts its backend.
+    # One CPU device per chain, so chains run in parallel rather than in lockstep
+    # (vectorized NUTS waits for the longest trajectory of all chains at every
+    # draw); must happen before JAX starts its backend.
     import numpyro
 
-    numpyro.set_host_device_count(max(1, min(chains, os.cpu_count() or 1)))
+    numpyro.set_host_device_count(max(4, getattr(args, "chains", None) or 0, os.cpu_count() or 1))
     try:
         return args.func(args)
     except ValueError as err:

@@ -155,14 +155,15 @@ def sample_posterior(
             *args,
             extra_fields=("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy"),
         )
-        draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
-        seconds = time.perf_counter() - t0
+        draws = mcmc.get_samples(group_by_chain=True)
         if method == "collapsed" and keep_weights:
             draws["V0"] = _conditional_V0(draws, jax.random.key(seed + 1), xi, yj, net, temperature)
             full = jax.vmap(jax.vmap(partial(collect, full=True, keep_weights=False, keep_effective_weights=False)))
             draws |= full(draws)
         elif method == "collapsed":
             draws |= _conditional_outputs(draws["U"], jax.random.key(seed + 1), xi, yj, xi_test, net.variances[0], temperature)
+        draws = jax.block_until_ready(draws)
+        seconds = time.perf_counter() - t0
         extra = mcmc.get_extra_fields(group_by_chain=True)
     tree = _to_datatree(
         net, draws, extra, x, y, temperature, method=method, form=form, dtype=dtype, seconds=seconds, num_warmup=num_warmup, seed=seed,
