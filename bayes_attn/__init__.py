@@ -2,9 +2,19 @@
 multi-head attention networks with fixed attention (Tiberi et al., NeurIPS 2024).
 
 The theory runs in float64, so importing the package enables JAX's 64-bit mode.
+
+Unless ``OPENBLAS_NUM_THREADS`` is set, importing the package first sets it to
+1: JAX's CPU LAPACK calls (Cholesky, triangular solves) go to OpenBLAS, whose
+spinning threads oversubscribe the cores when chains run in parallel; for the
+small matrices here one thread is several times faster. It takes effect only
+if NumPy/SciPy are not imported yet.
 """
 
-import jax
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

@@ -113,7 +113,7 @@ def sample_posterior(
     if chain_method == "auto":
         chain_method = "parallel" if jax.local_device_count() >= num_chains else "vectorized"
 
-    with jax.enable_x64(dtype == "float64"):
+    with _x64(dtype == "float64"):
         jdt = jnp.dtype(dtype)
         xi = net.xi(x).astype(jdt)
         xi_test = None if x_test is None else net.xi(x_test).astype(jdt)
@@ -170,6 +170,15 @@ def sample_posterior(
         **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}),
     )
     return Posterior(tree, net)
+
+
+def _x64(enabled: bool):
+    """Context manager switching JAX's 64-bit mode (``jax.enable_x64`` or, in older JAX, ``jax.experimental``)."""
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(enabled)
+    from jax import experimental
+
+    return experimental.enable_x64() if enabled else experimental.disable_x64()
 
 
 def fingerprint(x: np.ndarray) -> str:

@@ -1,13 +1,13 @@
 """Shared fixtures: small random networks and data, two CPU devices for chains."""
 
-import numpyro
+import bayes_attn as ba  # first: sets OPENBLAS_NUM_THREADS before NumPy loads
+
+import numpyro  # noqa: E402
 
 numpyro.set_host_device_count(2)
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-import bayes_attn as ba  # noqa: E402
 
 
 def random_network(heads, *, N0=6, width=4, variances=1.0, readout="last", seed=0, scale=1.0):
