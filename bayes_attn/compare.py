@@ -119,6 +119,12 @@ class Comparison:
                 f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
                 f"Monte-Carlo noise floor exceeds {self.checks[0].n_sigma if self.checks else 3:g} MCSE).",
                 "",
+                *([] if self.agree else [
+                    "The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
+                    "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
+                    "several --sample-widths shows whether it shrinks.",
+                    "",
+                ]),
                 "| check | relative error | MCSE | MC noise floor | noise-corrected gap | tolerance | result |",
                 "|---|---|---|---|---|---|---|",
                 *rows,
