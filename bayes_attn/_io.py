@@ -20,6 +20,9 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
     os.close(fd)
     try:
         obj.to_netcdf(tmp, engine="netcdf4")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

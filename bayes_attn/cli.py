@@ -119,10 +119,10 @@ def cmd_sample(args) -> int:
 
 
 def cmd_theory(args) -> int:
-    import numpy as np
     import pandas as pd
 
     from . import _io
+    from .compare import accuracy
     from .pipeline import gp_accuracies
     from .theory import gp_limit, solve_theory
 
@@ -131,7 +131,7 @@ def cmd_theory(args) -> int:
     x, y, xt, yt = spec.data()
     t = solve_theory(net, x, y, temperature=temperature)
     gp = gp_limit(net, x, y, temperature=temperature)
-    acc = float(np.mean(np.sign(t.predict(xt)[0]) == yt))
+    acc = accuracy(t.predict(xt)[0], yt)
     labels = net.path_labels
     print(f"{spec.name}: N={net.widths[0]}, temperature={temperature}, P={len(y)}")
     print("U (order parameter over paths):")

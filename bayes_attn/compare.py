@@ -22,27 +22,42 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from . import _checks
 from .posterior import Posterior, fingerprint
 from .theory import Theory, gp_limit
 
 
+def accuracy(mean: np.ndarray, y: np.ndarray) -> float:
+    """Fraction of examples where ``sign(mean)`` equals the label ``y`` (±1)."""
+    return float(np.mean(np.sign(mean) == y))
+
+
 @dataclass(frozen=True)
 class Check:
-    """One compared scalar: ``value`` (a relative error) against ``tolerance``,
-    with its Monte-Carlo standard error ``mcse`` and the MC ``noise_floor``
-    (the value expected from MC error alone)."""
+    """One compared scalar, a relative error ``value = ||s − t|| / ||t||``.
+
+    ``mcse``: Monte-Carlo standard error of ``value`` when the gap dominates
+    (ArviZ MCSE of the per-draw projection on the gap's direction, so it
+    accounts for correlations between entries and between draws);
+    ``noise_floor``: ``sqrt(sum of squared MCSEs) / ||t||``, the value expected
+    from MC error alone; ``noise_sd``: the spread of that pure-noise value
+    (``sqrt(2 tr Σ²) / (2 ||t|| noise_floor)`` with ``Σ`` the MC error
+    covariance of the posterior means, built from the draws' correlations).
+    """
 
     name: str
     value: float
     mcse: float
     noise_floor: float
+    noise_sd: float
     tolerance: float
     n_sigma: float
 
     @property
     def passed(self) -> bool:
         """Within tolerance, or not distinguishable from MC noise."""
-        return bool(self.value <= self.tolerance or self.value <= self.noise_floor + self.n_sigma * self.mcse)
+        bound = self.noise_floor + self.n_sigma * max(self.mcse, self.noise_sd)
+        return bool(self.value <= self.tolerance or self.value <= bound)
 
     @property
     def gap(self) -> float:
@@ -50,14 +65,28 @@ class Check:
         return math.sqrt(max(self.value**2 - self.noise_floor**2, 0.0))
 
 
-def _relative_distance(sampled: np.ndarray, theory: np.ndarray, mcse: np.ndarray) -> tuple[float, float, float]:
-    """``||s − t|| / ||t||``, its MC standard error (delta method) and the MC noise floor."""
-    diff = sampled - theory
+def _relative_distance(draws: np.ndarray, theory: np.ndarray, mcse: np.ndarray) -> tuple[float, float, float, float]:
+    """Relative distance of the posterior mean of ``draws`` (``[chain, draw, k]``) from ``theory`` (``[k]``).
+
+    Returns ``(value, mcse, noise_floor, noise_sd)`` as defined in :class:`Check`;
+    ``mcse`` (``[k]``) are the ArviZ MCSEs of the means.
+    """
+    import arviz_stats as azs
+
     norm_t = float(np.linalg.norm(theory))
+    diff = draws.mean(axis=(0, 1)) - theory
     dist = float(np.linalg.norm(diff))
-    se = float(np.sqrt(np.sum((diff / max(dist, 1e-300)) ** 2 * mcse**2)))
+    direction = diff / max(dist, 1e-300)
+    q = xr.Dataset({"q": (("chain", "draw"), (draws - theory) @ direction)})
+    se = float(azs.mcse(q)["q"])
+    flat = draws.reshape(-1, draws.shape[-1])
+    sd = flat.std(axis=0)
+    corr = np.corrcoef(flat[:, sd > 0].T) if np.count_nonzero(sd > 0) > 1 else np.ones((1, 1))
+    m = mcse[sd > 0]
+    sigma = np.atleast_2d(corr) * np.outer(m, m)
     floor = float(np.sqrt(np.sum(mcse**2)))
-    return dist / norm_t, se / norm_t, floor / norm_t
+    noise_sd = float(np.sqrt(2 * np.sum(sigma**2)) / (2 * max(floor, 1e-300)))
+    return dist / norm_t, se / norm_t, floor / norm_t, noise_sd / norm_t
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,7 +131,7 @@ class Comparison:
         labels = self.path_labels
         frame = lambda a: pd.DataFrame(a, index=labels, columns=labels).to_markdown(floatfmt=".4g")  # noqa: E731
         rows = [
-            f"| {c.name} | {c.value:.4g} | {c.mcse:.2g} | {c.noise_floor:.2g} | {c.gap:.4g} | {c.tolerance:.3g} | "
+            f"| {c.name} | {c.value:.4g} | {c.mcse:.2g} | {c.noise_floor:.2g} ± {c.noise_sd:.2g} | {c.gap:.4g} | {c.tolerance:.3g} | "
             f"{'pass' if c.passed else 'FAIL'} |"
             for c in self.checks
         ]
@@ -117,7 +146,7 @@ class Comparison:
                 "",
                 f"**Verdict: {'theory and sampling agree' if self.agree else 'theory and sampling DISAGREE'}** "
                 f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
-                f"Monte-Carlo noise floor exceeds {self.checks[0].n_sigma if self.checks else 3:g} MCSE).",
+                f"Monte-Carlo noise floor exceeds {self.checks[0].n_sigma if self.checks else 3:g} standard errors).",
                 "",
                 *([] if self.agree else [
                     "The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
@@ -182,6 +211,7 @@ class Comparison:
                 "check_value": ("check", [c.value for c in self.checks]),
                 "check_mcse": ("check", [c.mcse for c in self.checks]),
                 "check_noise_floor": ("check", [c.noise_floor for c in self.checks]),
+                "check_noise_sd": ("check", [c.noise_sd for c in self.checks]),
                 "check_gap": ("check", [c.gap for c in self.checks]),
                 "check_tolerance": ("check", [c.tolerance for c in self.checks]),
                 "check_passed": ("check", [c.passed for c in self.checks]),
@@ -219,14 +249,15 @@ def compare(
     """
     net = theory.net
     x_test = net.check_inputs(x_test, "x_test")
-    y_test = np.asarray(y_test, dtype=np.float64)
-    if y_test.shape != (x_test.shape[0],):
-        raise ValueError(f"y_test must have shape ({x_test.shape[0]},), got {y_test.shape}")
-    if net.D != posterior.net.D or net.widths != posterior.net.widths:
-        raise ValueError(
-            f"theory and posterior must be of the same network, got widths {net.widths} / {posterior.net.widths} "
-            f"and {net.D} / {posterior.net.D} paths"
-        )
+    y_test = _checks.labels("y_test", y_test, x_test.shape[0])
+    _checks.positive("rtol", rtol)
+    _checks.positive("n_sigma", n_sigma)
+    other = posterior.net
+    same_net = (net.widths, net.variances, net.readout, net.heads) == (other.widths, other.variances, other.readout, other.heads)
+    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention)):
+        raise ValueError("theory and posterior must be of the same network (widths, variances, readout, attention)")
+    if not (np.array_equal(theory.x_train, posterior.x_train) and np.array_equal(theory.y_train, posterior.y_train)):
+        raise ValueError("theory and posterior must be of the same training data")
     if "f_test" not in posterior.tree["posterior"]:
         raise ValueError("posterior has no f_test: sample it with x_test")
     tree = posterior.tree
@@ -257,17 +288,18 @@ def compare(
     m_se = np.asarray(mcse_mean["f_test"].values)
     v_se = 2 * sd_s * np.asarray(mcse_sd["f_test"].values)
 
+    D = net.D
+    U_draws = tree["posterior"]["U"].values.reshape(*f.shape[:2], D * D)
+    f_draws = f.values
+    n = f_draws.shape[0] * f_draws.shape[1]
+    var_draws = (f_draws - m_s) ** 2 * (n / (n - 1))  # its mean is the unbiased sample variance
     checks = [
-        Check("U (relative Frobenius)", *_relative_distance(U_s, theory.U, U_se), rtol, n_sigma),
-        Check("predictor mean (relative L2)", *_relative_distance(m_s, m_t, m_se), rtol, n_sigma),
-        Check("predictor variance (relative L2)", *_relative_distance(sd_s**2, v_t, v_se), rtol, n_sigma),
+        Check("U (relative Frobenius)", *_relative_distance(U_draws, theory.U.ravel(), U_se.ravel()), rtol, n_sigma),
+        Check("predictor mean (relative L2)", *_relative_distance(f_draws, m_t, m_se), rtol, n_sigma),
+        Check("predictor variance (relative L2)", *_relative_distance(var_draws, v_t, v_se), rtol, n_sigma),
     ]
     summary = posterior.summary()
-    accuracy = {
-        "theory": float(np.mean(np.sign(m_t) == y_test)),
-        "sampled": float(np.mean(np.sign(m_s) == y_test)),
-        "gp": float(np.mean(np.sign(m_gp) == y_test)),
-    }
+    accuracies = {"theory": accuracy(m_t, y_test), "sampled": accuracy(m_s, y_test), "gp": accuracy(m_gp, y_test)}
     return Comparison(
         path_labels=net.path_labels,
         width=int(net.widths[0]),
@@ -278,10 +310,10 @@ def compare(
         mean_sampled=m_s,
         mean_mcse=m_se,
         var_theory=v_t,
-        var_sampled=sd_s**2,
+        var_sampled=var_draws.mean(axis=(0, 1)),
         var_mcse=v_se,
         y_test=y_test,
-        accuracy=accuracy,
+        accuracy=accuracies,
         checks=checks,
         diagnostics={
             "max_r_hat": summary.max_rhat,

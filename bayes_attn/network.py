@@ -249,6 +249,12 @@ def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Arra
     return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
 
 
+def kernel_diag_from_xi(xi: jax.Array, s0sq: float) -> jax.Array:
+    """Diagonal ``C[pi, pi'](mu, mu)`` of the path kernel: ``[D, D, P]``."""
+    D, N0 = xi.shape[1], xi.shape[2]
+    return s0sq * jnp.einsum("pdi,pei->dep", xi, xi) / (N0 * D)
+
+
 def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
     """``K = sum U C`` without forming ``C``: ``[P, P2]``."""
     D, N0 = xi1.shape[1], xi1.shape[2]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from . import _io, figures
-from .compare import Comparison, compare
+from .compare import Comparison, accuracy, compare
 from .network import Network
 from .posterior import Posterior, sample_posterior
 from .spec import Spec
@@ -39,7 +40,7 @@ def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
 def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
     """Test accuracy of the GP limit of the whole network and of each ``compare.gp_paths`` subset."""
     models = {"whole network": gp} | {k: gp_on_paths(gp, v) for k, v in spec.compare.gp_paths.items()}
-    return {k: float(np.mean(np.sign(t.predict(x_test)[0]) == y_test)) for k, t in models.items()}
+    return {k: accuracy(t.predict(x_test)[0], y_test) for k, t in models.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,32 +127,53 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
 # ----------------------------------------------------------------------------
 # sweeps over width
 # ----------------------------------------------------------------------------
+def _settings_key(spec: Spec, T: float, sampler: dict | None = None) -> str:
+    """Hash of everything a per-width result depends on (spec, temperature, sampler settings)."""
+    text = json.dumps([spec.to_toml(), T, sampler and spec.sampler_kwargs(**sampler)], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _finished(path: Path, key: str) -> xr.Dataset | None:
+    """A per-width result made with the same settings, or ``None`` (missing or made otherwise)."""
+    if not path.exists():
+        return None
+    ds = _io.load_dataset(path)
+    if ds.attrs.get("settings_key") != key:
+        print(f"{path} was made with other settings: recomputing it")
+        return None
+    return ds
+
+
 def _theory_at(spec: Spec, N: int, T: float, data, folder: Path) -> xr.Dataset:
     path = folder / f"theory-N{N}.nc"
-    if path.exists():
-        return _io.load_dataset(path)
+    key = _settings_key(spec, T)
+    if (ds := _finished(path, key)) is not None:
+        return ds
     x, y, xt, yt = data
     t = solve_theory(spec.net(N), x, y, temperature=T)
-    ds = t.to_dataset()
-    ds["accuracy"] = float(np.mean(np.sign(t.predict(xt)[0]) == yt))
+    ds = t.to_dataset().assign_attrs(settings_key=key)
+    ds["accuracy"] = accuracy(t.predict(xt)[0], yt)
     _io.save(ds, path)
     return ds
 
 
-def _sampled_at(spec: Spec, N: int, T: float, data, folder: Path, progress_bar: bool, sampler: dict) -> xr.Dataset:
+def _sampled_at(spec: Spec, N: int, T: float, data, folder: Path, gp: Theory, progress_bar: bool,
+                sampler: dict) -> xr.Dataset:
     path = folder / f"sampled-N{N}.nc"
-    if path.exists():
-        return _io.load_dataset(path)
+    key = _settings_key(spec, T, sampler)
+    if (ds := _finished(path, key)) is not None:
+        return ds
     x, y, xt, yt = data
     net = spec.net(N)
     theory = solve_theory(net, x, y, temperature=T)
     post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, **spec.sampler_kwargs(**sampler))
     post.save(folder / f"posterior-N{N}.nc")
-    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma)
+    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
     ds = comp.to_dataset()
     chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
-    per_chain = np.mean(np.sign(chain_means) == yt, axis=1)
+    per_chain = [accuracy(m, yt) for m in chain_means]
     ds["accuracy_per_chain"] = ("chain", per_chain)
+    ds.attrs["settings_key"] = key
     _io.save(ds, path)
     return ds
 
@@ -171,12 +193,13 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
             raise ValueError(f"widths must be positive integers, got {w}")
     T = spec.temperature if temperature is None else temperature
     data = spec.data()
+    x, y, xt, yt = data
+    gp = gp_limit(spec.net(widths[0]), x, y, temperature=T)
     folder = out / "widths"
     theories = [_theory_at(spec, N, T, data, folder) for N in widths]
-    sampled = [_sampled_at(spec, N, T, data, folder, progress_bar, sampler) for N in sample_widths]
+    sampled = [_sampled_at(spec, N, T, data, folder, gp, progress_bar, sampler) for N in sample_widths]
 
-    x, y, xt, yt = data
-    gp_acc = gp_accuracies(spec, gp_limit(spec.net(widths[0]), x, y, temperature=T), xt, yt)
+    gp_acc = gp_accuracies(spec, gp, xt, yt)
     th = xr.concat([t[["U", "accuracy", "action", "max_gradient", "hessian_min_eigenvalue", "Ua"]] for t in theories],
                    dim=xr.DataArray(widths, dims="width", name="width"), coords="minimal", compat="override")
     ds = xr.Dataset(

@@ -42,7 +42,7 @@ from numpyro.infer import MCMC, NUTS, init_to_sample
 
 from . import _checks, _io
 from .models import collapsed_model, order_parameter, path_model, token_model
-from .network import Network, effective_weights, forward_from_xi, path_kernel_from_xi
+from .network import Network, effective_weights, forward_from_xi, kernel_diag_from_xi, path_kernel_from_xi
 
 METHODS = ("full", "collapsed")
 FORMS = ("path", "token")
@@ -93,23 +93,18 @@ def sample_posterior(
     Returns:
         A :class:`Posterior` whose ``tree`` is an ArviZ ``DataTree``.
     """
+    if not isinstance(net, Network):
+        raise ValueError(f"net must be a bayes_attn.Network, got {type(net).__name__}")
     x = net.check_inputs(x, "x")
     y = _checks.labels("y", y, x.shape[0])
     temperature = _checks.positive("temperature", temperature)
     if x_test is not None:
         x_test = net.check_inputs(x_test, "x_test")
-    num_warmup = _checks.positive_int("num_warmup", num_warmup, minimum=0)
-    num_samples = _checks.positive_int("num_samples", num_samples)
-    num_chains = _checks.positive_int("num_chains", num_chains)
-    thinning = _checks.positive_int("thinning", thinning)
-    max_tree_depth = _checks.positive_int("max_tree_depth", max_tree_depth)
-    if not 0.0 < float(target_accept) < 1.0:
-        raise ValueError(f"target_accept must be in (0, 1), got {target_accept!r}")
-    _checks.positive_int("seed", seed, minimum=0)
-    _checks.choice("method", method, METHODS)
-    _checks.choice("form", form, FORMS)
-    _checks.choice("dtype", dtype, ("float64", "float32"))
-    _checks.choice("chain_method", chain_method, ("auto", "parallel", "vectorized", "sequential"))
+    check_sampler_settings(
+        num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains, seed=seed, method=method, form=form,
+        dtype=dtype, chain_method=chain_method, thinning=thinning, target_accept=target_accept,
+        max_tree_depth=max_tree_depth,
+    )
     if chain_method == "auto":
         chain_method = "parallel" if jax.local_device_count() >= num_chains else "vectorized"
 
@@ -150,18 +145,19 @@ def sample_posterior(
             progress_bar=progress_bar,
         )
         t0 = time.perf_counter()
+        key_mcmc, key_cond = jax.random.split(jax.random.key(seed))
         mcmc.run(
-            jax.random.key(seed),
+            key_mcmc,
             *args,
             extra_fields=("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy"),
         )
         draws = mcmc.get_samples(group_by_chain=True)
         if method == "collapsed" and keep_weights:
-            draws["V0"] = _conditional_V0(draws, jax.random.key(seed + 1), xi, yj, net, temperature)
+            draws["V0"] = _conditional_V0(draws, key_cond, xi, yj, net, temperature)
             full = jax.vmap(jax.vmap(partial(collect, full=True, keep_weights=False, keep_effective_weights=False)))
             draws |= full(draws)
         elif method == "collapsed":
-            draws |= _conditional_outputs(draws["U"], jax.random.key(seed + 1), xi, yj, xi_test, net.variances[0], temperature)
+            draws |= _conditional_outputs(draws["U"], key_cond, xi, yj, xi_test, net.variances[0], temperature)
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
         extra = mcmc.get_extra_fields(group_by_chain=True)
@@ -179,6 +175,27 @@ def _x64(enabled: bool):
     from jax import experimental
 
     return experimental.enable_x64() if enabled else experimental.disable_x64()
+
+
+def check_sampler_settings(
+    *, num_warmup=500, num_samples=500, num_chains=2, seed=0, method="full", form="path", dtype="float64",
+    chain_method="auto", thinning=1, target_accept=0.8, max_tree_depth=10,
+) -> None:
+    """Raise ``ValueError`` naming the first bad sampler setting (see :func:`sample_posterior`)."""
+    _checks.positive_int("num_warmup", num_warmup, minimum=0)
+    _checks.positive_int("num_samples", num_samples)
+    _checks.positive_int("num_chains", num_chains)
+    _checks.positive_int("thinning", thinning)
+    if thinning > num_samples:
+        raise ValueError(f"thinning must be at most num_samples={num_samples}, got {thinning}")
+    _checks.positive_int("max_tree_depth", max_tree_depth)
+    if isinstance(target_accept, bool) or not isinstance(target_accept, (int, float)) or not 0.0 < target_accept < 1.0:
+        raise ValueError(f"target_accept must be a number in (0, 1), got {target_accept!r}")
+    _checks.positive_int("seed", seed, minimum=0)
+    _checks.choice("method", method, METHODS)
+    _checks.choice("form", form, FORMS)
+    _checks.choice("dtype", dtype, ("float64", "float32"))
+    _checks.choice("chain_method", chain_method, ("auto", "parallel", "vectorized", "sequential"))
 
 
 def fingerprint(x: np.ndarray) -> str:
@@ -289,7 +306,7 @@ def _to_datatree(net: Network, draws: dict, extra: dict, x, y, temperature, **at
         "energy": np.asarray(extra["energy"], dtype=np.float64),
         "lp": -np.asarray(extra["potential_energy"], dtype=np.float64),
         "n_steps": steps.astype(np.int64),
-        "tree_depth": np.floor(np.log2(steps + 1)).astype(np.int64),
+        "tree_depth": np.ceil(np.log2(steps + 1)).astype(np.int64),
         "acceptance_rate": np.asarray(extra["accept_prob"], dtype=np.float64),
         "step_size": np.asarray(extra["adapt_state.step_size"], dtype=np.float64),
     }
@@ -425,28 +442,26 @@ class Posterior:
         the result averages these over draws (law of total variance).
         """
         x = self.net.check_inputs(x, "x")
+        batch_size = _checks.positive_int("batch_size", batch_size)
         s0sq, T = self.net.variances[0], self.temperature
         xi = self.net.xi(self.x_train)
         C = path_kernel_from_xi(xi, xi, s0sq)
         U = jnp.asarray(self.tree["posterior"]["U"].values).reshape(-1, self.net.D, self.net.D)
         y = jnp.asarray(self.y_train)
-        chol = jax.lax.map(
-            lambda u: jnp.linalg.cholesky(jnp.einsum("de,deab->ab", u, C) + T * jnp.eye(len(y))), U, batch_size=256
-        )
-        alpha = jax.vmap(lambda c: jax.scipy.linalg.cho_solve((c, True), y))(chol)
         means, variances = [], []
         for start in range(0, x.shape[0], batch_size):
             xs = self.net.xi(x[start : start + batch_size])
             Cx = path_kernel_from_xi(xs, xi, s0sq)  # [D, D, Px, P]
-            Cxx = s0sq * jnp.einsum("pdi,pei->dep", xs, xs) / (xs.shape[2] * xs.shape[1])
+            Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
 
-            def cond(args):
-                u, c, al = args
+            def cond(u):  # conditional mean and variance of f(x) given one draw of U
+                chol = jnp.linalg.cholesky(jnp.einsum("de,deab->ab", u, C) + T * jnp.eye(len(y)))
                 kx = jnp.einsum("de,deab->ab", u, Cx)
-                v = jax.scipy.linalg.solve_triangular(c, kx.T, lower=True)
-                return kx @ al, jnp.einsum("de,dep->p", u, Cxx) - jnp.sum(v * v, axis=0)
+                v = jax.scipy.linalg.solve_triangular(chol, kx.T, lower=True)
+                alpha = jax.scipy.linalg.solve_triangular(chol, y, lower=True)
+                return v.T @ alpha, jnp.einsum("de,dep->p", u, Cxx) - jnp.sum(v * v, axis=0)
 
-            m, v = jax.lax.map(cond, (U, chol, alpha), batch_size=64)
+            m, v = jax.lax.map(cond, U, batch_size=64)
             means.append(m.mean(0))
             variances.append(v.mean(0) + m.var(0))
         return np.concatenate(means), np.concatenate(variances)

@@ -33,6 +33,7 @@ import numpy as np
 from . import _checks
 from .markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
+from .posterior import check_sampler_settings
 
 
 @dataclass(frozen=True)
@@ -72,16 +73,19 @@ class CompareSpec:
     lines (a subset's GP is that of a network with only those paths).
     """
 
-    gp_paths: dict[str, tuple[str, ...]] = field(
-        default_factory=lambda: {"good path": ("1-1",), "good + denoising paths": ("1-1", "2-1")}
-    )
-    path_names: dict[str, str] = field(
-        default_factory=lambda: {"1-1": "good", "2-1": "denoising"}
-    )
+    gp_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    path_names: dict[str, str] = field(default_factory=dict)
     rtol: float = 0.05
     n_sigma: float = 3.0
     widths: tuple[int, ...] = (10, 30, 50, 100, 300, 500, 1000)
     sample_widths: tuple[int, ...] = (10, 30, 100)
+
+
+FIG2C_COMPARE = CompareSpec(
+    gp_paths={"good path": ("1-1",), "good + denoising paths": ("1-1", "2-1")},
+    path_names={"1-1": "good", "2-1": "denoising"},
+)
+"""Comparison settings of the embedded default (Fig. 2c paths)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ class Spec:
     task: MarkovTask = field(default_factory=MarkovTask)
     network: NetworkSpec = field(default_factory=NetworkSpec)
     sampler: SamplerSpec = field(default_factory=SamplerSpec)
-    compare: CompareSpec = field(default_factory=CompareSpec)
+    compare: CompareSpec = field(default_factory=lambda: FIG2C_COMPARE)
 
     def net(self, width: int | None = None) -> Network:
         """The network, at ``width`` if given."""
@@ -187,6 +191,15 @@ def spec_from_dict(data: dict) -> Spec:
         bad = [p for p in paths if p not in labels]
         if bad or not paths:
             raise ValueError(f"compare.gp_paths[{name!r}] must list paths among {labels}, got {list(paths)}")
+    bad = [p for p in spec.compare.path_names if p not in labels]
+    if bad:
+        raise ValueError(f"compare.path_names must name paths among {labels}, got {bad}")
+    check_sampler_settings(**spec.sampler_kwargs())
+    _checks.positive("compare.rtol", spec.compare.rtol)
+    _checks.positive("compare.n_sigma", spec.compare.n_sigma)
+    for key in ("widths", "sample_widths"):
+        for w in getattr(spec.compare, key):
+            _checks.positive_int(f"compare.{key}", w)
     return spec
 
 

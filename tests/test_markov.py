@@ -90,3 +90,15 @@ def test_bad_task_arguments(kwargs, match):
 def test_unknown_head_kind():
     with pytest.raises(ValueError, match="kind"):
         markov.MarkovTask().network([["sideways"]])
+
+
+def test_noise_along_state_difference_has_requested_strength():
+    """Same seed, same random stream: the noisy minus the noise-free tokens is the noise itself."""
+    clean = markov.MarkovTask(noise_sum=0.0, noise_diff=0.0, noise_perp=0.0, n_train=300, n_test=2)
+    noisy = markov.MarkovTask(noise_sum=0.0, noise_diff=2.0, noise_perp=0.0, n_train=300, n_test=2)
+    noise = noisy.generate()[0][:, 1:, :200] - clean.generate()[0][:, 1:, :200]
+    vp, vm = clean.states
+    e_diff = (vp - vm) / np.linalg.norm(vp - vm)
+    c = noise @ e_diff
+    np.testing.assert_allclose(noise, c[..., None] * e_diff, atol=1e-12)  # only along v+ − v−
+    assert abs(c.var() - 4.0) < 4 * 4.0 * math.sqrt(2 / c.size)

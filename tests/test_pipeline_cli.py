@@ -15,7 +15,8 @@ TINY = {
     "task": {"kind": "markov", "feature_dim": 8, "seq_len": 5, "n_train": 12, "n_test": 20, "seed": 3},
     "network": {"layers": [["same_token", "random"], ["uniform", "random"]], "width": 3, "beta": 2.0},
     "sampler": {"method": "collapsed", "num_warmup": 60, "num_samples": 40, "num_chains": 2, "seed": 1},
-    "compare": {"widths": [3, 30], "sample_widths": [3]},
+    "compare": {"widths": [3, 30], "sample_widths": [3],
+                "gp_paths": {"good path": ["1-1"], "good + denoising paths": ["1-1", "2-1"]}},
 }
 
 
@@ -35,6 +36,12 @@ def test_spec_round_trip_and_shipped_specs(tmp_path):
     assert two.net().D == 2 and two.task.noise_perp == 5.0
 
 
+def test_spec_without_compare_table_for_other_depths():
+    for layers in ([["same_token", "uniform"]], [["same_token"], ["uniform"], ["random", "uniform"]]):
+        spec = spec_from_dict({"network": {"layers": layers}})
+        assert spec.compare.gp_paths == {} and spec.net().L == len(layers)
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
@@ -44,6 +51,9 @@ def test_spec_round_trip_and_shipped_specs(tmp_path):
         ({"extra": 1}, "unknown keys"),
         ({"task": {"kind": "cifar"}}, "task.kind"),
         ({"compare": {"gp_paths": {"x": ["9-9"]}}}, "gp_paths"),
+        ({"compare": {"path_names": {"7-7": "x"}}}, "path_names"),
+        ({"sampler": {"num_chains": 0}}, "num_chains"),
+        ({"sampler": {"thinning": 500, "num_samples": 10}}, "thinning"),
     ],
 )
 def test_bad_specs(change, match):
@@ -72,10 +82,15 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     def fail(*a, **k):
         raise AssertionError("a finished width was recomputed")
 
-    monkeypatch.setattr(pipeline, "sample_posterior", fail)
-    monkeypatch.setattr(pipeline, "solve_theory", fail)
-    again = pipeline.sweep(spec, tmp_path / "sw", progress_bar=False)
+    with monkeypatch.context() as m:
+        m.setattr(pipeline, "sample_posterior", fail)
+        m.setattr(pipeline, "solve_theory", fail)
+        again = pipeline.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
+    # other settings: finished widths are not reused
+    hot = pipeline.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperature=0.5, progress_bar=False)
+    assert float(hot["accuracy_theory"].sel(width=3)) >= 0  # recomputed at the new temperature without error
+    assert float(hot["Ua"].sel(width=3)) != float(ds["Ua"].sel(width=3))
 
 
 def test_gp_on_paths_equals_gp_of_subnetwork():
@@ -112,3 +127,11 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "sample" in capsys.readouterr().out
+
+
+def test_cli_theory_only_sweep(tmp_path, capsys):
+    _, path = _write(tmp_path)
+    assert cli.main(["sweep", str(path), "--widths", "3", "10", "--sample-widths", "--out", str(tmp_path / "sw")]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy_theory" in out and (tmp_path / "sw" / "sweep.nc").exists()
+    assert not (tmp_path / "sw" / "finite_size.png").exists()  # nothing sampled, no finite-size plot
