@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from .network import Weights, effective_weights, forward_from_xi, forward_token
+from .network import Weights, effective_weights, forward_from_xi, forward_token, gram_cholesky
 
 
 def _upper_weights(heads: Sequence[int], widths: Sequence[int], variances: Sequence[float], dtype):
@@ -70,8 +70,8 @@ def collapsed_model(C, y, *, heads, widths, variances, temperature):
     dtype = C.dtype
     V, a = _upper_weights(heads, widths, variances, dtype)
     U = order_parameter(effective_weights(V, a, widths))
-    G = jnp.einsum("de,deab->ab", U, C) + temperature * jnp.eye(C.shape[-1], dtype=dtype)
-    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(C.shape[-1], dtype), scale_tril=jnp.linalg.cholesky(G)), obs=y)
+    chol = gram_cholesky(U, C, temperature)
+    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(C.shape[-1], dtype), scale_tril=chol), obs=y)
 
 
 def order_parameter(w: jax.Array) -> jax.Array:

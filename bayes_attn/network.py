@@ -249,6 +249,12 @@ def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Arra
     return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
 
 
+def gram_cholesky(U: jax.Array, C: jax.Array, temperature: float) -> jax.Array:
+    """Lower Cholesky factor of ``G = sum U C + temperature I`` (``U`` ``[D, D]``, ``C`` ``[D, D, P, P]``): ``[P, P]``."""
+    P = C.shape[-1]
+    return jnp.linalg.cholesky(jnp.einsum("de,deab->ab", U, C) + temperature * jnp.eye(P, dtype=C.dtype))
+
+
 def kernel_diag_from_xi(xi: jax.Array, s0sq: float) -> jax.Array:
     """Diagonal ``C[pi, pi'](mu, mu)`` of the path kernel: ``[D, D, P]``."""
     D, N0 = xi.shape[1], xi.shape[2]

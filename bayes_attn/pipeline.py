@@ -30,6 +30,8 @@ def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
 
     Its kernel is that of a network with only those paths: the GP ``U`` on the
     kept diagonal entries, scaled by ``D / len(paths)`` to undo the ``1/D`` of ``C``.
+    Only its kernel and predictor are meant to be used: the action, gradient and
+    deeper order parameters it carries are those of the whole network's GP point.
     """
     labels = gp.net.path_labels
     keep = np.isin(labels, paths)

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -42,7 +41,14 @@ from numpyro.infer import MCMC, NUTS, init_to_sample
 
 from . import _checks, _io
 from .models import collapsed_model, order_parameter, path_model, token_model
-from .network import Network, effective_weights, forward_from_xi, kernel_diag_from_xi, path_kernel_from_xi
+from .network import (
+    Network,
+    effective_weights,
+    forward_from_xi,
+    gram_cholesky,
+    kernel_diag_from_xi,
+    path_kernel_from_xi,
+)
 
 METHODS = ("full", "collapsed")
 FORMS = ("path", "token")
@@ -242,13 +248,12 @@ def _conditional_outputs(U_draws, key, xi, y, xi_test, s0sq, temperature) -> dic
     """Draw ``f_train`` (and ``f_test``) exactly from ``f | U, Y`` for every draw of ``U``."""
     D, N0 = xi.shape[1], xi.shape[2]
     C = path_kernel_from_xi(xi, xi, s0sq)
-    eye = jnp.eye(xi.shape[0], dtype=U_draws.dtype)
     xis = [xi] if xi_test is None else [xi, xi_test]
 
     def one(U, k):
         k1, k2 = jax.random.split(k)
         priors = _prior_outputs(U, k1, xis, s0sq)
-        chol = jnp.linalg.cholesky(jnp.einsum("de,deab->ab", U, C) + temperature * eye)
+        chol = gram_cholesky(U, C, temperature)
         eps = math.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
         alpha = jax.scipy.linalg.cho_solve((chol, True), y - priors[0] - eps)
         v = s0sq / (N0 * D) * jnp.einsum("b,bei,de->di", alpha, xi, U)  # K(x, X) alpha = xi(x) · v
@@ -272,13 +277,12 @@ def _conditional_V0(draws, key, xi, y, net: Network, temperature) -> jax.Array:
     s0sq = net.variances[0]
     N1, N0, D = net.widths[0], net.N0, net.D
     C = path_kernel_from_xi(xi, xi, s0sq)
-    eye = jnp.eye(xi.shape[0], dtype=xi.dtype)
 
     def one(V, a, k):
         w = effective_weights(V, a, net.widths)
         k1, k2 = jax.random.split(k)
         V0p = math.sqrt(s0sq) * jax.random.normal(k1, (N1, N0), xi.dtype)
-        chol = jnp.linalg.cholesky(jnp.einsum("de,deab->ab", order_parameter(w), C) + temperature * eye)
+        chol = gram_cholesky(order_parameter(w), C, temperature)
         eps = math.sqrt(temperature) * jax.random.normal(k2, y.shape, xi.dtype)
         alpha = jax.scipy.linalg.cho_solve((chol, True), y - forward_from_xi(xi, V0p, w) - eps)
         return V0p + s0sq * jnp.einsum("b,dn,bdi->ni", alpha, w, xi) / math.sqrt(N1 * N0 * D)
@@ -455,7 +459,7 @@ class Posterior:
             Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
 
             def cond(u):  # conditional mean and variance of f(x) given one draw of U
-                chol = jnp.linalg.cholesky(jnp.einsum("de,deab->ab", u, C) + T * jnp.eye(len(y)))
+                chol = gram_cholesky(u, C, T)
                 kx = jnp.einsum("de,deab->ab", u, Cx)
                 v = jax.scipy.linalg.solve_triangular(chol, kx.T, lower=True)
                 alpha = jax.scipy.linalg.solve_triangular(chol, y, lower=True)

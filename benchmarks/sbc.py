@@ -52,7 +52,7 @@ import bayes_attn as ba  # noqa: F401  (enables float64)
 from bayes_attn import _checks
 from bayes_attn import posterior as bp
 from bayes_attn.models import collapsed_model, path_model, token_model
-from bayes_attn.network import Network, effective_weights, forward_from_xi, path_kernel_from_xi
+from bayes_attn.network import Network, forward_from_xi, path_kernel_from_xi
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLERS = {  # name -> (method, form)
