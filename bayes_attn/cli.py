@@ -14,9 +14,12 @@ from pathlib import Path
 from .spec import Spec, load_spec
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, width: bool = True) -> None:
     p.add_argument("spec", nargs="?", help="TOML spec of task, network and sampler (default: embedded Fig. 2c Markov spec)")
-    p.add_argument("--width", type=int, help="set every hidden width N (default: the spec's)")
+    if width:
+        p.add_argument("--width", type=int, help="set every hidden width N (default: the spec's)")
+    else:
+        p.set_defaults(width=None)
     p.add_argument("--temperature", type=float, help="likelihood temperature (default: the spec's)")
     p.add_argument("--out", type=Path, help="output folder (default: runs/<spec name>)")
 
@@ -72,9 +75,9 @@ def parser() -> argparse.ArgumentParser:
         help="theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
         description="Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
         "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
-        "OUT/widths/ and not recomputed when the sweep is run again.",
+        "OUT/widths/ and not recomputed when the sweep is run again with the same settings.",
     )
-    _common(p)
+    _common(p, width=False)
     _sampling(p)
     p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
     p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
@@ -167,8 +170,6 @@ def cmd_sweep(args) -> int:
     from .pipeline import sweep
 
     spec, _, temperature = _setup(args)
-    if args.width is not None:
-        raise ValueError("sweep takes --widths and --sample-widths, not --width")
     out = args.out or Path("runs") / f"{spec.name}-sweep"
     kw = {k: v for k, v in _sampler_kwargs(spec, args).items() if v is not None}
     ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths, temperature=temperature,
