@@ -154,7 +154,7 @@ def cmd_run(args) -> int:
     from .pipeline import run
 
     spec, out, temperature = _setup(args)
-    kw = {k: v for k, v in _sampler_kwargs(spec, args).items() if v is not None}
+    kw = _sampler_kwargs(spec, args)
     print(f"{spec.name}: theory + {kw['method']} NUTS ({kw['num_chains']} chains × ({kw['num_warmup']} + "
           f"{kw['num_samples']}) draws) + comparison at N={args.width or spec.network.width} → {out}")
     res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress, **kw)
@@ -171,7 +171,7 @@ def cmd_sweep(args) -> int:
 
     spec, _, temperature = _setup(args)
     out = args.out or Path("runs") / f"{spec.name}-sweep"
-    kw = {k: v for k, v in _sampler_kwargs(spec, args).items() if v is not None}
+    kw = _sampler_kwargs(spec, args)
     ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths, temperature=temperature,
                progress_bar=not args.no_progress, **kw)
     print(ds[["accuracy_theory"]].to_dataframe().to_string())
