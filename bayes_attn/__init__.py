@@ -1,38 +1,41 @@
 """bayes_attn: Bayesian posterior sampling and statistical-mechanics theory of
 multi-head attention networks with fixed attention (Tiberi et al., NeurIPS 2024).
 
-The theory runs in float64, so importing the package enables JAX's 64-bit mode.
+Importing the package changes no global state: JAX's 64-bit mode, environment
+variables and the matplotlib backend stay as the caller set them. The theory
+computes in float64 on its own (:mod:`bayes_attn.precision`); sampling uses the
+dtype it is asked for.
 
-Unless ``OPENBLAS_NUM_THREADS`` is set, importing the package first sets it to
-1: JAX's CPU LAPACK calls (Cholesky, triangular solves) go to OpenBLAS, whose
-spinning threads oversubscribe the cores when chains run in parallel; for the
-small matrices here one thread is several times faster. It takes effect only
-if NumPy/SciPy are not imported yet.
+The data flow (THEORY.md): task (:mod:`markov`) → :class:`Network` (paths,
+kernels) → theory (:func:`solve_theory`) | posterior (:func:`sample_posterior`,
+:mod:`samplers`) → :func:`compare` → reports and figures.
 """
 
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-from .compare import Comparison, compare  # noqa: E402
-from .network import Network, Weights  # noqa: E402
-from .posterior import Posterior, Summary, load_posterior, sample_posterior  # noqa: E402
-from .theory import Theory, gp_limit, solve_theory  # noqa: E402
+from . import markov, samplers
+from .compare import Comparison, compare
+from .network import Network, Weights
+from .posterior import Posterior, Summary, load_posterior, sample_posterior
+from .samplers import SAMPLERS, SamplerSettings
+from .spec import Spec, load_spec
+from .theory import Theory, gp_limit, load_theory, solve_theory
 
 __all__ = [
+    "SAMPLERS",
     "Comparison",
     "Network",
     "Posterior",
+    "SamplerSettings",
+    "Spec",
     "Summary",
     "Theory",
     "Weights",
     "compare",
     "gp_limit",
     "load_posterior",
+    "load_spec",
+    "load_theory",
+    "markov",
     "sample_posterior",
+    "samplers",
     "solve_theory",
 ]

@@ -11,6 +11,8 @@ import os
 import sys
 from pathlib import Path
 
+from .precision import DTYPES
+from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
 from .spec import Spec, load_spec
 
 
@@ -29,8 +31,11 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
     p.add_argument("--seed", type=int, help="random seed of the sampler")
-    p.add_argument("--method", choices=["full", "collapsed"], help="sampler: all weights, or V0 integrated out")
-    p.add_argument("--dtype", choices=["float64", "float32"], help="floating point type for sampling")
+    p.add_argument("--sampler", choices=list(SAMPLERS), help="the sampler: "
+                   + "; ".join(f"{k}: {v.description}" for k, v in SAMPLERS.items()))
+    p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
+    p.add_argument("--chain-method", choices=list(CHAIN_METHODS),
+                   help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -96,10 +101,10 @@ def _setup(args) -> tuple[Spec, Path, float]:
     return spec, out, args.temperature or spec.temperature
 
 
-def _sampler_kwargs(spec: Spec, args) -> dict:
-    return spec.sampler_kwargs(
+def _settings(spec: Spec, args) -> SamplerSettings:
+    return spec.sampler.replace(
         num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples, seed=args.seed,
-        method=args.method, dtype=args.dtype,
+        name=args.sampler, dtype=args.dtype, chain_method=args.chain_method,
     )
 
 
@@ -107,12 +112,12 @@ def cmd_sample(args) -> int:
     from .posterior import sample_posterior
 
     spec, out, temperature = _setup(args)
-    kw = _sampler_kwargs(spec, args)
+    cfg = _settings(spec, args)
     net = spec.net(args.width)
     x, y, xt, _ = spec.data()
     print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={len(y)}, temperature={temperature}, "
-          f"{kw['num_chains']} chains × ({kw['num_warmup']} warm-up + {kw['num_samples']}) draws, method={kw['method']}")
-    post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=not args.no_progress, **kw)
+          f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws, sampler={cfg.name}")
+    post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=not args.no_progress, sampler=cfg)
     path = post.save(out / "posterior.nc")
     text = str(post.summary())
     (out / "summary.txt").write_text(text + "\n")
@@ -124,29 +129,19 @@ def cmd_sample(args) -> int:
 def cmd_theory(args) -> int:
     import pandas as pd
 
-    from . import _io
-    from .compare import accuracy
-    from .pipeline import gp_accuracies
-    from .theory import gp_limit, solve_theory
+    from .pipeline import theory_run
 
     spec, out, temperature = _setup(args)
-    net = spec.net(args.width)
-    x, y, xt, yt = spec.data()
-    t = solve_theory(net, x, y, temperature=temperature)
-    gp = gp_limit(net, x, y, temperature=temperature)
-    acc = accuracy(t.predict(xt)[0], yt)
-    labels = net.path_labels
-    print(f"{spec.name}: N={net.widths[0]}, temperature={temperature}, P={len(y)}")
+    res = theory_run(spec, out, width=args.width, temperature=temperature)
+    t = res.theory
+    labels = t.net.path_labels
+    print(f"{spec.name}: N={t.net.widths[0]}, temperature={temperature}, P={len(t.y_train)}")
     print("U (order parameter over paths):")
     print(pd.DataFrame(t.U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}"))
     print(f"Ua = {t.U_readout:.6g}   S/N = {t.action:.8g}   max|dS/dU| = {t.max_gradient:.2g}   "
           f"Hessian min eigenvalue = {t.hessian_min_eigenvalue:.3g}   converged = {t.converged} ({t.iterations} Newton steps)")
-    print(f"test accuracy: theory {acc:.4f}" + "".join(
-        f"   GP ({k}) {v:.4f}" for k, v in gp_accuracies(spec, gp, xt, yt).items()))
-    ds = t.to_dataset()
-    ds["accuracy"] = acc
-    path = _io.save(ds, out / "theory.nc")
-    print(f"wrote {path}")
+    print(f"test accuracy: theory {res.accuracy:.4f}" + "".join(f"   GP ({k}) {v:.4f}" for k, v in res.gp_accuracies.items()))
+    print(f"wrote {res.path}")
     return 0
 
 
@@ -154,10 +149,10 @@ def cmd_run(args) -> int:
     from .pipeline import run
 
     spec, out, temperature = _setup(args)
-    kw = _sampler_kwargs(spec, args)
-    print(f"{spec.name}: theory + {kw['method']} NUTS ({kw['num_chains']} chains × ({kw['num_warmup']} + "
-          f"{kw['num_samples']}) draws) + comparison at N={args.width or spec.network.width} → {out}")
-    res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress, **kw)
+    cfg = _settings(spec, args)
+    print(f"{spec.name}: theory + {cfg.name} NUTS ({cfg.num_chains} chains × ({cfg.num_warmup} + "
+          f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
+    res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress, **cfg.to_dict())
     print(res.posterior.summary())
     print()
     print(res.comparison.report())
@@ -171,9 +166,9 @@ def cmd_sweep(args) -> int:
 
     spec, _, temperature = _setup(args)
     out = args.out or Path("runs") / f"{spec.name}-sweep"
-    kw = _sampler_kwargs(spec, args)
+    cfg = _settings(spec, args)
     ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths, temperature=temperature,
-               progress_bar=not args.no_progress, **kw)
+               progress_bar=not args.no_progress, **cfg.to_dict())
     print(ds[["accuracy_theory"]].to_dataframe().to_string())
     print(ds[["accuracy_gp"]].to_dataframe().to_string())
     if "accuracy_sampled" in ds:
@@ -183,8 +178,24 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _one_blas_thread() -> None:
+    """One BLAS thread for this process unless the user chose otherwise.
+
+    JAX's CPU LAPACK calls (Cholesky, triangular solves) go to OpenBLAS, whose
+    spinning threads oversubscribe the cores when chains run in parallel; for
+    the small matrices here one thread is several times faster.
+    """
+    if "OPENBLAS_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # for libraries loaded from now on
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")  # for those already loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    _one_blas_thread()
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.

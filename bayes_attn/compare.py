@@ -4,7 +4,8 @@ Compared quantities:
 
 - the order parameter ``U``: theory ``U_1`` against the posterior mean of
   ``w_pi · w_pi' / N1``, entry by entry with ArviZ MCSE, and the relative
-  Frobenius distance ``||U_s − U_t||_F / ||U_t||_F`` with its MC error;
+  Frobenius distance ``||U_s − U_t||_F / ||U_t||_F`` with its MC error; the same
+  distance for every deeper level ``U_2 .. U_L`` and for ``Ua`` (THEORY.md §4, §7);
 - predictor statistics on a test set: theory mean/variance against the mean
   and variance of the ``f_test`` draws (MCSE from ArviZ);
 - test accuracy of ``sign(mean)``: theory, sampled, GP limit.
@@ -17,12 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from . import _checks
+from . import _checks, _io
 from .posterior import Posterior, fingerprint
 from .theory import Theory, gp_limit
 
@@ -89,6 +91,47 @@ def _relative_distance(draws: np.ndarray, theory: np.ndarray, mcse: np.ndarray) 
     return dist / norm_t, se / norm_t, floor / norm_t, noise_sd / norm_t
 
 
+def _deeper_order_parameter_checks(theory: Theory, tree, rtol: float, n_sigma: float) -> list[Check]:
+    """Relative distances of ``U_2 .. U_L`` (Frobenius) and ``Ua`` from the theory, where the draws hold them."""
+    import arviz_stats as azs
+
+    post = tree["posterior"]
+    targets = {f"U_{l}": theory.order_parameters[l - 1] for l in range(2, theory.net.L + 1)}
+    targets["Ua"] = np.asarray(theory.U_readout)
+    checks = []
+    for name, target in targets.items():
+        if name not in post:
+            continue
+        draws = post[name].values
+        draws = draws.reshape(*draws.shape[:2], -1)
+        se = np.atleast_1d(np.asarray(azs.mcse(tree, var_names=[name])[name].values)).ravel()
+        label = f"{name} (relative Frobenius)" if name != "Ua" else "Ua (relative)"
+        checks.append(Check(label, *_relative_distance(draws, target.ravel(), se), rtol, n_sigma))
+    return checks
+
+
+def power_law_slope(inv_width: np.ndarray, gap: np.ndarray, mcse: np.ndarray, noise_floor: np.ndarray,
+                    n_sigma: float = 2.0) -> tuple[float, float, np.ndarray]:
+    """Slope of ``log gap`` against ``log(1/N)`` by weighted least squares.
+
+    Only gaps resolved from Monte-Carlo noise enter (``gap > noise_floor + n_sigma · mcse``);
+    weights ``(gap / mcse)²`` (the s.e. of ``log gap`` is ``mcse / gap``).
+    Returns ``(slope, standard error, mask of the points used)``; NaNs when fewer than two points qualify.
+    """
+    inv_width, gap, mcse, floor = (np.asarray(a, dtype=np.float64) for a in (inv_width, gap, mcse, noise_floor))
+    use = (gap > floor + n_sigma * mcse) & (mcse > 0)
+    if use.sum() < 2:
+        return float("nan"), float("nan"), use
+    X = np.c_[np.ones(use.sum()), np.log(inv_width[use])]
+    w = (gap[use] / mcse[use]) ** 2
+    A = X.T @ (w[:, None] * X)
+    coef = np.linalg.solve(A, X.T @ (w * np.log(gap[use])))
+    resid = np.log(gap[use]) - X @ coef
+    dof = max(use.sum() - 2, 1)
+    scale = max(float(w @ resid**2) / dof, 1.0)  # inflate by the misfit when it exceeds the MC error
+    return float(coef[1]), float(np.sqrt(scale * np.linalg.inv(A)[1, 1])), use
+
+
 @dataclass(frozen=True, eq=False)
 class Comparison:
     """Result of :func:`compare`. Arrays are numpy; paths follow ``net.path_labels``."""
@@ -106,6 +149,7 @@ class Comparison:
     var_mcse: np.ndarray
     y_test: np.ndarray
     accuracy: dict[str, float]
+    sampler: str = ""
     checks: list[Check] = field(default_factory=list)
     diagnostics: dict[str, float] = field(default_factory=dict)
 
@@ -143,6 +187,8 @@ class Comparison:
         return "\n".join(
             [
                 f"# Theory vs sampling (N = {self.width})",
+                "",
+                f"Sampled with the `{self.sampler}` sampler (NUTS).",
                 "",
                 f"**Verdict: {'theory and sampling agree' if self.agree else 'theory and sampling DISAGREE'}** "
                 f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
@@ -192,6 +238,10 @@ class Comparison:
             ]
         )
 
+    def save(self, path) -> Path:
+        """Write :meth:`to_dataset` to netCDF atomically."""
+        return _io.save(self.to_dataset(), path)
+
     def to_dataset(self) -> xr.Dataset:
         """All compared quantities with named dimensions."""
         pp = ("path", "path_")
@@ -222,7 +272,7 @@ class Comparison:
                 "predictor": list(self.accuracy),
                 "check": [c.name for c in self.checks],
             },
-            attrs={"width": self.width, "agree": int(self.agree), **self.diagnostics},
+            attrs={"width": self.width, "agree": int(self.agree), "sampler": self.sampler, **self.diagnostics},
         )
         return ds
 
@@ -295,6 +345,7 @@ def compare(
     var_draws = (f_draws - m_s) ** 2 * (n / (n - 1))  # its mean is the unbiased sample variance
     checks = [
         Check("U (relative Frobenius)", *_relative_distance(U_draws, theory.U.ravel(), U_se.ravel()), rtol, n_sigma),
+        *_deeper_order_parameter_checks(theory, tree, rtol, n_sigma),
         Check("predictor mean (relative L2)", *_relative_distance(f_draws, m_t, m_se), rtol, n_sigma),
         Check("predictor variance (relative L2)", *_relative_distance(var_draws, v_t, v_se), rtol, n_sigma),
     ]
@@ -314,6 +365,7 @@ def compare(
         var_mcse=v_se,
         y_test=y_test,
         accuracy=accuracies,
+        sampler=str(tree.attrs.get("sampler", "")),
         checks=checks,
         diagnostics={
             "max_r_hat": summary.max_rhat,

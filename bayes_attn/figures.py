@@ -1,5 +1,8 @@
 """Figures of the paper's kind, drawn with matplotlib (no display needed).
 
+Figures are built from ``matplotlib.figure.Figure`` directly, so drawing
+them neither imports ``pyplot`` nor changes the caller's backend.
+
 Every function takes results (``Comparison``, ``Theory`` or a sweep
 ``xarray.Dataset``) and a path, writes a PNG and returns the path.
 """
@@ -8,22 +11,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import xarray as xr
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+from .compare import Comparison, power_law_slope
+from .theory import Theory
 
-from .compare import Comparison  # noqa: E402
-from .theory import Theory  # noqa: E402
+
+def _subplots(*grid: int, figsize: tuple[float, float]):
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid)
 
 
 def _save(fig, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130, bbox_inches="tight")
-    plt.close(fig)
     return path
 
 
@@ -47,7 +51,7 @@ def order_parameter(c: Comparison, path, path_names: dict[str, str] | None = Non
     labels = [f"{p}\n{path_names[p]}" if path_names and p in path_names else p for p in c.path_labels]
     vmax = float(np.max(np.abs([c.U_theory, c.U_sampled])))
     diff = c.U_sampled - c.U_theory
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    fig, axes = _subplots(1, 3, figsize=(14, 4.4))
     im = _heatmap(axes[0], c.U_theory, labels, "theory U", vmax)
     _heatmap(axes[1], c.U_sampled, labels, "sampled U (posterior mean)", vmax, ylabel=False)
     fig.colorbar(im, ax=axes[:2], shrink=0.8, label="U[π, π']")
@@ -60,7 +64,7 @@ def order_parameter(c: Comparison, path, path_names: dict[str, str] | None = Non
 
 def predictor(c: Comparison, path) -> Path:
     """Sampled vs theory predictor mean on the test set, with ±2 MCSE error bars."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    fig, axes = _subplots(1, 2, figsize=(10, 4.4))
     lo, hi = float(np.min(c.mean_theory)), float(np.max(c.mean_theory))
     for label, sign, color in ((+1, 1.0, "tab:blue"), (-1, -1.0, "tab:red")):
         sel = c.y_test == sign
@@ -83,7 +87,7 @@ def predictor(c: Comparison, path) -> Path:
 
 def alignment(theory: Theory, gp: Theory, path, n_pcs: int = 20) -> Path:
     """Kernel–task alignment (paper Fig. 2d): |cos(eigenvector, Y)| per PC, finite width vs GP."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = _subplots(1, 2, figsize=(10, 4))
     for t, name, color in ((theory, f"finite width (N = {theory.net.widths[0]})", "tab:orange"), (gp, "GP limit", "tab:gray")):
         ev, cos = t.alignment()
         k = min(n_pcs, len(ev))
@@ -102,7 +106,7 @@ def alignment(theory: Theory, gp: Theory, path, n_pcs: int = 20) -> Path:
 
 def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     """Paper Fig. 2c: test accuracy vs N (theory line, sampled points, GP lines) and U entries vs N."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = _subplots(1, 2, figsize=(12, 4.6))
     w = ds["width"].values
     ax = axes[0]
     ax.plot(w, ds["accuracy_theory"], "o-", color="tab:orange", label="theory (finite width)")
@@ -136,20 +140,48 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     return _save(fig, path)
 
 
-def finite_size(ds: xr.Dataset, path) -> Path:
-    """Sampled-vs-theory relative error against 1/N (log–log), with MC error bars."""
-    fig, ax = plt.subplots(figsize=(6, 4.4))
+FINITE_SIZE_CHECKS = (("U (relative Frobenius)", "tab:blue"), ("predictor mean (relative L2)", "tab:green"))
+
+
+def _gap_curve(ax, inv, ds: xr.Dataset, name: str, color: str, marker: str, tag: str) -> None:
+    """One noise-corrected gap curve with MCSE error bars and its fitted slope in the legend."""
+    gap = ds["check_gap"].sel(check=name).values
+    se = ds["check_mcse"].sel(check=name).values
+    floor = ds["check_noise_floor"].sel(check=name).values
+    slope, slope_se, used = power_law_slope(inv, gap, se, floor)
+    fit = "" if np.isnan(slope) else f", slope {slope:.2f} ± {slope_se:.2f}"
+    ax.errorbar(inv, gap, yerr=se, fmt=marker + "-", color=color, capsize=3, label=f"{tag}{name}{fit}")
+    ax.plot(inv, floor, "x:", color=color, alpha=0.5, label=f"{tag}{name}: MC noise floor")
+    if not np.isnan(slope):
+        x = inv[used]
+        ref = np.exp(np.mean(np.log(gap[used]) - slope * np.log(x)))
+        ax.plot(x, ref * x**slope, "-", color=color, alpha=0.3, lw=4)
+
+
+def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None = None) -> Path:
+    """Sampled-vs-theory relative error against 1/N (log–log), with MCSE error bars and fitted slopes.
+
+    ``ds`` is a fixed-P sweep (``sample_width`` dimension); ``alpha_sweeps``
+    optionally adds sweeps along ``P = alpha N`` (the theory's limit), drawn dashed.
+    """
+    panels = 1 if not alpha_sweeps else 2
+    fig, axes = _subplots(1, panels, figsize=(6.5 * panels, 4.6))
+    axes = np.atleast_1d(axes)
+    P = ds.attrs.get("n_train", "")
     inv = 1.0 / ds["sample_width"].values
-    for name, color in (("U (relative Frobenius)", "tab:blue"), ("predictor mean (relative L2)", "tab:green")):
-        gap = ds["check_gap"].sel(check=name).values
-        se = ds["check_mcse"].sel(check=name).values
-        floor = ds["check_noise_floor"].sel(check=name).values
-        ax.errorbar(inv, gap, yerr=se, fmt="o-", color=color, capsize=3, label=f"{name}, noise-corrected")
-        ax.plot(inv, floor, "x:", color=color, alpha=0.6, label=f"{name}: MC noise floor")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("1 / N")
-    ax.set_ylabel("relative error, sampled vs theory")
-    ax.set_title("Finite-size gap between sampling and theory")
-    ax.legend(fontsize=7)
+    for name, color in FINITE_SIZE_CHECKS:
+        _gap_curve(axes[0], inv, ds, name, color, "o", f"P = {P}: " if P else "")
+    axes[0].set_title("Fixed P: gap between sampling and theory")
+    for k, (label, a) in enumerate((alpha_sweeps or {}).items()):
+        inv_a = 1.0 / a["sample_width"].values
+        for name, color in FINITE_SIZE_CHECKS:
+            _gap_curve(axes[1], inv_a, a, name, color, "sd^v"[k % 4], f"{label}: ")
+    if alpha_sweeps:
+        axes[1].set_title("P = α N: the theory's limit")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("1 / N")
+        ax.set_ylabel("relative error, sampled vs theory (noise-corrected)")
+        ax.legend(fontsize=6)
     return _save(fig, path)

@@ -137,7 +137,7 @@ class Network:
     @property
     def path_labels(self) -> list[str]:
         """1-based path labels such as ``"1-2"``."""
-        return ["-".join(str(h + 1) for h in p) for p in self.paths]
+        return order_parameter_labels(self.heads, 1)
 
     @property
     def gp_U(self) -> np.ndarray:
@@ -249,10 +249,9 @@ def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Arra
     return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
 
 
-def gram_cholesky(U: jax.Array, C: jax.Array, temperature: float) -> jax.Array:
-    """Lower Cholesky factor of ``G = sum U C + temperature I`` (``U`` ``[D, D]``, ``C`` ``[D, D, P, P]``): ``[P, P]``."""
-    P = C.shape[-1]
-    return jnp.linalg.cholesky(jnp.einsum("de,deab->ab", U, C) + temperature * jnp.eye(P, dtype=C.dtype))
+def kernel_from_C(U: jax.Array, C: jax.Array) -> jax.Array:
+    """``K = sum U[pi, pi'] C[pi, pi']`` from ``U`` ``[D, D]`` and ``C`` ``[D, D, ...]``: ``[...]``."""
+    return jnp.einsum("de,de...->...", U, C)
 
 
 def kernel_diag_from_xi(xi: jax.Array, s0sq: float) -> jax.Array:
@@ -267,13 +266,41 @@ def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) ->
     return s0sq * jnp.einsum("adi,de,bei->ab", xi1, U, xi2, optimize="optimal") / (N0 * D)
 
 
-def effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]) -> jax.Array:
-    """``w_pi`` of §2 for every path (``h1`` slowest): ``[D, N1]``."""
-    r = a[None, :]  # [paths so far (h_{l+1}..h_L), N_{l+1}]
+def partial_effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]) -> list[jax.Array]:
+    """Effective weights truncated at every layer (THEORY.md §7): ``[W_1, ..., W_L]``.
+
+    ``W_L[h, :] = a^T V[L][h] / sqrt(Na)`` and
+    ``W_l[(h_l, r), :] = W_{l+1}[r, :] V[l][h_l] / sqrt(N_{l+1})`` (``h_l`` slowest),
+    so ``W_l`` is ``[H_l ... H_L, N_l]`` and ``W_1 = w`` of §2.
+    """
+    r = a[None, :] / math.sqrt(widths[-1])  # [paths h_{l+1}..h_L, N_{l+1}] scaled by 1/sqrt(N_{l+1})
+    out = []
     for l in reversed(range(len(V))):
         Vl = V[l]  # [H_l, N_{l+1}, N_l]
         r = jnp.einsum("dj,hji->hdi", r, Vl).reshape(Vl.shape[0] * r.shape[0], Vl.shape[2])
-    return r / math.sqrt(math.prod(widths[1:]))
+        out.insert(0, r)
+        r = r / math.sqrt(widths[l])
+    return out
+
+
+def effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]) -> jax.Array:
+    """``w_pi`` of §2 for every path (``h1`` slowest): ``[D, N1]``."""
+    return partial_effective_weights(V, a, widths)[0]
+
+
+def order_parameters_from_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]):
+    """Empirical order parameters of one draw of the weights (THEORY.md §3, §7).
+
+    Returns ``([U_1, ..., U_L], Ua)`` with ``U_l = W_l W_l^T / N_l`` (``W_l`` of
+    :func:`partial_effective_weights`) and ``Ua = |a|² / Na``; ``U_1 = U``.
+    """
+    Ws = partial_effective_weights(V, a, widths)
+    return [W @ W.T / W.shape[1] for W in Ws], a @ a / a.shape[0]
+
+
+def order_parameter_labels(heads: Sequence[int], level: int) -> list[str]:
+    """Labels of the index of ``U_level`` (``(h_l, ..., h_L)``, 1-based, ``h_l`` slowest), e.g. ``"1-2"``."""
+    return ["-".join(str(h + 1) for h in p) for p in itertools.product(*[range(H) for H in heads[level - 1 :]])]
 
 
 def forward_from_xi(xi: jax.Array, V0: jax.Array, w: jax.Array) -> jax.Array:

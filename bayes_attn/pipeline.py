@@ -1,6 +1,8 @@
 """Runs that chain the pieces: task → network → theory | posterior → comparison → report.
 
+- :func:`theory_run`: one width: theory and GP limit, with test accuracies.
 - :func:`run`: one width: theory, GP limit, sampling, comparison, report and figures.
+- :func:`alpha_sweep`: sampling against theory along P = alpha N.
 - :func:`sweep`: theory over many widths and sampling at some, into one netCDF
   with a ``width`` dimension (paper Fig. 2c/2e); finished widths are kept on
   disk and not recomputed when a sweep is resumed.
@@ -17,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import _io, figures
-from .compare import Comparison, accuracy, compare
+from . import _checks, _io, figures
+from .compare import Comparison, accuracy, compare, power_law_slope
 from .network import Network
 from .posterior import Posterior, sample_posterior
 from .spec import Spec
@@ -46,6 +48,31 @@ def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
 
 
 @dataclass(frozen=True, eq=False)
+class TheoryResult:
+    """What :func:`theory_run` computed, and where it was written."""
+
+    theory: Theory
+    gp: Theory
+    accuracy: float
+    gp_accuracies: dict[str, float]
+    path: Path
+
+
+def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None) -> TheoryResult:
+    """Theory and GP limit at one width, with test accuracies; writes ``out/theory.nc``."""
+    net = spec.net(width)
+    T = spec.temperature if temperature is None else temperature
+    x, y, xt, yt = spec.data()
+    theory = solve_theory(net, x, y, temperature=T)
+    gp = gp_limit(net, x, y, temperature=T)
+    acc = accuracy(theory.predict(xt)[0], yt)
+    ds = theory.to_dataset()
+    ds["accuracy"] = acc
+    path = _io.save(ds, Path(out) / "theory.nc")
+    return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), path)
+
+
+@dataclass(frozen=True, eq=False)
 class RunResult:
     """Everything :func:`run` computed, and where it was written."""
 
@@ -67,18 +94,20 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     out = Path(out)
     net = spec.net(width)
     T = spec.temperature if temperature is None else temperature
-    kw = spec.sampler_kwargs(**sampler)
+    settings = spec.sampler.replace(**sampler)
     x, y, xt, yt = spec.data()
     theory = solve_theory(net, x, y, temperature=T)
     gp = gp_limit(net, x, y, temperature=T)
-    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, **kw)
+    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
     _io.save(theory.to_dataset(), out / "theory.nc")
     _io.save(gp.to_dataset(), out / "gp.nc")
     post.save(out / "posterior.nc")
     _io.save(comp.to_dataset(), out / "comparison.nc")
     gp_acc = gp_accuracies(spec, gp, xt, yt)
-    (out / "spec.toml").write_text(spec.to_toml())
+    ran = dataclasses.replace(spec, temperature=T, sampler=settings,
+                              network=dataclasses.replace(spec.network, width=net.widths[0]))
+    (out / "spec.toml").write_text(ran.to_toml())  # the run as it was made, overrides applied
     (out / "report.md").write_text(_report(spec, net, T, theory, post, comp, gp_acc))
     figures.order_parameter(comp, out / "order_parameter.png", spec.compare.path_names)
     figures.predictor(comp, out / "predictor.png")
@@ -104,7 +133,7 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
             f"Hessian min eigenvalue = {theory.hessian_min_eigenvalue:.3g}, Ua = {theory.U_readout:.4g}, "
             f"S/N = {theory.action:.6g}.",
             "",
-            f"Sampler: {post.tree.attrs['method']} NUTS, {post.tree['posterior'].sizes['chain']} chains × "
+            f"Sampler: {post.sampler} (NUTS), {post.tree['posterior'].sizes['chain']} chains × "
             f"{post.tree['posterior'].sizes['draw']} draws, {post.tree.attrs['seconds']:.1f} s.",
             "",
             comp.report(),
@@ -131,7 +160,7 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
 # ----------------------------------------------------------------------------
 def _settings_key(spec: Spec, T: float, sampler: dict | None = None) -> str:
     """Hash of everything a per-width result depends on (spec, temperature, sampler settings)."""
-    text = json.dumps([spec.to_toml(), T, sampler and spec.sampler_kwargs(**sampler)], sort_keys=True, default=str)
+    text = json.dumps([spec.to_toml(), T, sampler and spec.sampler.replace(**sampler).to_dict()], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -168,7 +197,8 @@ def _sampled_at(spec: Spec, N: int, T: float, data, folder: Path, gp: Theory, pr
     x, y, xt, yt = data
     net = spec.net(N)
     theory = solve_theory(net, x, y, temperature=T)
-    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, **spec.sampler_kwargs(**sampler))
+    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar,
+                            sampler=spec.sampler.replace(**sampler))
     post.save(folder / f"posterior-N{N}.nc")
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
     ds = comp.to_dataset()
@@ -177,6 +207,59 @@ def _sampled_at(spec: Spec, N: int, T: float, data, folder: Path, gp: Theory, pr
     ds["accuracy_per_chain"] = ("chain", per_chain)
     ds.attrs["settings_key"] = key
     _io.save(ds, path)
+    return ds
+
+
+def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Dataset:
+    """Per-width comparisons gathered along ``sample_width``."""
+    sw = xr.DataArray(sample_widths, dims="sample_width", name="sample_width")
+    keep = ["U_sampled", "U_mcse", "U_theory", "check_value", "check_mcse", "check_noise_floor", "check_gap",
+            "check_passed", "accuracy"]
+    s = xr.concat([d[keep] for d in sampled], dim=sw, coords="minimal", compat="override")
+    out = s[["U_sampled", "U_mcse", "check_value", "check_mcse", "check_noise_floor", "check_gap", "check_passed"]]
+    out["U_theory_at_sample_width"] = s["U_theory"]
+    out["accuracy_sampled"] = s["accuracy"].sel(predictor="sampled", drop=True)
+    out["accuracy_sampled_se"] = ("sample_width", [
+        float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] > 1 else np.nan
+        for d in sampled
+    ])
+    return out
+
+
+def _slopes(ds: xr.Dataset) -> dict[str, float]:
+    """Fitted power-law slopes of the noise-corrected gaps against 1/N (see :func:`power_law_slope`)."""
+    out = {}
+    inv = 1.0 / ds["sample_width"].values
+    for name, key in (("U (relative Frobenius)", "U"), ("predictor mean (relative L2)", "mean")):
+        c = ds.sel(check=name)
+        slope, se, used = power_law_slope(inv, c["check_gap"].values, c["check_mcse"].values, c["check_noise_floor"].values)
+        out |= {f"slope_{key}": slope, f"slope_{key}_se": se, f"slope_{key}_points": int(used.sum())}
+    return out
+
+
+def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperature: float | None = None,
+                progress_bar: bool = True, **sampler) -> xr.Dataset:
+    """Theory against sampling along ``P = alpha N`` (the limit the theory is exact in, THEORY.md §4).
+
+    At each width ``N`` the task gets ``P = round(alpha N)`` training sequences
+    (the test set is unchanged); writes ``alpha_sweep.nc`` with the gaps of
+    every check along ``sample_width`` and their fitted slopes. Resumable like :func:`sweep`.
+    """
+    out = Path(out)
+    alpha = _checks.positive("alpha", alpha)
+    widths = sorted({int(w) for w in widths})
+    T = spec.temperature if temperature is None else temperature
+    sampled, n_train = [], []
+    for N in widths:
+        P = max(2, int(round(alpha * N)))
+        s = dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=P))
+        data = s.data()
+        gp = gp_limit(s.net(N), data[0], data[1], temperature=T)
+        sampled.append(_sampled_at(s, N, T, data, out / "widths", gp, progress_bar, sampler))
+        n_train.append(P)
+    ds = _sampled_table(sampled, widths).assign_coords(n_train=("sample_width", n_train))
+    ds.attrs.update(_slopes(ds), alpha=float(alpha), temperature=T, name=spec.name, spec=spec.to_toml())
+    _io.save(ds, out / "alpha_sweep.nc")
     return ds
 
 
@@ -217,21 +300,10 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         coords={"gp_model": list(gp_acc)},
     )
     if sampled:
-        sw = xr.DataArray(sample_widths, dims="sample_width", name="sample_width")
-        keep = ["U_sampled", "U_mcse", "U_theory", "check_value", "check_mcse", "check_noise_floor", "check_gap",
-                "check_passed", "accuracy"]
-        s = xr.concat([d[keep] for d in sampled], dim=sw, coords="minimal", compat="override")
-        ds["U_sampled"] = s["U_sampled"]
-        ds["U_mcse"] = s["U_mcse"]
-        ds["U_theory_at_sample_width"] = s["U_theory"]
-        for k in ("check_value", "check_mcse", "check_noise_floor", "check_gap", "check_passed"):
-            ds[k] = s[k]
-        ds["accuracy_sampled"] = s["accuracy"].sel(predictor="sampled", drop=True)
-        ds["accuracy_sampled_se"] = ("sample_width", [
-            float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] > 1 else np.nan
-            for d in sampled
-        ])
-    ds.attrs.update(spec=spec.to_toml(), temperature=T, path_names=json.dumps(spec.compare.path_names), name=spec.name)
+        ds = ds.merge(_sampled_table(sampled, sample_widths))
+        ds.attrs.update(_slopes(ds))
+    ds.attrs.update(spec=spec.to_toml(), temperature=T, path_names=json.dumps(spec.compare.path_names), name=spec.name,
+                    n_train=int(len(y)))
     _io.save(ds, out / "sweep.nc")
     plot_ds = ds.assign_attrs(path_names=spec.compare.path_names)
     figures.sweep_accuracy(plot_ds, out / "accuracy_vs_width.png")

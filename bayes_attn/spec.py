@@ -17,8 +17,8 @@ Example::
     layers = [["same_token", "random"], ["uniform", "random"]]
     width = 10
 
-    [sampler]         # sample_posterior keywords
-    method = "collapsed"
+    [sampler]         # SamplerSettings fields
+    name = "collapsed"
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 from . import _checks
 from .markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
-from .posterior import check_sampler_settings
+from .samplers import SamplerSettings
 
 
 @dataclass(frozen=True)
@@ -47,22 +47,6 @@ class NetworkSpec:
     random_strength: float = 1.0
     random_seed: int = 1
     readout: str = "last"
-
-
-@dataclass(frozen=True)
-class SamplerSpec:
-    """Keywords of :func:`bayes_attn.sample_posterior`."""
-
-    method: str = "collapsed"
-    form: str = "path"
-    num_warmup: int = 500
-    num_samples: int = 500
-    num_chains: int = 2
-    seed: int = 0
-    dtype: str = "float64"
-    thinning: int = 1
-    target_accept: float = 0.8
-    max_tree_depth: int = 10
 
 
 @dataclass(frozen=True)
@@ -90,13 +74,13 @@ FIG2C_COMPARE = CompareSpec(
 
 @dataclass(frozen=True)
 class Spec:
-    """A whole run: task, network, temperature, sampler."""
+    """A whole run: task, network, temperature, sampler settings, comparison settings."""
 
     name: str = "markov_4paths"
     temperature: float = 0.01
     task: MarkovTask = field(default_factory=MarkovTask)
     network: NetworkSpec = field(default_factory=NetworkSpec)
-    sampler: SamplerSpec = field(default_factory=SamplerSpec)
+    sampler: SamplerSettings = field(default_factory=SamplerSettings)
     compare: CompareSpec = field(default_factory=lambda: FIG2C_COMPARE)
 
     def net(self, width: int | None = None) -> Network:
@@ -115,12 +99,6 @@ class Spec:
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Training and test data ``(x, y, x_test, y_test)``."""
         return self.task.generate()
-
-    def sampler_kwargs(self, **overrides) -> dict:
-        """Sampler keywords with ``overrides`` (``None`` values ignored)."""
-        kw = dataclasses.asdict(self.sampler)
-        kw.update({k: v for k, v in overrides.items() if v is not None})
-        return kw
 
     def to_toml(self) -> str:
         """The spec as TOML text (round-trips through :func:`load_spec`)."""
@@ -162,6 +140,12 @@ def _section(cls, name: str, table: dict, convert: dict | None = None):
     return cls(**values)
 
 
+def _sampler_section(table) -> SamplerSettings:
+    if not isinstance(table, dict):
+        raise ValueError(f"[sampler] must be a table, got {table!r}")
+    return SamplerSettings.from_dict(table, "[sampler]")
+
+
 def _tuple(v):
     return tuple(_tuple(e) for e in v) if isinstance(v, list) else v
 
@@ -180,7 +164,7 @@ def spec_from_dict(data: dict) -> Spec:
         temperature=_checks.positive("temperature", data.get("temperature", Spec.temperature)),
         task=_section(MarkovTask, "task", task, {"p_stay": tuple}),
         network=_section(NetworkSpec, "network", data.get("network", {}), {"layers": _tuple, "variances": _tuple}),
-        sampler=_section(SamplerSpec, "sampler", data.get("sampler", {})),
+        sampler=_sampler_section(data.get("sampler", {})),
         compare=_section(
             CompareSpec, "compare", data.get("compare", {}),
             {"gp_paths": lambda d: {k: tuple(v) for k, v in d.items()}, "widths": tuple, "sample_widths": tuple},
@@ -194,7 +178,6 @@ def spec_from_dict(data: dict) -> Spec:
     bad = [p for p in spec.compare.path_names if p not in labels]
     if bad:
         raise ValueError(f"compare.path_names must name paths among {labels}, got {bad}")
-    check_sampler_settings(**spec.sampler_kwargs())
     _checks.positive("compare.rtol", spec.compare.rtol)
     _checks.positive("compare.n_sigma", spec.compare.n_sigma)
     for key in ("widths", "sample_widths"):

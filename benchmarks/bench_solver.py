@@ -37,9 +37,17 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-import bayes_attn  # noqa: E402,F401
 from bayes_attn import markov  # noqa: E402
 from bayes_attn import theory as th  # noqa: E402
+from bayes_attn.precision import float64  # noqa: E402
+from bayes_attn.theory.action import reduced_action  # noqa: E402
+from bayes_attn.theory.coordinates import (  # noqa: E402
+    log_cholesky,
+    log_cholesky_to_vech,
+    matrix_gradients,
+    unpack,
+    vech_weights,
+)
 
 WIDTHS = (10, 100, 1000)
 TEMPERATURE = 0.01
@@ -53,22 +61,19 @@ REPEATS = 5  # best of REPEATS timed runs, after compilation
 # ----------------------------------------------------------------------------
 # baseline: Adam on log-diagonal Cholesky factors
 # ----------------------------------------------------------------------------
-_chol_params = th._chol_params  # the same coordinates as the Newton solver's
-_chol_to_vech = th._chol_to_vech
-
-
-def make_adam(heads: tuple[int, ...], mode: str, tol: float):
-    """Jitted Adam run from ``phi0``: returns (steps, phi, S/N_max, max matrix gradient) at the final point."""
+def make_adam(heads: tuple[int, ...], tol: float):
+    """Jitted Adam run from ``phi0`` (log-Cholesky coordinates, as the Newton solver's):
+    returns (steps, phi, S/N_max, max matrix gradient) at the final point."""
     opt = optax.adam(ADAM_LR)
-    weights = jnp.asarray(th._vech_weights(heads))
+    weights = jnp.asarray(vech_weights(heads))
 
-    def loss_and_grads(phi, data):
-        theta, vjp = jax.vjp(lambda p: _chol_to_vech(p, heads), phi)
-        f, g_theta = jax.value_and_grad(th._reduced)(theta, data, heads, mode)
+    def loss_and_grads(phi, problem):
+        theta, vjp = jax.vjp(lambda p: log_cholesky_to_vech(p, heads), phi)
+        f, g_theta = jax.value_and_grad(reduced_action)(theta, problem)
         (g_phi,) = vjp(g_theta)
         return f, g_phi, jnp.max(jnp.abs(g_theta / weights))  # matrix gradient, as for ours
 
-    def run(phi0, data):
+    def run(phi0, problem):
         # carry: step, phi, optimiser state, and f, grad, max matrix grad *at phi*
         def cond(c):
             return (c[0] < ADAM_MAX_STEPS) & (c[5] > tol)
@@ -77,10 +82,10 @@ def make_adam(heads: tuple[int, ...], mode: str, tol: float):
             k, phi, state, _, g, _ = c
             upd, state = opt.update(g, state, phi)
             phi = optax.apply_updates(phi, upd)
-            f, g, gmax = loss_and_grads(phi, data)
+            f, g, gmax = loss_and_grads(phi, problem)
             return k + 1, phi, state, f, g, gmax
 
-        f0, g0, m0 = loss_and_grads(phi0, data)
+        f0, g0, m0 = loss_and_grads(phi0, problem)
         k, phi, _, f, _, gmax = jax.lax.while_loop(cond, body, (0, phi0, opt.init(phi0), f0, g0, m0))
         return k, phi, f, gmax
 
@@ -90,66 +95,73 @@ def make_adam(heads: tuple[int, ...], mode: str, tol: float):
 _COMPILED: dict = {}
 
 
-def run_adam(net, data, mode, Us0, tol):
+def run_adam(net, problem: th.Problem, Us0, tol):
     """Best of REPEATS runs; compiled once per (structure, tol) and reused across widths (widths are traced)."""
-    phi0 = jnp.asarray(_chol_params(Us0))
-    key = (net.heads, mode, tol)
+    phi0 = jnp.asarray(log_cholesky(Us0))
+    key = (net.heads, problem.form, tol)
     compile_s = 0.0
     if key not in _COMPILED:
         t = time.perf_counter()
-        _COMPILED[key] = make_adam(net.heads, mode, tol).lower(phi0, data).compile()
+        _COMPILED[key] = make_adam(net.heads, tol).lower(phi0, problem).compile()
         compile_s = time.perf_counter() - t
     compiled = _COMPILED[key]
     times = []
     for _ in range(REPEATS):
         t = time.perf_counter()
-        k, phi, f, g = jax.block_until_ready(compiled(phi0, data))
+        k, phi, f, g = jax.block_until_ready(compiled(phi0, problem))
         times.append(time.perf_counter() - t)
-    U = np.asarray(th._unpack(_chol_to_vech(phi, net.heads), net.heads)[0])
+    U = np.asarray(unpack(log_cholesky_to_vech(phi, net.heads), net.heads)[0])
     return dict(s=min(times), compile_s=compile_s, steps=int(k), action=float(f), max_gradient=float(g),
                 converged=bool(float(g) <= tol), U=U)
 
 
 # ----------------------------------------------------------------------------
 def main() -> dict:
+    """Run the benchmark (in float64, as the theory), print the table, write ``results/solver.json``."""
+    with float64():
+        return _benchmark()
+
+
+def _benchmark() -> dict:
     task, net0 = markov.fig2c(10)
     x, y, _, _ = task.generate()
     rows = []
     for N in WIDTHS:
         net = net0.with_width(N)
         t = time.perf_counter()
-        data, mode = th._problem_data(net, x, y, TEMPERATURE)
-        jax.block_until_ready(data)
+        problem = th.make_problem(net, x, y, TEMPERATURE)
+        jax.block_until_ready(problem)
         setup_s = time.perf_counter() - t
         Us0 = th.gp_order_parameters(net)[0]
-        theta0 = Us0
+        newton = th.NewtonSolver(tol=TOL_OURS, max_iter=200)
+        newton_vech = th.NewtonSolver(tol=TOL_OURS, max_iter=200, coordinates="vech")
 
         # ours: first call includes compilation (cached after the first width)
         t = time.perf_counter()
-        res = th._newton(theta0, data, net.heads, mode, TOL_OURS, 200)
+        res = newton.minimise(Us0, problem)
         ours_first_s = time.perf_counter() - t
         times = []
         for _ in range(REPEATS):
             t = time.perf_counter()
-            res = th._newton(theta0, data, net.heads, mode, TOL_OURS, 200)
+            res = newton.minimise(Us0, problem)
             times.append(time.perf_counter() - t)
         ours_s = min(times)
-        ours_gmax = max(np.abs(G).max() for G in th._matrix_gradients(res.grad, net.heads))
+        ours_gmax = max(np.abs(G).max() for G in matrix_gradients(res.grad, net.heads))
         ours_hmin = float(np.linalg.eigvalsh(res.hess)[0])
         # the same Newton solver in vech coordinates (the entries of U_l), for reference
-        th._newton(theta0, data, net.heads, mode, TOL_OURS, 200, coordinates="vech")
+        newton_vech.minimise(Us0, problem)
         vt = []
         for _ in range(REPEATS):
             t = time.perf_counter()
-            res_vech = th._newton(theta0, data, net.heads, mode, TOL_OURS, 200, coordinates="vech")
+            res_vech = newton_vech.minimise(Us0, problem)
             vt.append(time.perf_counter() - t)
         t = time.perf_counter()
         sol = th.solve_theory(net, x, y, temperature=TEMPERATURE)
         end_to_end_s = time.perf_counter() - t
 
         # baseline at its own tolerance, and at ours
-        adam = run_adam(net, data, mode, Us0, TOL_ADAM)
-        adam8 = run_adam(net, data, mode, Us0, TOL_OURS)
+        adam = run_adam(net, problem, Us0, TOL_ADAM)
+        adam8 = run_adam(net, problem, Us0, TOL_OURS)
 
         row = {
             "N": N,

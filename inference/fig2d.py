@@ -13,7 +13,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from bayes_attn import _io, figures, gp_limit, solve_theory
+from bayes_attn import figures, gp_limit, solve_theory
 from bayes_attn.spec import load_spec
 
 if __name__ == "__main__":
@@ -28,6 +28,7 @@ if __name__ == "__main__":
     gp = gp_limit(net, x, y, temperature=spec.temperature)
     keep = ["alignment_eigenvalue", "alignment_cosine"]
     ds = xr.concat([theory.to_dataset()[keep], gp.to_dataset()[keep]], dim=xr.DataArray(["finite_width", "gp"], dims="kernel"))
-    _io.save(ds, a.out / "alignment.nc")
+    a.out.mkdir(parents=True, exist_ok=True)
+    ds.to_netcdf(a.out / "alignment.nc")
     print(ds.isel(pc=slice(0, 8)).to_dataframe().unstack("kernel").to_string())
     print("wrote", figures.alignment(theory, gp, a.out / "alignment.png"))

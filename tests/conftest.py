@@ -1,13 +1,22 @@
-"""Shared fixtures: small random networks and data, two CPU devices for chains."""
+"""Shared fixtures: small random networks and data, two CPU devices for chains.
 
-import bayes_attn as ba  # first: sets OPENBLAS_NUM_THREADS before NumPy loads
+The tests compare against NumPy/SciPy in float64, so this process turns on
+JAX's 64-bit mode (the package itself never does: see test_package.py).
+"""
 
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: chains in parallel on 2 cores
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
+import pytest  # noqa: E402
+
+import bayes_attn as ba  # noqa: E402
 
 numpyro.set_host_device_count(2)
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+jax.config.update("jax_enable_x64", True)
 
 
 def random_network(heads, *, N0=6, width=4, variances=1.0, readout="last", seed=0, scale=1.0):

@@ -8,9 +8,8 @@ import xarray as xr
 from conftest import random_data, random_network
 
 import bayes_attn as ba
-from bayes_attn import _io
 from bayes_attn.compare import Check
-from bayes_attn.posterior import Posterior, _to_datatree, fingerprint
+from bayes_attn.posterior import Posterior, fingerprint, sample_stats
 
 
 def test_check_verdict_rules():
@@ -40,9 +39,8 @@ def _synthetic_posterior(net, x, y, x_test, U, mean, sd, *, chains=4, draws=500,
         "accept_prob": np.full((chains, draws), 0.9),
         "adapt_state.step_size": np.full((chains, draws), 0.1),
     }
-    tree = _to_datatree(net, {"U": Ud, "f_train": f_train, "f_test": f_test}, extra, x, y, temperature,
-                        method="synthetic", x_test_fingerprint=fingerprint(x_test), seconds=1.0)
-    return Posterior(tree, net)
+    return Posterior.from_draws(net, {"U": Ud, "f_train": f_train, "f_test": f_test}, sample_stats(extra), x, y,
+                                temperature, sampler="synthetic", x_test_fingerprint=fingerprint(x_test), seconds=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +91,14 @@ def test_compare_rejects_other_inputs(problem):
 def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path):
     """Collapsed NUTS on a tiny problem: predictor mean close to theory (it is a small width, so only loosely)."""
     net, x, y, xt, yt, theory = problem
-    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, method="collapsed", num_warmup=200,
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="collapsed", num_warmup=200,
                                num_samples=200, num_chains=2, progress_bar=False)
     c = ba.compare(theory, post, xt, yt)
     assert c.mean_correlation > 0.9
     ds = c.to_dataset()
-    back = _io.load_dataset(_io.save(ds, tmp_path / "c.nc"))
+    back = xr.load_dataset(c.save(tmp_path / "c.nc"))
     xr.testing.assert_allclose(back, ds)
+    assert ds.attrs["sampler"] == "collapsed" and "U_2 (relative Frobenius)" in ds["check"].values
     assert list(ds["path"].values) == net.path_labels
     assert set(ds["predictor"].values) == {"theory", "sampled", "gp"}
 

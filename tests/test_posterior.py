@@ -11,7 +11,7 @@ import xarray as xr
 from conftest import random_data, random_network
 
 import bayes_attn as ba
-from bayes_attn import posterior as bp
+from bayes_attn import posterior as bp  # noqa: F401  (monkeypatched: MCMC)
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def tiny_full():
     xt, _ = random_data(7, seed=2)
     post = ba.sample_posterior(
         net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=3,
-        method="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
+        sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
     )
     return net, x, y, xt, post
 
@@ -32,8 +32,7 @@ def test_tiny_network_converges_on_invariant_observables(tiny_full):
     assert s.max_rhat < 1.05, s.by_variable()
     assert s.min_ess > 100
     assert s.divergences <= 0.01 * post.num_draws  # multiplicative weights: rare divergences near w = 0
-    assert set(s.by_variable().index) == {"U", "f_train", "f_test"}
-    assert s.bfmi.shape == (2,)
+    assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train", "f_test"}
 
 
 def test_tree_layout_and_order_parameter(tiny_full):
@@ -45,11 +44,10 @@ def test_tree_layout_and_order_parameter(tiny_full):
     assert "V0" not in p  # raw weights only on request
     w = p["w"].values
     np.testing.assert_allclose(p["U"].values, np.einsum("cgdn,cgen->cgde", w, w) / 4, rtol=1e-12, atol=1e-14)
-    U = post.order_parameter()
-    np.testing.assert_allclose(U, U.T)
-    assert np.all(np.linalg.eigvalsh(U) > 0)
-    for name in ("diverging", "energy", "acceptance_rate", "step_size", "n_steps"):
-        assert name in post.tree["sample_stats"]
+    np.testing.assert_allclose(post.order_parameter(), p["U"].mean(("chain", "draw")).values, rtol=1e-12)
+    # deeper levels: U_2 over the heads of layer 2, and Ua; U_1 traced over h1 equals s1²-free... checked exactly:
+    assert p["U_2"].dims == ("chain", "draw", "index_2", "index_2_") and p["Ua"].dims == ("chain", "draw")
+    assert list(p["U_2"].coords["index_2"].values) == ["1", "2"]
 
 
 def test_rao_blackwellised_predict_matches_draws(tiny_full):
@@ -96,36 +94,81 @@ def test_failed_save_keeps_existing_file(tiny_full, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["post.nc"]
 
 
-def test_collapsed_conditional_draws_are_exact():
+def _gp_posterior(net, U, x, y, xt, T):
+    """Plain NumPy GP posterior of ``f`` on ``[x; xt]`` given ``U``: mean ``[P+P*]``, covariance."""
+    xa = np.concatenate([x, xt])
+    K = np.asarray(net.kernel(U, xa))
+    P = len(x)
+    Kx = K[:, :P]
+    G = K[:P, :P] + T * np.eye(P)
+    return Kx @ np.linalg.solve(G, y), K - Kx @ np.linalg.solve(G, Kx.T)
+
+
+def _assert_gaussian(draws, mean, cov, z=4.5):
+    """Sample mean and covariance of iid ``draws`` ``[M, k]`` within ``z`` standard errors of ``mean``, ``cov``."""
+    M = draws.shape[0]
+    sd = np.sqrt(np.diag(cov))
+    assert np.max(np.abs(draws.mean(0) - mean) / (sd / math.sqrt(M))) < z
+    se = np.sqrt((cov**2 + np.outer(sd**2, sd**2)) / M)
+    assert np.max(np.abs(np.cov(draws.T) - cov) / se) < z
+
+
+def test_conditional_draws_of_f_are_exact():
     """For a fixed U, draws of f | U, Y have the GP posterior mean and covariance."""
     net = random_network((2, 2), width=4)
     x, y = random_data(6)
     xt, _ = random_data(3, seed=4)
-    rng = np.random.default_rng(0)
-    A = rng.normal(size=(4, 4))
-    U = A @ A.T / 4
-    T = 0.2
-    M = 20000
-    xi, xit = net.xi(x), net.xi(xt)
-    out = bp._conditional_outputs(jnp.broadcast_to(U, (1, M, 4, 4)), jax.random.key(0), xi, jnp.asarray(y), xit, 1.0, T)
+    A = np.random.default_rng(0).normal(size=(4, 4))
+    U, T, M = A @ A.T / 4, 0.2, 20000
+    inputs = ba.samplers.prepare(net, x, y, xt, T, "float64")
+    out = ba.samplers.conditional_outputs(jnp.broadcast_to(U, (1, M, 4, 4)), jax.random.key(0), inputs)
     f = np.concatenate([out["f_train"][0], out["f_test"][0]], axis=1)  # [M, 9]
-    xa = np.concatenate([x, xt])
-    K = np.asarray(net.kernel(U, xa))
-    Kx = K[:, :6]
-    G = K[:6, :6] + T * np.eye(6)
-    mean = Kx @ np.linalg.solve(G, y)
-    cov = K - Kx @ np.linalg.solve(G, Kx.T)
-    sd = np.sqrt(np.diag(cov))
-    assert np.max(np.abs(f.mean(0) - mean) / (sd / math.sqrt(M))) < 4.5
-    emp = np.cov(f.T)
-    se = np.sqrt((cov**2 + np.outer(sd**2, sd**2)) / M)
-    assert np.max(np.abs(emp - cov) / se) < 4.5
+    _assert_gaussian(f, *_gp_posterior(net, U, x, y, xt, T))
+
+
+def test_conditional_draws_of_V0_are_exact():
+    """For fixed upper weights, V0 | rest, Y is Gaussian: its draws give f with the GP posterior law,
+    and V0 projected off the span of the data directions keeps its prior variance s0²."""
+    net = random_network((2, 2), width=3, variances=[0.7, 1.0, 1.2, 0.9])
+    x, y = random_data(5)
+    xt, _ = random_data(2, seed=4)
+    T, M = 0.3, 20000
+    W = net.sample_prior(jax.random.key(7))
+    w = np.asarray(net.effective_weights(W))
+    U = w @ w.T / w.shape[1]
+    draws = {"V1": jnp.broadcast_to(W.V[0], (1, M, *W.V[0].shape)), "V2": jnp.broadcast_to(W.V[1], (1, M, *W.V[1].shape)),
+             "a": jnp.broadcast_to(W.a, (1, M, *W.a.shape))}
+    inputs = ba.samplers.prepare(net, x, y, xt, T, "float64")
+    V0 = np.asarray(ba.samplers.collapsed.conditional_V0(draws, jax.random.key(1), inputs))[0]  # [M, N1, N0]
+    xi_all = np.asarray(net.xi(np.concatenate([x, xt])))
+    f = np.einsum("pdi,mni,dn->mp", xi_all, V0, w) / math.sqrt(w.shape[1] * net.N0 * net.D)
+    _assert_gaussian(f, *_gp_posterior(net, U, x, y, xt, T))
+    # directions of V0 the likelihood does not see: orthogonal to every w_pi ⊗ xi_pi(x_mu)
+    J = np.einsum("dn,pdi->pni", w, np.asarray(net.xi(x))).reshape(len(x), -1)
+    _, _, Vt = np.linalg.svd(J)
+    null = Vt[len(x):]  # orthonormal basis of the complement
+    proj = V0.reshape(M, -1) @ null[:5].T
+    assert np.max(np.abs(proj.var(0) / net.variances[0] - 1)) < 4.5 * math.sqrt(2 / M)
+
+
+def test_predict_equals_a_plain_loop_over_draws(tiny_full):
+    """Posterior.predict = mean over draws of the GP mean; mean of the GP variance + variance of the means."""
+    net, x, y, xt, post = tiny_full
+    mean, var = post.predict(xt, batch_size=3)  # batches of test inputs must not change anything
+    ms, vs = [], []
+    for u in post.tree["posterior"]["U"].values.reshape(-1, net.D, net.D):
+        m, c = _gp_posterior(net, u, x, y, xt, post.temperature)
+        ms.append(m[len(x):])
+        vs.append(np.diag(c)[len(x):])
+    ms, vs = np.array(ms), np.array(vs)
+    np.testing.assert_allclose(mean, ms.mean(0), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(var, vs.mean(0) + ms.var(0), rtol=1e-10, atol=1e-12)
 
 
 def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
     net, x, y, xt = tiny
     post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, num_warmup=50, num_samples=20, num_chains=1,
-                               method="collapsed", keep_weights=True, progress_bar=False)
+                               sampler="collapsed", keep_weights=True, progress_bar=False)
     p = post.tree["posterior"]
     assert p["V0"].shape == (1, 20, 4, 6)
     w = net.effective_weights(ba.Weights(p["V0"].values[0, 5], (p["V1"].values[0, 5], p["V2"].values[0, 5]), p["a"].values[0, 5]))
@@ -140,7 +183,9 @@ def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
         (dict(temperature=float("nan")), "temperature"),
         (dict(y=np.ones(3)), r"y must have shape \(20,\)"),
         (dict(x_test=np.ones((2, 4, 5))), "x_test"),
-        (dict(method="gibbs"), "method"),
+        (dict(sampler="gibbs"), "sampler must be one of"),
+        (dict(method="full"), "replaced by one sampler name"),
+        (dict(num_warmup=-1), "num_warmup"),
         (dict(num_chains=0), "num_chains"),
         (dict(dtype="float16"), "dtype"),
     ],
@@ -171,9 +216,9 @@ def test_load_missing_file(tmp_path):
 def test_token_form_thinning_one_chain_without_test_inputs(tiny):
     net, x, y, xt = tiny
     post = ba.sample_posterior(net, x, y, temperature=0.1, num_warmup=30, num_samples=20, num_chains=1, thinning=2,
-                               form="token", chain_method="sequential", progress_bar=False)
+                               sampler="full-token", chain_method="sequential", progress_bar=False)
     p = post.tree["posterior"]
     assert p.sizes["draw"] == 10 and p.sizes["chain"] == 1 and "f_test" not in p
-    assert np.all(np.isfinite(p["f_train"].values)) and post.tree.attrs["form"] == "token"
+    assert np.all(np.isfinite(p["f_train"].values)) and post.sampler == "full-token"
     s = post.summary()
-    assert set(s.by_variable().index) == {"U", "f_train"}
+    assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train"}

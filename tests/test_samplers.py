@@ -13,9 +13,7 @@ All seeds are fixed, so the file is deterministic.
 """
 
 import math
-import sys
 from functools import partial
-from pathlib import Path
 
 import arviz_stats as azs
 import jax
@@ -27,11 +25,7 @@ from conftest import random_data, random_network
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
-from bayes_attn.models import collapsed_model, path_model, token_model
-from bayes_attn.network import path_kernel_from_xi
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import sbc  # noqa: E402
+from bayes_attn import calibration, samplers
 
 TEMPERATURE = 0.1
 Z = 4.0  # agreement within Z standard errors; ~17 comparisons -> false-alarm rate ~1e-3
@@ -49,8 +43,8 @@ def runs():
     """Full (path form) and collapsed NUTS on the same tiny problem, 2 chains × 500 draws."""
     net, x, y, xt = _problem()
     common = dict(temperature=TEMPERATURE, x_test=xt, num_warmup=500, num_samples=500, num_chains=2, progress_bar=False)
-    full = ba.sample_posterior(net, x, y, method="full", seed=11, target_accept=0.9, **common)
-    coll = ba.sample_posterior(net, x, y, method="collapsed", seed=12, **common)
+    full = ba.sample_posterior(net, x, y, sampler="full", seed=11, target_accept=0.9, **common)
+    coll = ba.sample_posterior(net, x, y, sampler="collapsed", seed=12, **common)
     return net, x, y, xt, full, coll
 
 
@@ -90,17 +84,14 @@ def test_collapsed_and_full_agree_within_mc_error(runs):
 # potentials: exact checks
 # ----------------------------------------------------------------------------
 def _potentials(net, x, y):
-    """Potential energies (``-log`` joint density, as NUTS sees it) of the token, path and collapsed models."""
-    consts = dict(heads=net.heads, widths=net.widths, variances=net.variances, temperature=TEMPERATURE)
-    xi = net.xi(x)
-    y = jnp.asarray(y)
-    specs = {
-        "token": (token_model, (jnp.asarray(x), tuple(net.attention_matrices(x)), y)),
-        "path": (path_model, (xi, y)),
-        "collapsed": (collapsed_model, (path_kernel_from_xi(xi, xi, net.variances[0]), y)),
-    }
-    # all sites are unconstrained Normals, so potential_energy is exactly initialize_model's potential_fn
-    return {name: jax.jit(partial(potential_energy, partial(model, **consts), args, {})) for name, (model, args) in specs.items()}
+    """Potential energies (``-log`` joint density, as NUTS sees it) of the samplers' models, built by the registry."""
+    inputs = samplers.prepare(net, x, y, None, TEMPERATURE, "float64")
+    out = {}
+    for name in ("full-token", "full", "collapsed"):
+        model, args = samplers.get(name).build(inputs)
+        # all sites are unconstrained Normals, so potential_energy is exactly initialize_model's potential_fn
+        out[name] = jax.jit(partial(potential_energy, model, args, {}))
+    return out
 
 
 def _reference_potentials(net, x, y, W: ba.Weights) -> tuple[float, float]:
@@ -128,13 +119,13 @@ def test_potentials_token_path_and_collapsed_are_exact(heads):
             W = jax.tree.map(lambda v: 3.0 * v, W)
         z = {"V0": W.V0, "a": W.a, **{f"V{l + 1}": V for l, V in enumerate(W.V)}}
         upper = {k: v for k, v in z.items() if k != "V0"}
-        pe_tok, pe_path, pe_coll = float(pes["token"](z)), float(pes["path"](z)), float(pes["collapsed"](upper))
+        pe_tok, pe_path, pe_coll = float(pes["full-token"](z)), float(pes["full"](z)), float(pes["collapsed"](upper))
         ref_full, ref_coll = _reference_potentials(net, x, y, W)
         tol = 1e-10 * max(1.0, abs(ref_full))
         assert abs(pe_tok - pe_path) <= tol, (pe_tok, pe_path)
         assert abs(pe_path - ref_full) <= tol, (pe_path, ref_full)
         assert abs(pe_coll - ref_coll) <= 1e-10 * max(1.0, abs(ref_coll)), (pe_coll, ref_coll)
-        g_tok, g_path = jax.grad(pes["token"])(z), jax.grad(pes["path"])(z)
+        g_tok, g_path = jax.grad(pes["full-token"])(z), jax.grad(pes["full"])(z)
         for k in z:
             np.testing.assert_allclose(g_tok[k], g_path[k], rtol=1e-9, atol=1e-10 * max(1.0, abs(ref_full)))
 
@@ -145,7 +136,7 @@ def test_potentials_token_path_and_collapsed_are_exact(heads):
 def test_float32_collapsed_sampling_matches_float64(runs):
     net, x, y, xt, full, coll = runs
     post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, x_test=xt, num_warmup=300, num_samples=500,
-                               num_chains=2, seed=13, method="collapsed", dtype="float32", progress_bar=False)
+                               num_chains=2, seed=13, sampler="collapsed", dtype="float32", progress_bar=False)
     assert post.tree.attrs["dtype"] == "float32"
     for name in ("U", "f_test"):
         v = post.tree["posterior"][name].values

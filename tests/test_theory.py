@@ -8,20 +8,35 @@ brute-force predictors, hand loops for head scores.
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import subprocess
+import sys
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
 
-import bayes_attn  # noqa: F401  (enables float64)
-from bayes_attn import Network, markov
+import bayes_attn.theory.solve as solve_module
+from bayes_attn import Network, markov, precision
 from bayes_attn import theory as th
+from bayes_attn.theory.action import value_grad_hess
+from bayes_attn.theory.coordinates import (
+    log_cholesky,
+    log_cholesky_to_vech,
+    matrix_gradients,
+    pack,
+    sizes,
+    unpack,
+    vech_weights,
+)
+from bayes_attn.theory.newton import newton_direction
 
 N0, TOKENS, P = 6, 5, 16
 
 
-def make_problem(heads, widths, variances=1.0, seed=0, p=P):
+def random_problem(heads, widths, variances=1.0, seed=0, p=P):
     rng = np.random.default_rng(seed)
     att = [rng.normal(size=(h, N0, N0)) for h in heads]
     net = Network(att, widths, variances)
@@ -72,7 +87,7 @@ def closed_form_readout(net, UL):
 
 @pytest.mark.parametrize("heads,widths,variances", CONFIGS)
 def test_action_matches_numpy_reference(heads, widths, variances):
-    net, x, y = make_problem(heads, widths, variances)
+    net, x, y = random_problem(heads, widths, variances)
     rng = np.random.default_rng(1)
     Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
     for Ua in (None, 0.77):
@@ -83,7 +98,7 @@ def test_action_matches_numpy_reference(heads, widths, variances):
 
 @pytest.mark.parametrize("heads,widths,variances", CONFIGS)
 def test_gradient_matches_finite_differences(heads, widths, variances):
-    net, x, y = make_problem(heads, widths, variances)
+    net, x, y = random_problem(heads, widths, variances)
     rng = np.random.default_rng(2)
     Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
     T = 0.1
@@ -109,29 +124,63 @@ def test_gradient_matches_finite_differences(heads, widths, variances):
 
 
 def test_solver_hessian_matches_differences_of_its_gradient():
-    """The solver's analytic data-term Hessian (both kernel modes) equals central
+    """The solver's analytic data-term Hessian (both kernel forms) equals central
     differences of its gradient (which test_gradient_matches_finite_differences ties to S)."""
     heads, widths, variances = CONFIGS[1]
-    net, x, y = make_problem(heads, widths, variances)
+    net, x, y = random_problem(heads, widths, variances)
     rng = np.random.default_rng(3)
-    theta = th._pack([random_spd(rng, U) for U in th.gp_order_parameters(net)[0]])
+    theta = pack([random_spd(rng, U) for U in th.gp_order_parameters(net)[0]])
     h = 1e-5
-    for cmax in (th.C_MAX_ENTRIES, 0):
-        old = th.C_MAX_ENTRIES
-        th.C_MAX_ENTRIES = cmax
-        try:
-            data, mode = th._problem_data(net, x, y, 0.1)
-        finally:
-            th.C_MAX_ENTRIES = old
-        assert mode == ("C" if cmax else "xi")
-        grad = lambda t: np.asarray(th._value_grad_hess(t, data, net.heads, mode)[1])  # noqa: E731
-        f, g, H = (np.asarray(a) for a in th._value_grad_hess(theta, data, net.heads, mode))
+    for form in ("C", "xi"):
+        problem = th.make_problem(net, x, y, 0.1, form=form)
+        grad = lambda t: np.asarray(value_grad_hess(t, problem)[1])  # noqa: E731
+        f, g, H = (np.asarray(a) for a in value_grad_hess(theta, problem))
         Hfd = np.stack([(grad(theta + h * e) - grad(theta - h * e)) / (2 * h) for e in np.eye(len(theta))], axis=1)
         np.testing.assert_allclose(H, H.T, atol=1e-12 * np.abs(H).max())
         np.testing.assert_allclose(H, Hfd, rtol=1e-6, atol=1e-7 * np.abs(H).max())
         # and the solver's value/gradient equal those of the public action (scaled by 1/N_max)
-        Us = [np.asarray(U) for U in th._unpack(theta, net.heads)]
+        Us = unpack(theta, net.heads)
         assert float(f) == pytest.approx(th.action(net, x, y, Us, temperature=0.1) / max(widths), rel=1e-12)
+        grads, _ = th.action_gradient(net, x, y, Us, temperature=0.1)
+        for G, Gs in zip(grads, matrix_gradients(g, net.heads)):
+            np.testing.assert_allclose(Gs, G / max(widths), rtol=1e-9, atol=1e-12 * np.abs(G).max())
+
+
+def test_kernel_form_follows_C_MAX_ENTRIES(monkeypatch):
+    net, x, y = random_problem((2, 2), [6, 4, 9])
+    assert th.make_problem(net, x, y, 0.1).form == "C"
+    monkeypatch.setattr(sys.modules["bayes_attn.theory.action"], "C_MAX_ENTRIES", net.D**2 * len(y) ** 2 - 1)
+    assert th.make_problem(net, x, y, 0.1).form == "xi"
+    with pytest.raises(ValueError, match="form"):
+        th.make_problem(net, x, y, 0.1, form="K")
+
+
+# ----------------------------------------------------------------------------
+# coordinates
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("heads,m", [((2, 2), (4, 2)), ((3,), (3,)), ((2, 1, 2), (4, 2, 2))])
+def test_coordinates_round_trip(heads, m):
+    """pack/unpack are inverse; log-Cholesky coordinates map back to the same SPD matrices."""
+    assert sizes(heads) == m
+    rng = np.random.default_rng(sum(heads))
+    Us = [(lambda A: A @ A.T + 0.5 * np.eye(k))(rng.normal(size=(k, k))) for k in m]
+    theta = pack(Us)
+    assert theta.shape == (sum(k * (k + 1) // 2 for k in m),)
+    for U, V in zip(Us, unpack(theta, heads)):
+        np.testing.assert_array_equal(V, U)
+    psi = log_cholesky(Us)
+    assert psi.shape == theta.shape
+    with precision.float64():  # NumPy in, NumPy out; and the JAX path (jit-able)
+        vechs = [log_cholesky_to_vech(psi, heads), log_cholesky_to_vech(jnp.asarray(psi), heads)]
+        for vech in vechs:
+            assert vech.dtype == np.float64
+            for U, V in zip(Us, unpack(vech, heads)):
+                np.testing.assert_allclose(np.asarray(V), U, rtol=0, atol=1e-12 * np.abs(U).max())
+    # vech gradient of f(U) = sum_l tr(B_l U_l) is weights · B_l[triu]; matrix_gradients gives back B_l
+    Bs = [(lambda A: A + A.T)(rng.normal(size=U.shape)) for U in Us]
+    g = vech_weights(heads) * pack(Bs)
+    for B, G in zip(Bs, matrix_gradients(g, heads)):
+        np.testing.assert_allclose(G, B, rtol=1e-15)
 
 
 # ----------------------------------------------------------------------------
@@ -139,7 +188,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
 # ----------------------------------------------------------------------------
 def test_gp_limit_values():
     heads, widths, variances = CONFIGS[2]
-    net, x, y = make_problem(heads, widths, variances)
+    net, x, y = random_problem(heads, widths, variances)
     gp = th.gp_limit(net, x, y, temperature=0.1)
     s2 = net.variances
     np.testing.assert_allclose(gp.U, net.gp_U)
@@ -151,7 +200,7 @@ def test_gp_limit_values():
 
 
 def test_large_width_tends_to_gp():
-    net, x, y = make_problem((2, 2), 10, 1.0)
+    net, x, y = random_problem((2, 2), 10, 1.0)
     devs = {}
     for N in (10**5, 10**6):
         n = net.with_width(N)
@@ -184,7 +233,7 @@ def _xi_one_head(W, x):
 def test_one_layer_one_head_matches_brentq():
     N1, Na = 5, 7
     s0, s1, sa = 1.3, 0.8, 1.1
-    net, x, y = make_problem((1,), [N1, Na], [s0, s1, sa])
+    net, x, y = random_problem((1,), [N1, Na], [s0, s1, sa])
     T = 0.05
     xi = _xi_one_head(net.attention[0][0], x)
     C = s0 * xi @ xi.T / N0
@@ -221,14 +270,13 @@ def fig2c():
     return net, x, y, xt[:200], yt[:200]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("N", [10, 30, 100, 1000])
 def test_fig2c_solution_is_a_minimum(fig2c, N):
     net, x, y, _, _ = fig2c
     net = net.with_width(N)
     sol = th.solve_theory(net, x, y, temperature=0.01)
-    assert sol.converged
-    assert sol.max_gradient <= 1e-8
-    assert sol.hessian_min_eigenvalue > 0
+    assert sol.converged and sol.is_minimum
     # independent stationarity check: central differences of the action along
     # random symmetric directions vanish compared with those at the GP point
     rng = np.random.default_rng(N)
@@ -253,7 +301,7 @@ def test_fig2c_solution_is_a_minimum(fig2c, N):
 
 
 def test_explicit_init_reaches_same_solution():
-    net, x, y = make_problem((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9])
+    net, x, y = random_problem((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9])
     a = th.solve_theory(net, x, y, temperature=0.1)
     rng = np.random.default_rng(5)
     init = [random_spd(rng, U, eps=0.1) for U in a.order_parameters]
@@ -264,13 +312,31 @@ def test_explicit_init_reaches_same_solution():
 
 def test_vech_coordinates_reach_same_solution():
     heads, widths, variances = CONFIGS[1]
-    net, x, y = make_problem(heads, widths, variances)
+    net, x, y = random_problem(heads, widths, variances)
     a = th.solve_theory(net, x, y, temperature=0.1)
-    data, mode = th._problem_data(net, x, y, 0.1)
-    res = th._newton(th.gp_order_parameters(net)[0], data, net.heads, mode, 1e-9, 100, coordinates="vech")
-    assert res.converged
-    np.testing.assert_allclose(th._vech_to_matrices(res.theta, net.heads)[0], a.U, rtol=1e-6, atol=1e-9)
+    solver = th.NewtonSolver(tol=1e-9, max_iter=100, coordinates="vech")
+    res = solver.minimise(th.gp_order_parameters(net)[0], th.make_problem(net, x, y, 0.1))
+    assert isinstance(res, th.NewtonResult) and res.converged
+    np.testing.assert_allclose(unpack(res.theta, net.heads)[0], a.U, rtol=1e-6, atol=1e-9)
     assert res.value == pytest.approx(a.action, rel=1e-12)
+    b = th.solve_theory(net, x, y, temperature=0.1, solver=solver)
+    assert b.converged and b.iterations == res.iterations
+    np.testing.assert_array_equal(b.U, unpack(res.theta, net.heads)[0])
+
+
+def test_newton_solver_checks_its_parameters():
+    for bad, name in [
+        (dict(coordinates="cartesian"), "coordinates"),
+        (dict(tol=0.0), "tol"),
+        (dict(max_iter=-1), "max_iter"),
+        (dict(armijo=1.0), "armijo"),
+        (dict(backtrack=0.0), "backtrack"),
+        (dict(max_backtracks=0), "max_backtracks"),
+        (dict(stall_steps=0), "stall_steps"),
+        (dict(slack_ulps=-1.0), "slack_ulps"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            th.NewtonSolver(**bad)
 
 
 def test_newton_direction_descends_on_indefinite_hessian():
@@ -279,15 +345,15 @@ def test_newton_direction_descends_on_indefinite_hessian():
     H = Q @ np.diag([-2.0, -1e-3, 0.5, 3.0, 10.0]) @ Q.T
     for _ in range(5):
         g = rng.normal(size=5)
-        d = th._newton_direction(g, H)
+        d = newton_direction(g, H)
         assert g @ d < 0
     g = rng.normal(size=5)
     Hpd = Q @ np.diag([0.1, 1, 2, 3, 4]) @ Q.T
-    np.testing.assert_allclose(th._newton_direction(g, Hpd), -np.linalg.solve(Hpd, g))
+    np.testing.assert_allclose(newton_direction(g, Hpd), -np.linalg.solve(Hpd, g))
 
 
 def test_not_converged_warns():
-    net, x, y = make_problem((2, 2), [6, 4, 9])
+    net, x, y = random_problem((2, 2), [6, 4, 9])
     with pytest.warns(RuntimeWarning, match="did not converge"):
         sol = th.solve_theory(net, x, y, temperature=0.1, max_iter=1)
     assert not sol.converged and sol.iterations == 1
@@ -299,7 +365,7 @@ def test_not_converged_warns():
 @pytest.fixture(scope="module")
 def solved():
     heads, widths, variances = CONFIGS[1]
-    net, x, y = make_problem(heads, widths, variances)
+    net, x, y = random_problem(heads, widths, variances)
     xt = np.random.default_rng(9).normal(size=(7, TOKENS, N0))
     return th.solve_theory(net, x, y, temperature=0.1), x, y, xt
 
@@ -351,9 +417,7 @@ def test_alignment_against_eigh(solved):
     assert np.sum(cos**2) == pytest.approx(1.0)
 
 
-def test_to_dataset(solved, tmp_path):
-    import xarray as xr
-
+def test_to_dataset(solved):
     sol = solved[0]
     ds = sol.to_dataset()
     net = sol.net
@@ -361,29 +425,110 @@ def test_to_dataset(solved, tmp_path):
     assert list(ds["path"].values) == net.path_labels
     np.testing.assert_allclose(ds["U"].values, sol.U)
     np.testing.assert_allclose(ds["gp_U"].values, net.gp_U)
-    for name in ("Ua", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "temperature"):
+    for name in ("Ua", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "iterations", "temperature",
+                 "alignment_eigenvalue", "head_score", "U_1"):
         assert name in ds
     assert ds["alignment_cosine"].dims == ("pc",)
     assert list(ds["head"].values) == ["L1H1", "L1H2", "L2H1", "L2H2"]
     np.testing.assert_allclose(ds["U_2"].values, sol.order_parameters[1])
     assert list(ds["index_2"].values) == ["1", "2"]
     assert list(ds.attrs["widths"]) == list(net.widths)
-    ds.to_netcdf(tmp_path / "theory.nc")
-    back = xr.load_dataset(tmp_path / "theory.nc")
-    np.testing.assert_allclose(back["U"].values, sol.U)
-    assert bool(back["converged"]) == sol.converged
+    assert "x_train" not in ds  # the training data go only into Theory.save's file
+
+
+@pytest.mark.parametrize("names", [None, [["a", "b"], ["c", "d"]]])
+def test_save_load_round_trip(solved, tmp_path, names):
+    sol, x, y, xt = solved
+    net = sol.net
+    net = Network(net.attention, net.widths, net.variances, net.readout, names)
+    sol = th.solve_theory(net, x, y, temperature=0.1)
+    path = sol.save(tmp_path / "theory.nc")
+    back = th.load_theory(path)
+    for name in ("widths", "variances", "readout", "head_names", "heads"):
+        assert getattr(back.net, name) == getattr(sol.net, name), name
+    for a, b in zip(back.net.attention, sol.net.attention):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.x_train, sol.x_train)
+    np.testing.assert_array_equal(back.y_train, sol.y_train)
+    assert len(back.order_parameters) == net.L
+    for a, b in zip(back.order_parameters, sol.order_parameters):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(back.U, sol.U)
+    for name in ("U_readout", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "iterations",
+                 "temperature", "limit", "message", "solve_seconds"):
+        assert getattr(back, name) == getattr(sol, name), name
+    for a, b in zip(back.predict(xt), sol.predict(xt)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    sol.to_dataset().to_netcdf(tmp_path / "plain.nc")
+    with pytest.raises(ValueError, match="Theory.save"):
+        th.load_theory(tmp_path / "plain.nc")
+
+
+SMALL = """
+import json, sys, numpy as np
+from bayes_attn import Network
+from bayes_attn.theory import action, gp_limit, solve_theory
+rng = np.random.default_rng(0)
+net = Network([rng.normal(size=(h, 6, 6)) for h in (2, 2)], [6, 4, 9], [0.8, 1.2, 1.1, 0.9])
+x, xt = rng.normal(size=(16, 5, 6)), rng.normal(size=(7, 5, 6))
+y = np.where(rng.random(16) < 0.5, 1.0, -1.0)
+def results():
+    sol = solve_theory(net, x, y, temperature=0.1)
+    gp = gp_limit(net, x, y, temperature=0.1)
+    m, v = sol.predict(xt)
+    out = dict(U=sol.U, U2=sol.order_parameters[1], Ua=sol.U_readout, action=sol.action, mean=m, var=v,
+               K=sol.kernel(x, xt), Ktrain=sol.kernel_train, gp_mean=gp.predict(xt)[0], gp_action=gp.action,
+               S=action(net, x, y, list(sol.order_parameters), temperature=0.1))
+    return {k: np.asarray(v) for k, v in out.items()}
+"""
+
+
+def _small_results():
+    scope: dict = {}
+    exec(SMALL, scope)
+    return scope["results"]()
+
+
+def test_float64_when_x64_is_off():
+    """Results are float64, and the same, whatever JAX's default precision."""
+    with precision.x64(True):
+        on = _small_results()
+    with precision.x64(False):
+        off = _small_results()
+    for k in on:
+        assert off[k].dtype == np.float64, k
+        np.testing.assert_allclose(off[k], on[k], rtol=1e-10, atol=1e-10 * np.abs(on[k]).max(), err_msg=k)
+
+
+@pytest.mark.slow
+def test_float64_in_a_fresh_process_without_x64():
+    """A fresh interpreter that never turns x64 on gets the x64 results to 1e-10."""
+    code = SMALL + """
+import jax
+assert not jax.config.jax_enable_x64
+r = results()
+print(json.dumps({k: {"dtype": str(v.dtype), "value": v.tolist()} for k, v in r.items()}))
+"""
+    env = {k: v for k, v in __import__("os").environ.items() if k != "JAX_ENABLE_X64"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    fresh = json.loads(out.stdout.strip().splitlines()[-1])
+    with precision.x64(True):
+        on = _small_results()
+    for k, v in on.items():
+        assert fresh[k]["dtype"] == "float64", k
+        np.testing.assert_allclose(np.asarray(fresh[k]["value"]), v, rtol=1e-10, atol=1e-10 * np.abs(v).max(), err_msg=k)
 
 
 # ----------------------------------------------------------------------------
 # bad inputs fail before compiling anything
 # ----------------------------------------------------------------------------
 def test_bad_inputs(monkeypatch):
-    net, x, y = make_problem((2, 2), [6, 4, 9])
+    net, x, y = random_problem((2, 2), [6, 4, 9])
 
     def boom(*a, **k):
         raise AssertionError("reached the solver")
 
-    monkeypatch.setattr(th, "_problem_data", boom)
+    monkeypatch.setattr(solve_module, "make_problem", boom)
     bad = [
         (dict(net="not a net"), "net"),
         (dict(x=x[:, :, :3]), "x"),
@@ -401,6 +546,7 @@ def test_bad_inputs(monkeypatch):
         (dict(init=[np.eye(4) + np.triu(np.ones((4, 4)), 1), np.eye(2)]), "init"),
         (dict(tol=0.0), "tol"),
         (dict(max_iter=-1), "max_iter"),
+        (dict(solver="newton"), "solver"),
     ]
     for change, name in bad:
         kw = dict(net=net, x=x, y=y, temperature=0.1) | change

@@ -1,0 +1,347 @@
+"""Simulation-based calibration (SBC) of the posterior samplers (Talts et al. 2018).
+
+The method. If ``theta ~ prior`` and ``y ~ likelihood(· | theta)``, then
+``theta`` is a draw from the posterior given ``y``; so among ``S`` independent
+posterior draws ``theta_1..S`` the rank ``#{s : g(theta_s) < g(theta)}`` of
+any scalar observable ``g`` is uniform on ``{0, ..., S}``. A sampler that
+targets the wrong posterior (a bug in a model, a wrong likelihood, draws
+that are not from the stationary law) gives non-uniform ranks: U-shaped when
+the posterior is too narrow, ∩-shaped when too wide, skewed when biased.
+
+Here, for each of ``R`` replications ``r`` (:func:`simulate`):
+
+1. weights ``theta_r`` from the prior of THEORY.md §1 (:meth:`Network.sample_prior`),
+   for every sampler, including ``"wishart"`` whose sites are Bartlett factors:
+   the order parameters of prior weights have exactly the Wishart-chain law
+   of §7, so the truth is the same for all samplers;
+2. labels ``y_r = f(x; theta_r) + sqrt(T) eps`` (the likelihood at temperature ``T``);
+3. one NUTS chain on the posterior given ``y_r``, built by the sampler of the
+   registry (:func:`bayes_attn.samplers.get`: ``build``, ``observables``,
+   ``conditional``, exactly as :func:`bayes_attn.sample_posterior` uses them),
+   ``num_warmup`` adaptation iterations, then ``num_draws`` draws kept every
+   ``thinning`` iterations (thinning makes them closer to independent);
+4. the rank of every true invariant observable among the draws: the upper
+   triangle of ``U`` (= ``U_1``), of ``U_2 .. U_L`` and ``Ua`` (the deeper
+   order parameters of §7; every registered sampler stores them), ``f`` at
+   every test input and ``f`` at the first ``n_train_obs`` training inputs
+   (the observable most sensitive to the likelihood, e.g. a wrong temperature).
+
+:func:`uniformity` then bins the ranks and runs a chi-square test per
+observable over the ``R`` independent replications. Ranks of different
+observables of one replication are dependent, so counts are not summed across
+observables; the verdict is the Bonferroni-pooled ``p = min(1, Q · min_q p_q)``
+over the ``Q`` observables.
+
+Negative controls (the check has power): ``likelihood_temperature`` lets the
+sampler use a likelihood at a temperature other than the one the data were
+simulated at; at ``T/4`` the posterior is too narrow, at ``4T`` too wide, and
+with enough replications the pooled p-value must be small.
+
+All replications run at once: one ``jax.vmap`` of NumPyro's functional NUTS
+(:func:`numpyro.infer.hmc.hmc`) with the labels as a batched model argument
+(by convention the last positional argument of every sampler's model), one
+chain per replication started from a prior draw (as ``init_to_sample``), the
+same NUTS kernel, adaptation and settings as ``sample_posterior``. Under
+``vmap`` every NUTS iteration waits for the longest trajectory among the
+replications, so the cost is set by the hardest replication.
+
+Example::
+
+    net, x, x_test = calibration.random_problem((2, 2), width=3)
+    res = calibration.sbc_ranks(net, x, x_test, sampler="wishart", temperature=0.1, n_reps=500)
+    calibration.uniformity(res, bins=4)["p_pooled"]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.handlers
+import scipy.stats
+from numpyro.distributions import biject_to
+from numpyro.infer.hmc import hmc
+from numpyro.infer.util import initialize_model
+
+from . import _checks
+from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
+from .precision import DTYPES, x64
+from .samplers import Options, get, prepare
+
+__all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
+
+
+# ----------------------------------------------------------------------------
+# problems and simulation
+# ----------------------------------------------------------------------------
+def random_problem(
+    heads: tuple[int, ...] = (2, 2), *, width: int = 2, N0: int = 4, T: int = 3, P: int = 8, P_test: int = 1,
+    seed: int = 0, variances=1.0,
+) -> tuple[Network, np.ndarray, np.ndarray]:
+    """A small network with random bilinear attention, inputs ``x`` ``[P, T, N0]`` and ``x_test`` ``[P_test, T, N0]``."""
+    rng = np.random.default_rng(seed)
+    net = Network([rng.normal(size=(h, N0, N0)) for h in heads], width, variances)
+    return net, rng.normal(size=(P, T, N0)), rng.normal(size=(P_test, T, N0))
+
+
+def simulate(net: Network, x, x_test, *, temperature: float, n_reps: int, key: jax.Array) -> dict:
+    """Weights from the prior and labels from the likelihood at ``temperature``, ``n_reps`` times.
+
+    Returns ``y`` ``[R, P]`` and the true observables: ``U`` ``[R, D, D]``,
+    ``U_2 .. U_L`` ``[R, D_l, D_l]``, ``Ua`` ``[R]``, ``f_train`` ``[R, P]``
+    (noise-free) and ``f_test`` ``[R, P_test]``. Runs in the current precision.
+    """
+    xi, xi_t = net.xi(x), net.xi(x_test)
+    kw, ke = jax.random.split(key)
+
+    def one(k_w, k_e):
+        W = net.sample_prior(k_w)
+        Us, Ua = order_parameters_from_weights(W.V, W.a, net.widths)
+        w = net.effective_weights(W)
+        f = forward_from_xi(xi, W.V0, w)
+        y = f + math.sqrt(temperature) * jax.random.normal(k_e, f.shape, f.dtype)
+        return {"y": y, "U": Us[0], **{f"U_{l}": U for l, U in enumerate(Us[1:], start=2)}, "Ua": Ua,
+                "f_train": f, "f_test": forward_from_xi(xi_t, W.V0, w)}
+
+    return jax.vmap(one)(jax.random.split(kw, n_reps), jax.random.split(ke, n_reps))
+
+
+# ----------------------------------------------------------------------------
+# batched NUTS on a registered sampler
+# ----------------------------------------------------------------------------
+def batched_nuts(
+    sampler: str,
+    net: Network,
+    x,
+    x_test,
+    y: jax.Array,
+    *,
+    temperature: float,
+    num_warmup: int,
+    num_draws: int,
+    thinning: int,
+    key: jax.Array,
+    target_accept: float = 0.8,
+    max_tree_depth: int = 10,
+    dtype: str = "float64",
+) -> tuple[dict, dict]:
+    """One NUTS chain per row of ``y`` ``[R, P]`` on the sampler ``sampler``, all replications in one ``vmap``.
+
+    The model is ``samplers.get(sampler).build`` with the labels replaced per
+    replication; every draw goes through the sampler's ``observables`` and,
+    afterwards, its ``conditional`` (``f`` drawn exactly given the rest), as
+    in :func:`bayes_attn.sample_posterior`. Must run in the precision of ``dtype``.
+
+    Returns the observables ``{name: [R, S, ...]}`` (``S = num_draws``, kept
+    every ``thinning`` iterations after ``num_warmup``) and per-replication
+    statistics ``n_steps`` (mean leapfrog steps per iteration after warm-up)
+    and ``divergences`` (after warm-up).
+    """
+    smp = get(sampler)
+    y = jnp.asarray(y, jnp.dtype(dtype))
+    inputs = prepare(net, x, y[0], x_test, temperature, dtype)
+    model, args = smp.build(inputs)
+    consts = args[:-1]  # the labels are the last positional argument of every model
+    info = initialize_model(jax.random.key(0), model, model_args=args, dynamic_args=True)
+    init_kernel, sample_kernel = hmc(potential_fn_gen=info.potential_fn, algo="NUTS")
+    sites = sorted(info.param_info.z)
+    options = Options()
+
+    def prior_init(k, yr):
+        """A draw of the sites from the prior, unconstrained (NumPyro's ``init_to_sample``)."""
+        tr = numpyro.handlers.trace(numpyro.handlers.seed(model, k)).get_trace(*consts, yr)
+        return {s: biject_to(tr[s]["fn"].support).inv(tr[s]["value"]) for s in sites}
+
+    def run(k, yr):
+        k_init, k_nuts = jax.random.split(k)
+        a = (*consts, yr)
+        state = init_kernel(prior_init(k_init, yr), num_warmup, target_accept_prob=target_accept,
+                            max_tree_depth=max_tree_depth, model_args=a, rng_key=k_nuts)
+
+        def step(s, _):
+            s = sample_kernel(s, model_args=a)
+            return s, (s.z, s.num_steps, s.diverging)
+
+        # one scan over warm-up and sampling: NUTS is compiled once
+        _, (z, n, d) = jax.lax.scan(step, state, None, length=num_warmup + num_draws * thinning)
+        keep = slice(num_warmup + thinning - 1, None, thinning)
+        z = jax.tree.map(lambda v: v[keep], z)
+        constrain = info.postprocess_fn(*a)
+        obs = jax.vmap(lambda zz: smp.observables(constrain(zz), inputs._replace(y=yr), options))(z)
+        return obs, n[num_warmup:].mean(), d[num_warmup:].sum()
+
+    k_run, k_cond = jax.random.split(key)
+    R = y.shape[0]
+    obs, n, d = jax.jit(jax.vmap(run))(jax.random.split(k_run, R), y)
+
+    def cond(o, k, yr):  # per replication: draws as [chain = 1, draw, ...]
+        extra = smp.conditional(jax.tree.map(lambda v: v[None], o), k, inputs._replace(y=yr), options)
+        return jax.tree.map(lambda v: v[0], extra)
+
+    obs |= jax.jit(jax.vmap(cond))(obs, jax.random.split(k_cond, R), y)
+    return obs, {"n_steps": n, "divergences": d}
+
+
+# ----------------------------------------------------------------------------
+# ranks and uniformity
+# ----------------------------------------------------------------------------
+@dataclass
+class SBCResult:
+    """Ranks of the true observables among ``num_draws`` posterior draws.
+
+    Attributes:
+        ranks: ``[R, Q]`` ints in ``{0, ..., num_draws}``, one column per observable.
+        labels: names of the ``Q`` observables (``"U[1-1,1-2]"``, ``"U_2[1,2]"``,
+            ``"Ua"``, ``"f_test[0]"``, ``"f_train[0]"``).
+        num_draws: ``S``, draws per replication.
+        n_steps: mean leapfrog steps per NUTS iteration after warm-up, per replication ``[R]``.
+        divergences: divergent transitions after warm-up, per replication ``[R]``.
+        seconds: wall time of sampling and observables (compilation included).
+        config: the settings of the run.
+    """
+
+    ranks: np.ndarray
+    labels: list[str]
+    num_draws: int
+    n_steps: np.ndarray
+    divergences: np.ndarray
+    seconds: float
+    config: dict = field(default_factory=dict)
+
+    @property
+    def n_reps(self) -> int:
+        return int(self.ranks.shape[0])
+
+
+def true_and_drawn(net: Network, truth: dict, draws: dict, n_train_obs: int = 1) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Scalar observables compared by SBC: truth ``[R, Q]``, draws ``[R, S, Q]`` and labels ``[Q]``.
+
+    The upper triangle of ``U`` and of every ``U_l`` the sampler stores, ``Ua``
+    if stored, every ``f_test`` entry and the first ``n_train_obs`` of ``f_train``.
+    """
+    true, drawn, labels = [], [], []
+    for l in range(1, net.L + 1):
+        name = "U" if l == 1 else f"U_{l}"
+        if name not in draws:
+            continue
+        lab = order_parameter_labels(net.heads, l)
+        iu = np.triu_indices(len(lab))
+        true.append(np.asarray(truth[name])[:, iu[0], iu[1]])
+        drawn.append(np.asarray(draws[name])[:, :, iu[0], iu[1]])
+        labels += [f"{name}[{lab[i]},{lab[j]}]" for i, j in zip(*iu)]
+    if "Ua" in draws:
+        true.append(np.asarray(truth["Ua"])[:, None])
+        drawn.append(np.asarray(draws["Ua"])[:, :, None])
+        labels.append("Ua")
+    if "f_test" in draws:
+        true.append(np.asarray(truth["f_test"]))
+        drawn.append(np.asarray(draws["f_test"]))
+        labels += [f"f_test[{q}]" for q in range(true[-1].shape[1])]
+    k = n_train_obs
+    if k:
+        true.append(np.asarray(truth["f_train"])[:, :k])
+        drawn.append(np.asarray(draws["f_train"])[:, :, :k])
+        labels += [f"f_train[{q}]" for q in range(k)]
+    return np.concatenate(true, axis=1), np.concatenate(drawn, axis=2), labels
+
+
+def sbc_ranks(
+    net: Network,
+    x,
+    x_test,
+    *,
+    sampler: str,
+    temperature: float,
+    n_reps: int = 100,
+    num_warmup: int = 200,
+    num_draws: int = 19,
+    thinning: int = 5,
+    seed: int = 0,
+    likelihood_temperature: float | None = None,
+    n_train_obs: int = 1,
+    target_accept: float = 0.8,
+    max_tree_depth: int = 10,
+    dtype: str = "float64",
+) -> SBCResult:
+    """SBC of one registered sampler: ``n_reps`` prior replications and the ranks of the truth.
+
+    Args:
+        net: the network; x: training inputs ``[P, T, N0]``; x_test: ``[P_test, T, N0]``.
+        sampler: a name of :data:`bayes_attn.samplers.SAMPLERS`.
+        temperature: the temperature the labels are simulated at.
+        n_reps: replications ``R``.
+        num_warmup, num_draws, thinning: NUTS warm-up iterations, kept draws ``S``
+            per replication, and the iterations between kept draws.
+        seed: seeds the simulation, the chains and the conditional draws.
+        likelihood_temperature: the temperature of the likelihood the sampler
+            uses (default ``temperature``); another value is a negative control.
+        n_train_obs: ``f`` at this many training inputs enters the ranks.
+        target_accept, max_tree_depth: NUTS settings.
+        dtype: ``"float64"`` (default) or ``"float32"``; the run enters the
+            matching JAX precision itself.
+
+    Returns:
+        An :class:`SBCResult` (feed it to :func:`uniformity`).
+    """
+    get(sampler)  # a clear error for an unknown name
+    x, x_test = net.check_inputs(x), net.check_inputs(x_test, "x_test")
+    temperature = _checks.positive("temperature", temperature)
+    Tl = temperature if likelihood_temperature is None else _checks.positive("likelihood_temperature", likelihood_temperature)
+    n_reps = _checks.positive_int("n_reps", n_reps)
+    num_warmup = _checks.positive_int("num_warmup", num_warmup, minimum=0)
+    num_draws = _checks.positive_int("num_draws", num_draws)
+    thinning = _checks.positive_int("thinning", thinning)
+    n_train_obs = _checks.positive_int("n_train_obs", n_train_obs, minimum=0)
+    if n_train_obs > x.shape[0]:
+        raise ValueError(f"n_train_obs must be at most P = {x.shape[0]}, got {n_train_obs}")
+    _checks.choice("dtype", dtype, DTYPES)
+    k_sim, k_run = jax.random.split(jax.random.key(seed))
+    with x64(dtype == "float64"):
+        truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)
+        t0 = time.perf_counter()
+        draws, stats = batched_nuts(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
+                                    num_draws=num_draws, thinning=thinning, key=k_run, target_accept=target_accept,
+                                    max_tree_depth=max_tree_depth, dtype=dtype)
+        draws = jax.block_until_ready(draws)
+        seconds = time.perf_counter() - t0
+    true, drawn, labels = true_and_drawn(net, truth, draws, n_train_obs)
+    ranks = (drawn < true[:, None, :]).sum(axis=1)
+    config = dict(sampler=sampler, temperature=temperature, likelihood_temperature=Tl, n_reps=n_reps,
+                  num_warmup=num_warmup, num_draws=num_draws, thinning=thinning, seed=seed, heads=list(net.heads),
+                  widths=list(net.widths), variances=list(net.variances), N0=net.N0, P=int(x.shape[0]),
+                  P_test=int(x_test.shape[0]), n_train_obs=n_train_obs, target_accept=target_accept,
+                  max_tree_depth=max_tree_depth, dtype=dtype)
+    return SBCResult(ranks, labels, num_draws, np.asarray(stats["n_steps"]), np.asarray(stats["divergences"]),
+                     seconds, config)
+
+
+def uniformity(result: SBCResult, bins: int = 4) -> dict:
+    """Chi-square test of uniform ranks per observable, and the Bonferroni-pooled verdict.
+
+    Each observable gets its own test on its ``R`` independent ranks (ranks of
+    different observables within a replication are dependent, so their counts
+    are not summed); ``p_pooled = min(1, Q · min p)``. ``num_draws + 1`` must be
+    divisible by ``bins`` so that the bins are equally likely.
+
+    Returns ``bins``, ``counts`` ``[Q][bins]``, ``p_values`` (per label),
+    ``p_min``, ``p_pooled`` and ``worst`` (the label of the smallest p-value).
+    """
+    bins = _checks.positive_int("bins", bins, minimum=2)
+    S1 = result.num_draws + 1
+    if S1 % bins:
+        raise ValueError(f"num_draws + 1 = {S1} must be divisible by bins = {bins}")
+    b = result.ranks * bins // S1
+    counts = np.stack([np.bincount(b[:, q], minlength=bins) for q in range(b.shape[1])])  # [Q, bins]
+    p = np.array([scipy.stats.chisquare(c).pvalue for c in counts])
+    return {
+        "bins": bins,
+        "counts": counts.tolist(),
+        "p_values": dict(zip(result.labels, p.tolist())),
+        "p_min": float(p.min()),
+        "p_pooled": float(min(1.0, len(p) * p.min())),
+        "worst": result.labels[int(p.argmin())],
+    }

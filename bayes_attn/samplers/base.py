@@ -1,0 +1,173 @@
+"""What every sampler shares: its inputs, its surface, and the pieces of §5.
+
+A sampler module (``full``, ``full_token``, ``collapsed``, ``wishart``) exposes
+the same small surface, collected in a :class:`Sampler`:
+
+- ``model``: the NumPyro model (a plain function of arrays);
+- ``build(inputs) -> (model, args)``: the model with its constants bound and
+  its positional arguments, ready for ``NUTS``;
+- ``observables(z, inputs, options) -> dict``: the per-draw invariant
+  observables (run inside the sampler, so raw weights need not be kept);
+- ``conditional(draws, key, inputs, options) -> dict``: exact draws taken
+  afterwards from Gaussian conditionals (``f`` or ``V0`` given the rest).
+
+Stored observables (THEORY.md §3, §5, §7): ``U`` (= ``U_1``, ``[D, D]``),
+``U_2 .. U_L`` (``U_l`` over ``(h_l, ..., h_L)``), ``Ua`` (scalar),
+``f_train`` ``[P]`` and ``f_test`` ``[P_test]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from .. import gp
+from ..network import Network, effective_weights, kernel_from_C, order_parameters_from_weights, path_kernel_from_xi
+
+
+class SamplerInputs(NamedTuple):
+    """A sampling problem, with arrays in the sampling dtype.
+
+    net: the network; x: training inputs ``[P, T, N0]`` (float64 numpy);
+    xi: path inputs ``[P, D, N0]``; y: labels ``[P]``; xi_test: ``[P_test, D, N0]``
+    or ``None``; temperature: likelihood variance.
+    """
+
+    net: Network
+    x: np.ndarray
+    xi: jax.Array
+    y: jax.Array
+    xi_test: jax.Array | None
+    temperature: float
+
+    @property
+    def dtype(self):
+        return self.xi.dtype
+
+    def consts(self) -> dict:
+        """Keyword constants every model takes."""
+        n = self.net
+        return dict(heads=n.heads, widths=n.widths, variances=n.variances, temperature=self.temperature)
+
+
+class Options(NamedTuple):
+    """What to store besides the invariant observables."""
+
+    keep_weights: bool = False
+    keep_effective_weights: bool = False
+
+
+class Sampler(NamedTuple):
+    """One sampler's surface (see the module docstring)."""
+
+    name: str
+    description: str
+    draws_weights: bool
+    model: Callable
+    build: Callable[[SamplerInputs], tuple[Callable, tuple]]
+    observables: Callable[[dict, SamplerInputs, Options], dict]
+    conditional: Callable[[dict, jax.Array, SamplerInputs, Options], dict]
+
+
+def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, temperature: float, dtype: str) -> SamplerInputs:
+    """Path inputs and labels in ``dtype`` (call inside the matching precision context)."""
+    jdt = jnp.dtype(dtype)
+    xi = net.xi(x).astype(jdt)
+    xi_test = None if x_test is None else net.xi(x_test).astype(jdt)
+    return SamplerInputs(net, x, xi, jnp.asarray(y, jdt), xi_test, float(temperature))
+
+
+# ----------------------------------------------------------------------------
+# priors of §1
+# ----------------------------------------------------------------------------
+def upper_weights(heads, widths, variances, dtype):
+    """Sample ``V[l][h]`` (sites ``V1..VL``, ``[H_l, N_{l+1}, N_l]``) and ``a`` (``[Na]``)."""
+    V = []
+    for l, H in enumerate(heads):
+        sd = jnp.asarray(math.sqrt(variances[l + 1]), dtype)
+        V.append(numpyro.sample(f"V{l + 1}", dist.Normal(jnp.zeros((), dtype), sd).expand([H, widths[l + 1], widths[l]])))
+    sa = jnp.asarray(math.sqrt(variances[-1]), dtype)
+    a = numpyro.sample("a", dist.Normal(jnp.zeros((), dtype), sa).expand([widths[-1]]))
+    return tuple(V), a
+
+
+def input_projection(N0: int, widths, variances, dtype):
+    """Sample ``V0`` (``[N1, N0]``)."""
+    s0 = jnp.asarray(math.sqrt(variances[0]), dtype)
+    return numpyro.sample("V0", dist.Normal(jnp.zeros((), dtype), s0).expand([widths[0], N0]))
+
+
+def upper(z: dict, L: int) -> tuple[tuple[jax.Array, ...], jax.Array]:
+    """``(V, a)`` from a draw's sites."""
+    return tuple(z[f"V{l + 1}"] for l in range(L)), z["a"]
+
+
+def order_parameter_observables(Us, Ua) -> dict:
+    """``{"U": U_1, "U_2": ..., "U_L": ..., "Ua": Ua}``."""
+    return {"U": Us[0], **{f"U_{l}": U for l, U in enumerate(Us[1:], start=2)}, "Ua": Ua}
+
+
+def weight_observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
+    """Order parameters from a draw of the upper weights (plus ``w`` and raw weights if asked)."""
+    net = inputs.net
+    V, a = upper(z, net.L)
+    Us, Ua = order_parameters_from_weights(V, a, net.widths)
+    out = order_parameter_observables(Us, Ua)
+    if options.keep_effective_weights:
+        out["w"] = effective_weights(V, a, net.widths)
+    if options.keep_weights:
+        out |= z
+    return out
+
+
+def no_conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+    """For samplers that draw every weight: nothing to add."""
+    return {}
+
+
+# ----------------------------------------------------------------------------
+# exact conditional draws given U (§5)
+# ----------------------------------------------------------------------------
+def _psd_sqrt(U: jax.Array) -> jax.Array:
+    """``R`` with ``R R^T = U`` for a positive semi-definite ``U``."""
+    lam, vec = jnp.linalg.eigh(U)
+    return vec * jnp.sqrt(jnp.clip(lam, 0.0))
+
+
+def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInputs) -> dict:
+    """``f_train`` (and ``f_test``) drawn exactly from ``f | U, Y`` for every draw of ``U``.
+
+    ``U_draws`` is ``[chain, draw, D, D]``. The prior draw uses
+    ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
+    ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
+    :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``.
+    """
+    xi, y, T = inputs.xi, inputs.y, inputs.temperature
+    s0sq = inputs.net.variances[0]
+    D, N0 = xi.shape[1], xi.shape[2]
+    C = path_kernel_from_xi(xi, xi, s0sq)
+    xis = [xi] if inputs.xi_test is None else [xi, inputs.xi_test]
+    scale = math.sqrt(s0sq / (N0 * D))
+
+    def one(U, k):
+        k1, k2 = jax.random.split(k)
+        RZ = _psd_sqrt(U) @ jax.random.normal(k1, (D, N0), U.dtype) * scale
+        priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
+        eps = math.sqrt(T) * jax.random.normal(k2, y.shape, U.dtype)
+        alpha = gp.pathwise_weights(kernel_from_C(U, C), priors[0], y, eps, T)
+        v = (s0sq / (N0 * D)) * jnp.einsum("b,bei,de->di", alpha, xi, U)  # K(x, X) alpha = xi(x) · v
+        return [f + jnp.einsum("pdi,di->p", xq, v) for f, xq in zip(priors, xis)]
+
+    shape = U_draws.shape[:2]
+    keys = jax.random.split(key, math.prod(shape))
+    flat = U_draws.reshape(-1, *U_draws.shape[2:])
+    outs = jax.lax.map(lambda t: one(*t), (flat, keys), batch_size=256)
+    names = ["f_train", "f_test"][: len(outs)]
+    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}

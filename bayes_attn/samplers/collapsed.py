@@ -1,0 +1,83 @@
+"""``"collapsed"``: NUTS over the upper weights with ``V0`` integrated out (THEORY.md §5).
+
+Marginal likelihood ``Y ~ Normal(0, K(U(w)) + temperature I)`` with
+``U = w w^T / N1``; afterwards ``f`` (or, with ``keep_weights``, ``V0`` itself)
+is drawn exactly from its Gaussian conditional for every draw.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+from .. import gp
+from ..network import effective_weights, forward_from_xi, kernel_from_C, path_kernel_from_xi
+from . import full
+from .base import Options, Sampler, SamplerInputs, conditional_outputs, upper, upper_weights, weight_observables
+
+
+def model(C, y, *, heads, widths, variances, temperature):
+    """``C``: path kernel ``[D, D, P, P]`` of the training inputs; ``Y ~ Normal(0, sum U C + temperature I)``."""
+    dtype = C.dtype
+    V, a = upper_weights(heads, widths, variances, dtype)
+    w = effective_weights(V, a, widths)
+    chol = gp.gram_cholesky(kernel_from_C(w @ w.T / w.shape[1], C), temperature)
+    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(C.shape[-1], dtype), scale_tril=chol), obs=y)
+
+
+def build(inputs: SamplerInputs):
+    C = path_kernel_from_xi(inputs.xi, inputs.xi, inputs.net.variances[0])
+    return partial(model, **inputs.consts()), (C, inputs.y)
+
+
+def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Array:
+    """Raw ``V0`` draws ``[chain, draw, N1, N0]`` from ``V0 | upper weights, Y`` (pathwise).
+
+    ``V0 = V0' + s0² sum_mu alpha_mu df(x_mu)/dV0`` with ``V0'`` from the prior,
+    ``alpha`` from :func:`bayes_attn.gp.pathwise_weights` and
+    ``df(x_mu)/dV0 = sum_pi w_pi ⊗ xi_pi(x_mu) / sqrt(N1 N0 D)``.
+    """
+    net, xi, y, T = inputs.net, inputs.xi, inputs.y, inputs.temperature
+    s0sq = net.variances[0]
+    N1, N0, D = net.widths[0], net.N0, net.D
+    C = path_kernel_from_xi(xi, xi, s0sq)
+
+    def one(V, a, k):
+        w = effective_weights(V, a, net.widths)
+        k1, k2 = jax.random.split(k)
+        V0p = math.sqrt(s0sq) * jax.random.normal(k1, (N1, N0), xi.dtype)
+        eps = math.sqrt(T) * jax.random.normal(k2, y.shape, xi.dtype)
+        alpha = gp.pathwise_weights(kernel_from_C(w @ w.T / N1, C), forward_from_xi(xi, V0p, w), y, eps, T)
+        return V0p + s0sq * jnp.einsum("b,dn,bdi->ni", alpha, w, xi) / math.sqrt(N1 * N0 * D)
+
+    shape = draws["a"].shape[:2]
+    flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
+    V, a = upper(flat, net.L)
+    keys = jax.random.split(key, math.prod(shape))
+    out = jax.lax.map(lambda t: one(*t), (V, a, keys), batch_size=64)
+    return out.reshape(*shape, N1, N0)
+
+
+def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+    """``f_train``, ``f_test`` given ``U``; with ``keep_weights``, ``V0`` given the upper weights and ``f`` from it."""
+    if not options.keep_weights:
+        return conditional_outputs(draws["U"], key, inputs)
+    V0 = conditional_V0(draws, key, inputs)
+    with_V0 = jax.vmap(jax.vmap(lambda z: full.observables(z, inputs, Options())))(draws | {"V0": V0})
+    return {"V0": V0, "f_train": with_V0["f_train"], **({"f_test": with_V0["f_test"]} if "f_test" in with_V0 else {})}
+
+
+SAMPLER = Sampler(
+    name="collapsed",
+    description="NUTS over the upper weights with V0 integrated out; f (or V0) drawn exactly afterwards",
+    draws_weights=True,
+    model=model,
+    build=build,
+    observables=weight_observables,
+    conditional=conditional,
+)

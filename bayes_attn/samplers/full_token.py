@@ -1,0 +1,44 @@
+"""``"full-token"``: NUTS over every weight, the network of THEORY.md §1 run over tokens.
+
+The paper's form, line by line: ``z0 = V0 x / sqrt(N0)``, attention layers,
+``f = a · zL / sqrt(Na)``. Same posterior as ``"full"``, much slower.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+from ..network import Weights, forward_token
+from . import full
+from .base import Sampler, SamplerInputs, input_projection, no_conditional, upper_weights
+
+
+def model(x, omegas, y, *, heads, widths, variances, temperature):
+    """``x`` ``[P, T, N0]``; ``omegas`` the fixed attention of every layer (``Network.attention_matrices``)."""
+    dtype = x.dtype
+    V0 = input_projection(x.shape[2], widths, variances, dtype)
+    V, a = upper_weights(heads, widths, variances, dtype)
+    f = forward_token(omegas, x, Weights(V0, V, a), widths)
+    numpyro.sample("y", dist.Normal(f, jnp.sqrt(jnp.asarray(temperature, dtype))), obs=y)
+
+
+def build(inputs: SamplerInputs):
+    dtype = inputs.dtype
+    x = jnp.asarray(inputs.x, dtype)
+    omegas = tuple(o.astype(dtype) for o in inputs.net.attention_matrices(inputs.x))
+    return partial(model, **inputs.consts()), (x, omegas, inputs.y)
+
+
+SAMPLER = Sampler(
+    name="full-token",
+    description="NUTS over all weights, the network run over tokens as in the paper (slow)",
+    draws_weights=True,
+    model=model,
+    build=build,
+    observables=full.observables,
+    conditional=no_conditional,
+)

@@ -1,0 +1,103 @@
+"""Sampler settings: the one home of their defaults and checks.
+
+``sample_posterior``, the spec's ``[sampler]`` table and the ``bayes-attn``
+command all read :class:`SamplerSettings`; the command derives its choices
+from :data:`CHAIN_METHODS`, :data:`bayes_attn.precision.DTYPES` and the
+sampler registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .. import _checks
+from ..precision import DTYPES
+
+CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
+DEFAULT_SAMPLER = "collapsed"
+RENAMED = {
+    "method": "name",
+    "form": "name",
+}
+"""Keys of older specs and calls, replaced by one sampler ``name``."""
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """How to sample (NUTS via NumPyro).
+
+    Attributes:
+        name: the sampler (see :data:`bayes_attn.samplers.SAMPLERS`).
+        num_warmup, num_samples: warm-up and kept draws per chain.
+        num_chains: independent chains.
+        seed: random seed (NUTS and the conditional draws).
+        dtype: ``"float64"`` or ``"float32"`` (float32 suits GPUs).
+        chain_method: NumPyro's ``"parallel"``, ``"vectorized"``, ``"sequential"``,
+            or ``"auto"`` (parallel when there is a device per chain, else vectorized).
+        thinning: keep every ``thinning``-th draw.
+        target_accept: NUTS target acceptance probability, in (0, 1).
+        max_tree_depth: NUTS maximum tree depth (at most ``2**depth - 1`` leapfrog steps).
+    """
+
+    name: str = DEFAULT_SAMPLER
+    num_warmup: int = 500
+    num_samples: int = 500
+    num_chains: int = 2
+    seed: int = 0
+    dtype: str = "float64"
+    chain_method: str = "auto"
+    thinning: int = 1
+    target_accept: float = 0.8
+    max_tree_depth: int = 10
+
+    def __post_init__(self):
+        from . import SAMPLERS  # the registry imports this module
+
+        _checks.choice("sampler", self.name, tuple(SAMPLERS))
+        _checks.positive_int("num_warmup", self.num_warmup, minimum=0)
+        _checks.positive_int("num_samples", self.num_samples)
+        _checks.positive_int("num_chains", self.num_chains)
+        _checks.positive_int("thinning", self.thinning)
+        if self.thinning > self.num_samples:
+            raise ValueError(f"thinning must be at most num_samples={self.num_samples}, got {self.thinning}")
+        _checks.positive_int("max_tree_depth", self.max_tree_depth)
+        t = self.target_accept
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t < 1.0:
+            raise ValueError(f"target_accept must be a number in (0, 1), got {t!r}")
+        _checks.positive_int("seed", self.seed, minimum=0)
+        _checks.choice("dtype", self.dtype, DTYPES)
+        _checks.choice("chain_method", self.chain_method, CHAIN_METHODS)
+
+    @property
+    def max_leapfrog_steps(self) -> int:
+        """Leapfrog steps of a tree of maximal depth."""
+        return 2**self.max_tree_depth - 1
+
+    def replace(self, **overrides) -> SamplerSettings:
+        """A copy with ``overrides`` applied (``None`` values ignored; unknown keys are an error)."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        check_keys(overrides, "sampler settings")
+        return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "sampler settings") -> SamplerSettings:
+        """Build from a mapping of field names (e.g. a spec's ``[sampler]`` table)."""
+        check_keys(values, where)
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def check_keys(values: dict, where: str) -> None:
+    """Raise ``ValueError`` for keys that are not settings, pointing renamed ones to their new name."""
+    known = {f.name for f in dataclasses.fields(SamplerSettings)}
+    for key in values:
+        if key in RENAMED:
+            raise ValueError(
+                f"{where}: {key!r} was replaced by one sampler name: use name = 'full', 'full-token', "
+                "'collapsed' or 'wishart' (method='full' with form='path' is 'full', with form='token' 'full-token')"
+            )
+        if key not in known:
+            raise ValueError(f"{where}: unknown key {key!r}; expected some of {sorted(known)}")

@@ -1,0 +1,322 @@
+"""``"wishart"``: NUTS over the order parameters themselves, via Bartlett factors (THEORY.md §7).
+
+Once ``V0`` is integrated out (§5) the likelihood depends on the weights only
+through ``U_1``, and the prior of the order parameters ``(Ua, U_L, ..., U_1)``
+is a chain of Wishart laws, exactly, at any width:
+
+    Na Ua = |a|²,                 Ua ~ sa² χ²(Na) / Na,
+    N_l U_l | U_{l+1}  ~  Wishart_{D_l}(N_l, s_l² (I_{H_l} ⊗ U_{l+1})),   U_{L+1} := Ua,
+
+with ``D_l = H_l ··· H_L`` and the index of ``U_l`` ordered ``(h_l, ..., h_L)``,
+``h_l`` slowest (§4). The posterior is
+
+    p ∝ Π_l Wishart(U_l | U_{l+1}) · χ²(Ua) · Normal(Y | 0, K(U_1) + temperature I),
+    K(U_1) = Σ_{π,π'} U_1[π, π'] C[π, π'].
+
+Non-centred (Bartlett) parametrisation, valid for every width (also
+``N_l < D_l``, where ``U_l`` is singular): carry a factor ``F_k`` with
+``U_k = F_k F_kᵀ``,
+
+    F_{L+2} = [1]                                   (1 × 1)
+    for k = a, L, L−1, ..., 1  (width n_k = Na, N_L, ..., N_1; variance s_k²; H_a = 1):
+        m_k = H_k · cols(F_{k+1}),   r_k = min(m_k, n_k)
+        A_k  lower-trapezoidal m_k × r_k:
+             A_ii = sqrt(c_i),  c_i ~ χ²(n_k − i + 1)   (i = 1..r_k, 1-based)
+             A_ij ~ Normal(0, 1)                        (i > j)
+        F_k = s_k / sqrt(n_k) · (I_{H_k} ⊗ F_{k+1}) · A_k          (D_k × r_k)
+    U_k = F_k F_kᵀ,   Ua = F_a F_aᵀ (1 × 1),   U = U_1.
+
+(Bartlett: ``Z Zᵀ`` for an ``m × n`` standard normal ``Z`` has the law of
+``A Aᵀ``; given ``F_{k+1}`` the ``n_k`` columns of ``(I ⊗ F_{k+1}) Z`` are iid
+``Normal(0, I ⊗ U_{k+1})``.) ``rank U_k = r_k``.
+
+Two sites (NumPyro samples them as they are, on the real line, in the dtype
+of the inputs), each the concatenation over the levels in the order of
+``widths`` (``1, ..., L, a``):
+
+- ``t`` ``[Σ_k r_k]``: the diagonals, as *standardised log chi-squares*
+  ``t_i = (log c_i − E log c_i) / sd(log c_i)`` with
+  ``E log χ²(ν) = log 2 + ψ(ν/2)``, ``Var log χ²(ν) = ψ'(ν/2)``
+  (:class:`StandardLogChi2`). Under the prior every ``t_i`` has mean 0 and
+  variance 1 at any width, so the unconstrained space is well scaled from the
+  start of warm-up (even for ``init_to_uniform``), whereas a plain ``Chi2``
+  site lives at ``log c ≈ log N ± sqrt(2/N)``, i.e. ``9.2 ± 0.014`` at
+  ``N = 10⁴``. The density is evaluated in a form free of ``O(N)``
+  cancellations, so float32 is fine at large width. One site for all
+  diagonals means one (slow to compile) gamma sampler for ``init_to_sample``.
+- ``z`` ``[Σ_k m_k r_k − r_k (r_k + 1) / 2]``: the strictly lower entries of
+  every ``A_k``, column by column, standard normal (absent when there are
+  none, e.g. one layer with one head).
+
+The sampled dimension is ``Σ_k (entries of A_k)``, independent of the widths
+once they exceed the path counts: 14 for the Fig. 2c network (heads (2, 2):
+``A_a`` 1 + ``A_2`` 3 + ``A_1`` 10). Each gradient costs one ``P × P``
+Cholesky. Per draw the stored observables are ``U`` (= ``U_1``, ``[D, D]``),
+``U_2 .. U_L`` and ``Ua`` (scalar); afterwards ``f_train``, ``f_test`` are
+drawn exactly from their Gaussian conditional given ``U_1`` (§5). Raw weights
+are not drawn (``draws_weights=False``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import scipy.special
+from numpyro.distributions import constraints
+
+from .. import gp
+from ..network import kernel_from_C, path_kernel_from_xi
+from .base import Options, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
+
+
+# ----------------------------------------------------------------------------
+# shapes and the factor recursion (pure JAX)
+# ----------------------------------------------------------------------------
+def level_names(L: int) -> list[str]:
+    """Level labels in the order of ``widths``: ``["1", ..., "L", "a"]``."""
+    return [str(l) for l in range(1, L + 1)] + ["a"]
+
+
+def factor_shapes(heads: Sequence[int], widths: Sequence[int]) -> list[tuple[int, int]]:
+    """Shapes ``(m_k, r_k)`` of ``A_1, ..., A_L, A_a`` (the order of ``widths``)."""
+    hs = (*heads, 1)  # H_1..H_L, H_a = 1
+    shapes, cols = [], 1  # cols(F_{L+2}) = 1
+    for H, n in reversed(list(zip(hs, widths))):  # k = a, L, ..., 1
+        m = H * cols
+        r = min(m, n)
+        shapes.insert(0, (m, r))
+        cols = r
+    return shapes
+
+
+def num_parameters(heads: Sequence[int], widths: Sequence[int]) -> int:
+    """The sampled dimension ``Σ_k`` (entries of ``A_k``)."""
+    return sum(r * m - r * (r - 1) // 2 for m, r in factor_shapes(heads, widths))
+
+
+def chi2_dofs(m: int, r: int, n: int) -> np.ndarray:
+    """Degrees of freedom ``n − i + 1`` (``i = 1..r``) of the diagonal of ``A`` (``m × r``, width ``n``)."""
+    return n - np.arange(r, dtype=np.float64)
+
+
+def _lower_indices(m: int, r: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column indices of the strictly lower entries of an ``m × r`` matrix, column by column."""
+    rows, cols = [], []
+    for j in range(r):
+        for i in range(j + 1, m):
+            rows.append(i)
+            cols.append(j)
+    return np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64)
+
+
+def assemble(c_sqrt: jax.Array, z: jax.Array | None, m: int) -> jax.Array:
+    """``A`` (``m × r``) from its diagonal ``sqrt(c)`` ``[r]`` and strictly lower entries ``z`` (column by column)."""
+    r = c_sqrt.shape[0]
+    A = jnp.zeros((m, r), c_sqrt.dtype).at[jnp.arange(r), jnp.arange(r)].set(c_sqrt)
+    if z is not None and z.shape[0]:
+        rows, cols = _lower_indices(m, r)
+        A = A.at[rows, cols].set(z)
+    return A
+
+
+def order_parameters_from_factors(A_list: Sequence[jax.Array], heads: Sequence[int], widths: Sequence[int],
+                                  variances: Sequence[float]):
+    """``([U_1, ..., U_L], Ua)`` from the Bartlett factors (THEORY.md §7).
+
+    Args:
+        A_list: ``[A_1, ..., A_L, A_a]``, ``A_k`` of shape ``(m_k, r_k)`` of
+            :func:`factor_shapes` (only its lower-trapezoidal part is meant
+            to be non-zero, but the recursion uses the whole matrix).
+        heads: ``(H_1, ..., H_L)``; widths: ``(N_1, ..., N_L, Na)``;
+        variances: ``(s0², s1², ..., sL², sa²)`` (``s0²`` unused) as in
+            :class:`~bayes_attn.network.Network`.
+
+    Returns:
+        ``U_l`` ``[D_l, D_l]`` with ``D_l = H_l ··· H_L`` (``h_l`` slowest) and
+        ``Ua`` a scalar. Pure JAX: can be ``vmap``-ed over draws.
+    """
+    L = len(heads)
+    if len(A_list) != L + 1 or len(widths) != L + 1 or len(variances) != L + 2:
+        raise ValueError(f"need L + 1 = {L + 1} factors and widths and L + 2 variances, got "
+                         f"{len(A_list)}, {len(widths)}, {len(variances)}")
+    dtype = A_list[-1].dtype
+    hs = (*heads, 1)
+    F = jnp.ones((1, 1), dtype)  # F_{L+2}
+    Us = []
+    for k in reversed(range(L + 1)):  # a, L, ..., 1
+        A, H, n = A_list[k], hs[k], widths[k]
+        rows, cols = F.shape
+        if A.shape[0] != H * cols:
+            raise ValueError(f"factor {level_names(L)[k]} must have {H * cols} rows, got shape {A.shape}")
+        scale = jnp.asarray(math.sqrt(variances[k + 1] / n), dtype)
+        # (I_H ⊗ F) A: row (h, p) is F[p, :] · A[h·cols:(h+1)·cols, :]
+        F = scale * jnp.einsum("pq,hqr->hpr", F, A.reshape(H, cols, A.shape[1])).reshape(H * rows, A.shape[1])
+        Us.insert(0, F @ F.T)
+    return Us[:-1], Us[-1][0, 0]
+
+
+# ----------------------------------------------------------------------------
+# the standardised log chi-square
+# ----------------------------------------------------------------------------
+class StandardLogChi2(dist.Distribution):
+    """``t = (log c − log 2 − ψ(ν/2)) / sqrt(ψ'(ν/2))`` for ``c ~ χ²(ν)``: mean 0, variance 1, on the real line.
+
+    ``log p(t) = log χ²_ν(c) + log c + log σ`` with ``log c = μ + σ t``,
+    written as ``−(ν/2)(expm1(s) − s) + const`` with ``s = log(c/ν)`` so that
+    no ``O(ν)`` terms cancel (``const`` is computed in float64 NumPy).
+    ``df`` is a 1-d array of degrees of freedom (fixed constants, not traced).
+    """
+
+    arg_constraints = {}
+    support = constraints.real
+    reparametrized_params = []
+
+    def __init__(self, df, dtype=jnp.float64, *, validate_args=None):
+        df = np.atleast_1d(np.asarray(df, dtype=np.float64))
+        if df.ndim != 1 or np.any(df <= 0):
+            raise ValueError(f"df must be a 1-d array of positive numbers, got {df!r}")
+        half = df / 2
+        sigma = np.sqrt(scipy.special.polygamma(1, half))
+        mu_s = scipy.special.digamma(half) - np.log(half)  # E log(c / ν)
+        const = half * np.log(half) - half - scipy.special.gammaln(half) + np.log(sigma)
+        self.df = df
+        self._half = jnp.asarray(half, dtype)
+        self._sigma = jnp.asarray(sigma, dtype)
+        self._mu_s = jnp.asarray(mu_s, dtype)
+        self._mu = jnp.asarray(np.log(df) + mu_s, dtype)  # E log c
+        self._const = jnp.asarray(const, dtype)
+        self._dtype = jnp.dtype(dtype)
+        super().__init__(batch_shape=df.shape, validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        shape = sample_shape + self.batch_shape
+        logc = math.log(2.0) + jax.random.loggamma(key, self._half, shape, dtype=self._dtype)
+        return (logc - self._mu) / self._sigma
+
+    def log_prob(self, value):
+        s = self._mu_s + self._sigma * value
+        return self._const - self._half * (jnp.expm1(s) - s)
+
+    def chi2(self, value):
+        """``c`` from ``t``."""
+        return jnp.exp(self._mu + self._sigma * value)
+
+    @property
+    def mean(self):
+        return jnp.zeros(self.batch_shape, self._dtype)
+
+    @property
+    def variance(self):
+        return jnp.ones(self.batch_shape, self._dtype)
+
+
+# ----------------------------------------------------------------------------
+# the model
+# ----------------------------------------------------------------------------
+def site_sizes(heads: Sequence[int], widths: Sequence[int]) -> tuple[int, int]:
+    """Lengths of the sites ``t`` (``Σ_k r_k``) and ``z`` (``Σ_k m_k r_k − r_k (r_k + 1) / 2``)."""
+    shapes = factor_shapes(heads, widths)
+    return sum(r for _, r in shapes), sum(r * m - r * (r + 1) // 2 for m, r in shapes)
+
+
+def diagonal_distribution(heads: Sequence[int], widths: Sequence[int], dtype) -> StandardLogChi2:
+    """The prior of the site ``t``: the diagonals of ``A_1, ..., A_L, A_a``, concatenated."""
+    dofs = [chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths)]
+    return StandardLogChi2(np.concatenate(dofs), dtype)
+
+
+def factors_from_diagonals(c_sqrt: jax.Array, z: jax.Array | None, heads: Sequence[int], widths: Sequence[int]) -> list[jax.Array]:
+    """``[A_1, ..., A_L, A_a]`` from all diagonals ``sqrt(c)`` ``[Σ r_k]`` and lower entries ``z`` (concatenated)."""
+    A_list, i, j = [], 0, 0
+    for m, r in factor_shapes(heads, widths):
+        n_low = r * m - r * (r + 1) // 2
+        A_list.append(assemble(c_sqrt[i : i + r], None if z is None else z[j : j + n_low], m))
+        i, j = i + r, j + n_low
+    return A_list
+
+
+def factors_from_sites(t: jax.Array, z: jax.Array | None, heads: Sequence[int], widths: Sequence[int]) -> list[jax.Array]:
+    """``[A_1, ..., A_L, A_a]`` from the sites ``t`` and ``z`` (module docstring)."""
+    c = diagonal_distribution(heads, widths, t.dtype).chi2(t)
+    return factors_from_diagonals(jnp.sqrt(c), z, heads, widths)
+
+
+def factor_sites(heads: Sequence[int], widths: Sequence[int], dtype) -> list[jax.Array]:
+    """Sample the sites ``t``, ``z`` (module docstring) and return ``[A_1, ..., A_L, A_a]``."""
+    t = numpyro.sample("t", diagonal_distribution(heads, widths, dtype))
+    n_low = site_sizes(heads, widths)[1]
+    z = None
+    if n_low:
+        z = numpyro.sample("z", dist.Normal(jnp.zeros((), dtype), jnp.ones((), dtype)).expand([n_low]))
+    return factors_from_sites(t, z, heads, widths)
+
+
+def factors_from_draw(z: dict, heads: Sequence[int], widths: Sequence[int]) -> list[jax.Array]:
+    """``[A_1, ..., A_L, A_a]`` from one draw's sites (``{"t": ..., "z": ...}``)."""
+    return factors_from_sites(z["t"], z.get("z"), heads, widths)
+
+
+def model(C, y, *, heads, widths, variances, temperature):
+    """``C``: path kernel ``[D, D, P, P]``; Wishart-chain prior via Bartlett factors; ``Y ~ Normal(0, K(U_1) + T I)``.
+
+    ``y=None`` samples ``y`` from the prior predictive.
+    """
+    dtype = C.dtype
+    A_list = factor_sites(heads, widths, dtype)
+    Us, _ = order_parameters_from_factors(A_list, heads, widths, variances)
+    chol = gp.gram_cholesky(kernel_from_C(Us[0], C), temperature)
+    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(C.shape[-1], dtype), scale_tril=chol), obs=y)
+
+
+def build(inputs: SamplerInputs):
+    C = path_kernel_from_xi(inputs.xi, inputs.xi, inputs.net.variances[0])
+    return partial(model, **inputs.consts()), (C, inputs.y)
+
+
+def observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
+    """``U`` (= ``U_1``), ``U_2 .. U_L``, ``Ua`` of one draw of the factors (raw weights do not exist here)."""
+    net = inputs.net
+    Us, Ua = order_parameters_from_factors(factors_from_draw(z, net.heads, net.widths), net.heads, net.widths,
+                                           net.variances)
+    return order_parameter_observables(Us, Ua)
+
+
+def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+    """``f_train``, ``f_test`` drawn exactly given ``U``."""
+    return conditional_outputs(draws["U"], key, inputs)
+
+
+def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], variances: Sequence[float] | None = None,
+               dtype=jnp.float64) -> list[jax.Array]:
+    """One exact prior draw of ``[A_1, ..., A_L, A_a]``: ``c_i`` by ``jax.random.chisquare``, ``A_ij`` normal.
+
+    ``variances`` is accepted for symmetry with :func:`order_parameters_from_factors`
+    (the factors do not depend on it). Feed the result to
+    :func:`order_parameters_from_factors`; ``vmap`` over keys for many draws.
+    Independent of :class:`StandardLogChi2` (which the model uses).
+    """
+    dtype = jnp.dtype(dtype)
+    dofs = np.concatenate([chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths)])
+    n_low = site_sizes(heads, widths)[1]
+    k1, k2 = jax.random.split(key)
+    c = jax.random.chisquare(k1, jnp.asarray(dofs, dtype), dofs.shape, dtype=dtype)
+    z = jax.random.normal(k2, (n_low,), dtype) if n_low else None
+    return factors_from_diagonals(jnp.sqrt(c), z, heads, widths)
+
+
+SAMPLER = Sampler(
+    name="wishart",
+    description="NUTS over the order parameters only (Bartlett factors of the Wishart chain); f drawn exactly afterwards",
+    draws_weights=False,
+    model=model,
+    build=build,
+    observables=observables,
+    conditional=conditional,
+)

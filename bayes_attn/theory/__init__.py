@@ -1,0 +1,50 @@
+"""Finite-width theory of THEORY.md §3–4: the action, its minimiser, predictors.
+
+Symbols (THEORY.md):
+
+- ``C[pi, pi'](mu, nu)``: path–path kernel ``[D, D, P, P]`` (§3);
+- ``U_l``: order parameter of hidden layer ``l`` (``l = 1..L``), symmetric
+  positive definite, ``[m_l, m_l]`` with ``m_l = H_l ... H_L`` (``h_l``
+  slowest); ``U = U_1`` is the ``D × D`` matrix over paths;
+- ``Ua``: readout order parameter (a positive scalar), eliminated through its
+  closed form given ``U_L``;
+- ``K(U_1) = sum U_1[pi, pi'] C[pi, pi']``: the renormalised kernel ``[P, P]``;
+  ``G = K + temperature · I``;
+- ``S``: the action of §4, minimised over all ``U_l``.
+
+Modules:
+
+- :mod:`.coordinates`: flat coordinates of ``[U_1, ..., U_L]`` — vech
+  (upper-triangular entries) and log-Cholesky — and the maps between them;
+- :mod:`.action`: :class:`Problem` (data, widths, variances, kernel basis),
+  ``S`` = entropy + data term, the reduced action ``S / N_max`` with ``Ua``
+  eliminated and its exact gradient and Hessian (jit-compiled, float64);
+  :func:`action`, :func:`action_gradient`, :func:`gp_order_parameters`;
+- :mod:`.newton`: :class:`NewtonSolver`, damped Newton with Armijo
+  backtracking, returning a :class:`NewtonResult`;
+- :mod:`.result`: :class:`Theory` (order parameters, predictor mean and
+  variance, kernel–task alignment, head scores, netCDF) and :func:`load_theory`;
+- :mod:`.solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`.
+
+All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
+whatever the caller's JAX default; results are NumPy float64.
+"""
+
+from .action import Problem, action, action_gradient, gp_order_parameters, make_problem
+from .newton import NewtonResult, NewtonSolver
+from .result import Theory, load_theory
+from .solve import gp_limit, solve_theory
+
+__all__ = [
+    "NewtonResult",
+    "NewtonSolver",
+    "Problem",
+    "Theory",
+    "action",
+    "action_gradient",
+    "gp_limit",
+    "gp_order_parameters",
+    "load_theory",
+    "make_problem",
+    "solve_theory",
+]

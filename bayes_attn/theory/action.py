@@ -1,0 +1,397 @@
+"""The action ``S`` of THEORY.md §4 and its derivatives.
+
+    S = Na (Ua / sa² − ln Ua)
+      + NL (tr U_L / (sL² Ua) − ln det U_L + H_L ln Ua)
+      + Σ_{l<L} N_l (tr(U_{l+1}⁻¹ tr_l U_l) / s_l² − ln det U_l + H_l ln det U_{l+1})
+      + ln det G + Yᵀ G⁻¹ Y,          G = K(U_1) + temperature · I_P.
+
+The first three lines are the *entropy* (width terms), the last the *data
+term*. The solver minimises the *reduced action* ``S / N_max`` (``N_max`` the
+largest width) with ``Ua`` at its closed form given ``U_L``, as a function of
+the vech entries ``theta`` of all ``U_l`` (or of their log-Cholesky
+coordinates ``psi``; see :mod:`.coordinates`). The entropy is differentiated
+by ``jax``; the data term's gradient and Hessian are in closed form.
+
+Everything JAX runs in float64 (:func:`bayes_attn.precision.float64`),
+whatever the caller's default. The jitted functions compile once per head
+structure, kernel form and training-set size: widths, variances and
+temperature are traced. No inverse is formed: every solve and log-determinant
+goes through a Cholesky factor.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _checks
+from ..network import Network, path_kernel_from_xi
+from ..precision import float64
+from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
+
+__all__ = [
+    "C_MAX_ENTRIES",
+    "FORMS",
+    "Problem",
+    "make_problem",
+    "gp_order_parameters",
+    "readout_closed_form",
+    "kernel",
+    "entropy",
+    "data_term",
+    "full_action",
+    "reduced_action",
+    "data_derivatives",
+    "value",
+    "value_grad_hess",
+    "log_cholesky_value",
+    "log_cholesky_value_grad_hess",
+    "readout",
+    "action",
+    "action_gradient",
+]
+
+C_MAX_ENTRIES = 20_000_000
+"""Use the ``"C"`` form (``C`` folded onto the vech entries of ``U_1``,
+``[D(D+1)/2, P, P]``) when ``D² P²`` is at most this; else the ``"xi"`` form
+(``[P, D, N0]``)."""
+
+FORMS = ("C", "xi")
+
+
+# ----------------------------------------------------------------------------
+# the problem: everything S needs besides the order parameters
+# ----------------------------------------------------------------------------
+@partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["basis", "y", "temperature", "widths", "variances", "scale"],
+    meta_fields=["heads", "form"],
+)
+@dataclass(frozen=True)
+class Problem:
+    """Training data, network constants and kernel basis of ``S`` (a JAX pytree).
+
+    ``heads`` and ``form`` are static (compilation keys); the arrays are traced
+    (float64).
+
+    Attributes:
+        heads: ``(H_1, ..., H_L)``.
+        form: ``"C"``: ``basis`` is ``C`` folded onto the vech entries of ``U_1``,
+            ``[n_1, P, P]`` (``C[i,j] + C[j,i]`` off the diagonal, ``C[i,i]`` on
+            it, ``n_1 = D(D+1)/2``); ``"xi"``: ``basis = xi · sqrt(s0² / (N0 D))``,
+            ``[P, D, N0]``.
+        basis: see ``form``.
+        y: labels ``Y`` ``[P]``.
+        temperature: ``[]``.
+        widths: ``[N1, ..., NL, Na]``; variances: ``[s0², s1², ..., sL², sa²]``.
+        scale: ``1 / N_max`` ``[]``.
+    """
+
+    heads: tuple[int, ...]
+    form: str
+    basis: jax.Array
+    y: jax.Array
+    temperature: jax.Array
+    widths: jax.Array
+    variances: jax.Array
+    scale: jax.Array
+
+
+def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float, *, form: str | None = None) -> Problem:
+    """The :class:`Problem` of ``net`` on training inputs ``x`` ``[P, T, N0]`` and labels ``y`` ``[P]``.
+
+    ``form`` defaults to ``"C"`` when ``D² P² <= C_MAX_ENTRIES``, else ``"xi"``.
+    Arguments are assumed checked (see :func:`check_problem`).
+    """
+    with float64():
+        xi = net.xi(x)
+        P, D, N0 = xi.shape
+        if form is None:
+            form = "C" if D * D * P * P <= C_MAX_ENTRIES else "xi"
+        _checks.choice("form", form, FORMS)
+        if form == "C":
+            C = np.asarray(path_kernel_from_xi(xi, xi, net.variances[0]))  # [D, D, P, P]
+            i, j = np.triu_indices(D)
+            basis = np.where((i == j)[:, None, None], C[i, j], C[i, j] + C[j, i])  # [n_1, P, P]
+            basis = 0.5 * (basis + basis.transpose(0, 2, 1))
+        else:
+            basis = xi * math.sqrt(net.variances[0] / (N0 * D))
+        f64 = partial(jnp.asarray, dtype=jnp.float64)
+        return Problem(
+            heads=tuple(net.heads),
+            form=form,
+            basis=f64(basis),
+            y=f64(y),
+            temperature=f64(temperature),
+            widths=f64(net.widths),
+            variances=f64(net.variances),
+            scale=f64(1.0 / max(net.widths)),
+        )
+
+
+def check_problem(net, x, y, temperature) -> tuple[np.ndarray, np.ndarray, float]:
+    """Validated ``(x, y, temperature)``; raises ``ValueError`` naming the bad argument."""
+    if not isinstance(net, Network):
+        raise ValueError(f"net must be a bayes_attn.Network, got {type(net).__name__}")
+    x = net.check_inputs(x, "x")
+    y = _checks.labels("y", y, x.shape[0])
+    temperature = _checks.positive("temperature", temperature)
+    return x, y, temperature
+
+
+def check_order_parameters(name: str, Us, net: Network) -> list[np.ndarray]:
+    """Validated ``[U_1, ..., U_L]``: symmetric positive definite, ``[m_l, m_l]``, symmetrised."""
+    if isinstance(Us, np.ndarray) or not isinstance(Us, Sequence) or len(Us) != net.L:
+        raise ValueError(f"{name} must be a list of {net.L} matrices [U_1, ..., U_L]")
+    out = []
+    for l, (U, m) in enumerate(zip(Us, sizes(net.heads))):
+        U = _checks.array(f"{name}[{l}]", U, shape=(m, m))
+        if not np.allclose(U, U.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(U).max())):
+            raise ValueError(f"{name}[{l}] must be symmetric")
+        try:
+            np.linalg.cholesky(U)
+        except np.linalg.LinAlgError:
+            raise ValueError(f"{name}[{l}] must be positive definite") from None
+        out.append((U + U.T) / 2)
+    return out
+
+
+def gp_order_parameters(net: Network) -> tuple[list[np.ndarray], float]:
+    """GP values: ``U_L = sL² sa² I``, ``U_l = s_l² I ⊗ U_{l+1}``, ``Ua = sa²``."""
+    s2 = net.variances
+    Ua = float(s2[-1])
+    Us = [s2[net.L] * Ua * np.eye(net.heads[-1])]
+    for l in reversed(range(net.L - 1)):  # 0-based layer index l (layer l+1)
+        Us.insert(0, s2[l + 1] * np.kron(np.eye(net.heads[l]), Us[0]))
+    return Us, Ua
+
+
+# ----------------------------------------------------------------------------
+# the action (pure JAX, traceable)
+# ----------------------------------------------------------------------------
+def _chol_logdet(A: jax.Array) -> tuple[jax.Array, jax.Array]:
+    Lc = jnp.linalg.cholesky(A)  # NaN when A is not positive definite
+    return Lc, 2.0 * jnp.sum(jnp.log(jnp.diagonal(Lc)))
+
+
+def readout_closed_form(UL: jax.Array, heads: Sequence[int], widths: jax.Array, variances: jax.Array) -> jax.Array:
+    """``Ua`` minimising ``S`` given ``U_L`` ``[H_L, H_L]``: the positive root of ``Ua² + b Ua − g = 0``."""
+    L = len(heads)
+    Na, NL, sa2, sL2 = widths[L], widths[L - 1], variances[L + 1], variances[L]
+    b = sa2 * (heads[-1] * NL / Na - 1.0)
+    g = jnp.trace(UL) * NL * sa2 / (Na * sL2)
+    r = jnp.sqrt(b * b + 4.0 * g)
+    # Both forms equal the root; pick the one without cancellation.
+    return jnp.where(b >= 0, 2.0 * g / (b + r), (r - b) / 2.0)
+
+
+def kernel(U1: jax.Array, problem: Problem) -> jax.Array:
+    """``K = sum U_1 C`` on the training set, ``[P, P]``, from ``U_1`` ``[D, D]``."""
+    if problem.form == "C":
+        iu = np.triu_indices(U1.shape[0])
+        return jnp.einsum("k,kpq->pq", U1[iu], problem.basis)
+    basis = problem.basis
+    return jnp.einsum("adi,de,bei->ab", basis, U1, basis, optimize="optimal")
+
+
+def entropy(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Array:
+    """The width terms of ``S`` (all but ``ln det G + Yᵀ G⁻¹ Y``), unscaled."""
+    heads = problem.heads
+    L = len(heads)
+    N, s2 = problem.widths, problem.variances
+    chols, logdets = zip(*[_chol_logdet(U) for U in Us])
+    Na, sa2, NL, sL2 = N[L], s2[L + 1], N[L - 1], s2[L]
+    S = Na * (Ua / sa2 - jnp.log(Ua))
+    S = S + NL * (jnp.trace(Us[-1]) / (sL2 * Ua) - logdets[-1] + heads[-1] * jnp.log(Ua))
+    for l in range(L - 1):  # 0-based: layer l+1, width N[l], variance s2[l+1]
+        H, M = heads[l], Us[l + 1].shape[0]
+        trl = jnp.einsum("iaib->ab", Us[l].reshape(H, M, H, M))  # tr_l(U_l)
+        X = jax.scipy.linalg.cho_solve((chols[l + 1], True), trl)
+        S = S + N[l] * (jnp.trace(X) / s2[l + 1] - logdets[l] + H * logdets[l + 1])
+    return S
+
+
+def data_term(U1: jax.Array, problem: Problem) -> jax.Array:
+    """``ln det G + Yᵀ G⁻¹ Y`` with ``G = K(U_1) + temperature I``."""
+    K = kernel(U1, problem)
+    Gm = K + problem.temperature * jnp.eye(K.shape[0], dtype=K.dtype)
+    Lg, logdet_G = _chol_logdet(Gm)
+    z = jax.scipy.linalg.solve_triangular(Lg, problem.y, lower=True)
+    return logdet_G + z @ z
+
+
+def full_action(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Array:
+    """``S`` of THEORY.md §4 (unscaled) at ``[U_1, ..., U_L]`` and ``Ua``."""
+    return entropy(Us, Ua, problem) + data_term(Us[0], problem)
+
+
+def _readout_of(Us: Sequence[jax.Array], problem: Problem) -> jax.Array:
+    return readout_closed_form(Us[-1], problem.heads, problem.widths, problem.variances)
+
+
+def reduced_action(theta: jax.Array, problem: Problem) -> jax.Array:
+    """``S / N_max`` with ``Ua`` at its closed form, as a function of the vech entries ``[n]``."""
+    Us = unpack(theta, problem.heads)
+    return full_action(Us, _readout_of(Us, problem), problem) * problem.scale
+
+
+def _reduced_entropy(theta: jax.Array, problem: Problem) -> jax.Array:
+    Us = unpack(theta, problem.heads)
+    return entropy(Us, _readout_of(Us, problem), problem) * problem.scale
+
+
+def data_derivatives(theta1: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Value, gradient ``[n_1]`` and Hessian ``[n_1, n_1]`` of the data term in the vech entries ``theta1`` of ``U_1``.
+
+    With ``C_k = ∂K/∂θ_k``, ``G = Lg Lgᵀ``, ``Ĉ_k = Lg⁻¹ C_k Lg⁻ᵀ`` (two
+    triangular solves) and ``z = Lg⁻¹ Y``:
+    ``∂_k = tr Ĉ_k − zᵀ Ĉ_k z`` and ``∂_k ∂_l = −tr(Ĉ_k Ĉ_l) + 2 (Ĉ_k z)·(Ĉ_l z)``.
+    """
+    D = sizes(problem.heads)[0]
+    iu = np.triu_indices(D)
+    U1 = symmetric(theta1, D)
+    basis = problem.basis
+    K = kernel(U1, problem)
+    P = K.shape[0]
+    Lg, logdet_G = _chol_logdet(K + problem.temperature * jnp.eye(P, dtype=K.dtype))
+    z = jax.scipy.linalg.solve_triangular(Lg, problem.y, lower=True)
+    if problem.form == "C":
+        n = basis.shape[0]
+        Lb = jnp.broadcast_to(Lg, (n, P, P))
+        Ak = jax.lax.linalg.triangular_solve(Lb, basis, left_side=True, lower=True)  # Lg⁻¹ C_k
+        Ch = jax.lax.linalg.triangular_solve(Lb, Ak, left_side=False, lower=True, transpose_a=True)  # · Lg⁻ᵀ
+    else:
+        N0 = basis.shape[2]
+        Z = jax.scipy.linalg.solve_triangular(Lg, basis.reshape(P, D * N0), lower=True).reshape(P, D, N0)  # Lg⁻¹ xi
+        i, j = iu
+        Zi, Zj = Z[:, i, :], Z[:, j, :]  # [P, n, N0]
+        Ch = jnp.einsum("pki,qki->kpq", Zi, Zj)
+        Ch = jnp.where((i == j)[:, None, None], Ch, Ch + jnp.transpose(Ch, (0, 2, 1)))
+    Cz = jnp.einsum("kpq,q->kp", Ch, z)  # Ĉ_k z
+    value = logdet_G + z @ z
+    grad = jnp.einsum("kpp->k", Ch) - Cz @ z
+    hess = -jnp.einsum("kpq,lpq->kl", Ch, Ch) + 2.0 * Cz @ Cz.T
+    return value, grad, hess
+
+
+def _vgh(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.Array]:
+    fe, ge = jax.value_and_grad(_reduced_entropy)(theta, problem)
+    He = jax.hessian(_reduced_entropy)(theta, problem)
+    D = sizes(problem.heads)[0]
+    n1 = D * (D + 1) // 2
+    fd, gd, Hd = data_derivatives(theta[:n1], problem)
+    s = problem.scale
+    return fe + s * fd, ge.at[:n1].add(s * gd), He.at[:n1, :n1].add(s * Hd)
+
+
+# ----------------------------------------------------------------------------
+# jit-compiled entry points (float64 whatever the caller's JAX default)
+# ----------------------------------------------------------------------------
+def _jit_float64(fn: Callable) -> Callable:
+    """``jax.jit(fn)``, called under float64 with ``numpy`` arguments read as float64."""
+    jitted = jax.jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        with float64():
+            return jitted(*(jnp.asarray(a, dtype=jnp.float64) if isinstance(a, (np.ndarray, float)) else a for a in args))
+
+    return call
+
+
+@_jit_float64
+def value(theta: jax.Array, problem: Problem) -> jax.Array:
+    """Reduced action ``S / N_max`` at the vech entries ``theta`` ``[n]`` (``Ua`` eliminated)."""
+    return reduced_action(theta, problem)
+
+
+@_jit_float64
+def value_grad_hess(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Reduced action ``S / N_max``, its gradient ``[n]`` and Hessian ``[n, n]`` in the vech entries."""
+    return _vgh(theta, problem)
+
+
+@_jit_float64
+def log_cholesky_value(psi: jax.Array, problem: Problem) -> jax.Array:
+    """Reduced action at log-Cholesky coordinates ``psi`` ``[n]``."""
+    return reduced_action(log_cholesky_to_vech(psi, problem.heads), problem)
+
+
+@_jit_float64
+def log_cholesky_value_grad_hess(psi: jax.Array, problem: Problem):
+    """In log-Cholesky coordinates ``psi`` ``[n]``: value, gradient ``[n]``, Hessian ``[n, n]``
+    (chain rule), plus the vech gradient and Hessian at the same point."""
+    heads = problem.heads
+    theta = log_cholesky_to_vech(psi, heads)
+    f, g, H = _vgh(theta, problem)
+    J = jax.jacfwd(log_cholesky_to_vech)(psi, heads)
+    curv = jax.hessian(lambda q: jax.lax.stop_gradient(g) @ log_cholesky_to_vech(q, heads))(psi)
+    return f, J.T @ g, J.T @ H @ J + curv, g, H
+
+
+@_jit_float64
+def vech_from_log_cholesky(psi: jax.Array, problem: Problem) -> jax.Array:
+    """Vech entries ``[n]`` at log-Cholesky coordinates ``psi`` ``[n]``."""
+    return log_cholesky_to_vech(psi, problem.heads)
+
+
+@_jit_float64
+def readout(theta: jax.Array, problem: Problem) -> jax.Array:
+    """``Ua`` at its closed form given the ``U_L`` in the vech entries ``theta`` ``[n]``."""
+    return _readout_of(unpack(theta, problem.heads), problem)
+
+
+@_jit_float64
+def _full_value(theta, Ua, problem):
+    return full_action(unpack(theta, problem.heads), Ua, problem)
+
+
+@_jit_float64
+def _full_value_grad(theta, Ua, problem):
+    f = lambda t, a: full_action(unpack(t, problem.heads), a, problem)  # noqa: E731
+    return jax.value_and_grad(f, argnums=(0, 1))(theta, Ua)
+
+
+# ----------------------------------------------------------------------------
+# public: S and its gradient at given order parameters (tests, diagnostics)
+# ----------------------------------------------------------------------------
+def action(net: Network, x, y, order_parameters, *, temperature: float, U_readout: float | None = None) -> float:
+    """``S`` of THEORY.md §4 (not scaled) at ``[U_1, ..., U_L]``.
+
+    ``U_readout`` (``Ua``) defaults to its closed form given ``U_L``.
+    """
+    return _action_and_gradient(net, x, y, order_parameters, temperature, U_readout, grad=False)[0]
+
+
+def action_gradient(
+    net: Network, x, y, order_parameters, *, temperature: float, U_readout: float | None = None
+) -> tuple[list[np.ndarray], float]:
+    """Matrix gradients ``∂S/∂U_l`` (symmetric, ``[m_l, m_l]``) and ``∂S/∂Ua``.
+
+    With ``U_readout=None``, ``Ua`` follows its closed form (the gradient is then
+    that of the reduced action and ``∂S/∂Ua`` is 0 up to rounding).
+    """
+    _, grads, gUa = _action_and_gradient(net, x, y, order_parameters, temperature, U_readout)
+    return grads, gUa
+
+
+def _action_and_gradient(net, x, y, Us, temperature, Ua, grad: bool = True):
+    x, y, temperature = check_problem(net, x, y, temperature)
+    Us = check_order_parameters("order_parameters", Us, net)
+    if Ua is not None:
+        Ua = _checks.positive("U_readout", Ua)
+    theta = pack(Us)
+    problem = make_problem(net, x, y, temperature)
+    with float64():
+        Ua = readout(theta, problem) if Ua is None else jnp.asarray(Ua, dtype=jnp.float64)
+        if not grad:
+            return float(_full_value(theta, Ua, problem)), None, None
+        S, (g, gUa) = _full_value_grad(theta, Ua, problem)
+        return float(S), matrix_gradients(np.asarray(g), net.heads), float(gUa)

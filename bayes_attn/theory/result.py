@@ -1,0 +1,227 @@
+"""The solved theory (THEORY.md §4): order parameters, predictors, read-outs, files."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _checks, _io, gp
+from ..network import Network, kernel_from_xi
+from ..precision import float64
+from .action import gp_order_parameters
+
+__all__ = ["Theory", "load_theory"]
+
+
+@dataclass(frozen=True, eq=False)
+class Theory:
+    """Order parameters at the minimum of ``S`` and what follows from them.
+
+    Attributes:
+        U: ``U_1``, ``[D, D]``, the order parameter over paths.
+        order_parameters: ``[U_1, ..., U_L]``; ``U_l`` is ``[H_l...H_L, H_l...H_L]``.
+        U_readout: ``Ua``.
+        action: ``S / N_max`` at the solution.
+        max_gradient: max over ``l`` and entries of ``|∂(S/N_max)/∂U_l|``.
+        hessian_min_eigenvalue: smallest eigenvalue of the Hessian of
+            ``S/N_max`` w.r.t. the vech entries of all ``U_l`` (``Ua`` eliminated).
+        converged: whether ``max_gradient <= tol`` was reached.
+        iterations: Newton iterations taken.
+        temperature, net, x_train ``[P, T, N0]``, y_train ``[P]``.
+        limit: ``"finite_width"`` (``solve_theory``) or ``"gp"`` (``gp_limit``).
+        message: the solver's stopping reason.
+        solve_seconds: wall time of the solve (including compilation if any).
+    """
+
+    U: np.ndarray
+    order_parameters: tuple[np.ndarray, ...]
+    U_readout: float
+    action: float
+    max_gradient: float
+    hessian_min_eigenvalue: float
+    converged: bool
+    iterations: int
+    temperature: float
+    net: Network
+    x_train: np.ndarray = field(repr=False)
+    y_train: np.ndarray = field(repr=False)
+    limit: str = "finite_width"
+    message: str = ""
+    solve_seconds: float = float("nan")
+
+    @property
+    def is_minimum(self) -> bool:
+        """True when the Hessian at the solution is positive definite."""
+        return bool(self.hessian_min_eigenvalue > 0)
+
+    # ----- kernels and predictors ---------------------------------------------
+    @cached_property
+    def _xi_train(self) -> jax.Array:
+        """``xi`` of the training inputs, ``[P, D, N0]`` (float64)."""
+        with float64():
+            return self.net.xi(self.x_train)
+
+    @cached_property
+    def kernel_train(self) -> np.ndarray:
+        """``K`` on the training inputs: ``[P, P]``."""
+        with float64():
+            xi = self._xi_train
+            return np.asarray(kernel_from_xi(jnp.asarray(self.U), xi, xi, self.net.variances[0]))
+
+    def kernel(self, x1, x2=None) -> np.ndarray:
+        """``K(x1, x2)`` with this theory's ``U``: ``[P1, P2]`` (``x2`` defaults to ``x1``)."""
+        x1 = self.net.check_inputs(x1, "x1")
+        x2 = None if x2 is None else self.net.check_inputs(x2, "x2")
+        with float64():
+            return np.asarray(self.net.kernel(self.U, x1, x2))
+
+    def predict(self, x_test, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and variance of ``f(x*)`` (THEORY.md §4 "Predictor statistics"):
+        ``k*ᵀ G⁻¹ Y`` and ``k** − k*ᵀ G⁻¹ k*``, each ``[P*]``; ``batch_size`` test inputs at a time."""
+        xt = self.net.check_inputs(x_test, "x_test")
+        batch_size = _checks.positive_int("batch_size", batch_size)
+        s0 = self.net.variances[0]
+        with float64():
+            U = jnp.asarray(self.U)
+            K, y = jnp.asarray(self.kernel_train), jnp.asarray(self.y_train)
+            means, variances = [], []
+            for start in range(0, xt.shape[0], batch_size):
+                xi_t = self.net.xi(xt[start : start + batch_size])  # [B, D, N0]
+                D, N0 = xi_t.shape[1], xi_t.shape[2]
+                k_cross = kernel_from_xi(U, xi_t, self._xi_train, s0)  # [B, P]
+                k_diag = s0 * jnp.einsum("adi,de,aei->a", xi_t, U, xi_t) / (N0 * D)  # [B]
+                m, v = gp.moments(K, k_cross, k_diag, y, self.temperature)
+                means.append(np.asarray(m))
+                variances.append(np.asarray(v))
+        return np.concatenate(means), np.concatenate(variances)
+
+    # ----- read-outs of the paper ---------------------------------------------
+    def alignment(self) -> tuple[np.ndarray, np.ndarray]:
+        """Eigenvalues of ``K`` on the training set (descending, ``[P]``) and the
+        cosine similarity ``|v·Y| / |Y|`` of each unit eigenvector with ``Y`` (``[P]``;
+        absolute value because an eigenvector's sign is arbitrary)."""
+        w, V = np.linalg.eigh(self.kernel_train)
+        order = np.argsort(w)[::-1]
+        w, V = w[order], V[:, order]
+        return w, np.abs(V.T @ self.y_train) / np.linalg.norm(self.y_train)
+
+    def head_scores(self) -> list[np.ndarray]:
+        """Head scores (THEORY.md §4): one array ``[H_l]`` per layer, max over all heads = 1."""
+        A = np.abs(self.U)
+        paths = np.asarray(self.net.paths)  # [D, L]
+        raw = []
+        for l, H in enumerate(self.net.heads):
+            s = np.empty(H)
+            for h in range(H):
+                r = paths[:, l] == h
+                s[h] = A[r[:, None] | r[None, :]].sum()
+            raw.append(s)
+        top = max(s.max() for s in raw)
+        return [s / top if top > 0 else s for s in raw]
+
+    # ----- files --------------------------------------------------------------
+    def to_dataset(self):
+        """All results as an ``xarray.Dataset`` (see module docs for names)."""
+        import xarray as xr
+
+        net = self.net
+        labels = net.path_labels
+        gpU = gp_order_parameters(net)[0][0]
+        eig, cos = self.alignment()
+        scores = self.head_scores()
+        head_labels = [f"L{l + 1}H{h + 1}" for l, H in enumerate(net.heads) for h in range(H)]
+        ds = xr.Dataset(
+            {
+                "U": (("path", "path_"), self.U),
+                "gp_U": (("path", "path_"), gpU),
+                "Ua": ((), self.U_readout),
+                "action": ((), self.action),
+                "max_gradient": ((), self.max_gradient),
+                "hessian_min_eigenvalue": ((), self.hessian_min_eigenvalue),
+                "converged": ((), self.converged),
+                "iterations": ((), self.iterations),
+                "temperature": ((), self.temperature),
+                "alignment_eigenvalue": (("pc",), eig),
+                "alignment_cosine": (("pc",), cos),
+                "head_score": (("head",), np.concatenate(scores)),
+            },
+            coords={
+                "path": labels,
+                "path_": labels,
+                "pc": np.arange(1, len(eig) + 1),
+                "head": head_labels,
+                "head_layer": ("head", [l + 1 for l, H in enumerate(net.heads) for _ in range(H)]),
+                "head_index": ("head", [h + 1 for H in net.heads for h in range(H)]),
+            },
+        )
+        if net.head_names is not None:
+            ds = ds.assign_coords(head_name=("head", [n for layer in net.head_names for n in layer]))
+        for l, U in enumerate(self.order_parameters, start=1):
+            # index of U_l: (h_l, ..., h_L), h_l slowest, labels like the paths'
+            lab = ["-".join(str(h + 1) for h in p) for p in itertools.product(*[range(H) for H in net.heads[l - 1 :]])]
+            ds[f"U_{l}"] = ((f"index_{l}", f"index_{l}_"), U)
+            ds = ds.assign_coords({f"index_{l}": lab, f"index_{l}_": lab})
+        ds.attrs.update(
+            widths=np.asarray(net.widths),
+            variances=np.asarray(net.variances),
+            heads=np.asarray(net.heads),
+            readout=net.readout,
+            limit=self.limit,
+            message=self.message,
+            n_train=int(self.x_train.shape[0]),
+        )
+        return ds
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`to_dataset` plus what :func:`load_theory` needs to rebuild
+        this theory (training data ``x_train``, ``y_train``, the attention
+        matrices ``attention_l``, head names) to netCDF, atomically."""
+        ds = self.to_dataset()
+        ds["x_train"] = (("example", "token", "feature"), np.asarray(self.x_train))
+        ds["y_train"] = (("example",), np.asarray(self.y_train))
+        for l, W in enumerate(self.net.attention, start=1):
+            ds[f"attention_{l}"] = ((f"head_{l}", "feature", "feature_"), np.asarray(W))
+        ds.attrs.update(head_names=json.dumps(self.net.head_names), solve_seconds=float(self.solve_seconds))
+        return _io.save(ds, path)
+
+
+def load_theory(path: str | os.PathLike) -> Theory:
+    """Read a :class:`Theory` written by :meth:`Theory.save`."""
+    ds = _io.load_dataset(path)
+    a = ds.attrs
+    if "x_train" not in ds or "head_names" not in a:
+        raise ValueError(f"path must be a file written by Theory.save, got {str(path)!r}")
+    L = len(np.atleast_1d(a["heads"]))
+    net = Network(
+        [np.asarray(ds[f"attention_{l}"].values) for l in range(1, L + 1)],
+        [int(n) for n in np.atleast_1d(a["widths"])],
+        [float(v) for v in np.atleast_1d(a["variances"])],
+        str(a["readout"]),
+        json.loads(a["head_names"]),
+    )
+    Us = tuple(np.asarray(ds[f"U_{l}"].values, dtype=np.float64) for l in range(1, L + 1))
+    return Theory(
+        U=Us[0],
+        order_parameters=Us,
+        U_readout=float(ds["Ua"]),
+        action=float(ds["action"]),
+        max_gradient=float(ds["max_gradient"]),
+        hessian_min_eigenvalue=float(ds["hessian_min_eigenvalue"]),
+        converged=bool(ds["converged"]),
+        iterations=int(ds["iterations"]),
+        temperature=float(ds["temperature"]),
+        net=net,
+        x_train=np.asarray(ds["x_train"].values, dtype=np.float64),
+        y_train=np.asarray(ds["y_train"].values, dtype=np.float64),
+        limit=str(a["limit"]),
+        message=str(a.get("message", "")),
+        solve_seconds=float(a["solve_seconds"]),
+    )

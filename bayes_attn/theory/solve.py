@@ -1,0 +1,133 @@
+"""Public solvers: the finite-width minimum of ``S`` and the GP limit (THEORY.md §4)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import _checks
+from ..network import Network
+from ..precision import float64
+from .action import (
+    Problem,
+    check_order_parameters,
+    check_problem,
+    gp_order_parameters,
+    make_problem,
+    readout,
+    value_grad_hess,
+)
+from .coordinates import matrix_gradients, pack, unpack
+from .newton import NewtonResult, NewtonSolver
+from .result import Theory
+
+__all__ = ["solve_theory", "gp_limit"]
+
+
+def solve_theory(
+    net: Network,
+    x,
+    y,
+    *,
+    temperature: float,
+    init: str | Sequence[np.ndarray] = "gp",
+    tol: float | None = None,
+    max_iter: int | None = None,
+    solver: NewtonSolver | None = None,
+) -> Theory:
+    """Minimise ``S`` (THEORY.md §4) over all ``U_l``; ``Ua`` by its closed form.
+
+    Args:
+        net: the network (widths, variances and heads define ``S``).
+        x: training inputs ``[P, T, N0]``; y: labels ``[P]``.
+        temperature: likelihood variance (> 0).
+        init: ``"gp"`` (GP values) or a list ``[U_1, ..., U_L]`` of SPD matrices.
+        tol: stop when ``max |∂(S/N_max)/∂U_l| <= tol`` (default: the solver's, 1e-8).
+        max_iter: maximum Newton iterations (default: the solver's, 200).
+        solver: the :class:`NewtonSolver` (default ``NewtonSolver()``); ``tol``
+            and ``max_iter``, when given, replace its own.
+
+    Warns (``RuntimeWarning``) when it does not converge or stops where the
+    Hessian is not positive definite (then ``Theory.is_minimum`` is False).
+    """
+    x, y, temperature = check_problem(net, x, y, temperature)
+    if solver is not None and not isinstance(solver, NewtonSolver):
+        raise ValueError(f"solver must be a NewtonSolver, got {type(solver).__name__}")
+    changes = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
+    solver = dataclasses.replace(solver or NewtonSolver(), **changes)  # checks tol and max_iter
+    if isinstance(init, str):
+        _checks.choice("init", init, ("gp",))
+        Us0 = gp_order_parameters(net)[0]
+    else:
+        Us0 = check_order_parameters("init", init, net)
+    t0 = time.perf_counter()
+    problem = make_problem(net, x, y, temperature)
+    res = solver.minimise(Us0, problem)
+    seconds = time.perf_counter() - t0
+    theory = _make_theory(net, x, y, temperature, problem, res, limit="finite_width", seconds=seconds)
+    if not theory.converged:
+        warnings.warn(
+            f"solve_theory did not converge ({res.message}; max gradient {theory.max_gradient:.3g} > tol {solver.tol:.3g})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    elif not theory.is_minimum:
+        warnings.warn(
+            "solve_theory stopped at a stationary point that is not a minimum "
+            f"(Hessian min eigenvalue {theory.hessian_min_eigenvalue:.3g})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return theory
+
+
+def gp_limit(net: Network, x, y, *, temperature: float) -> Theory:
+    """The GP limit: every order parameter at its GP value (``U = net.gp_U``).
+
+    ``action``, ``max_gradient`` and ``hessian_min_eigenvalue`` are those of the
+    network's finite-width ``S / N_max`` evaluated at the GP point (they show how
+    far the GP point is from the finite-width solution); ``converged`` is True.
+    """
+    x, y, temperature = check_problem(net, x, y, temperature)
+    t0 = time.perf_counter()
+    problem = make_problem(net, x, y, temperature)
+    theta = pack(gp_order_parameters(net)[0])
+    with float64():
+        f, g, H = value_grad_hess(theta, problem)
+        res = NewtonResult(theta, float(f), np.asarray(g), np.asarray(H), True, 0, "GP limit")
+    return _make_theory(net, x, y, temperature, problem, res, limit="gp", seconds=time.perf_counter() - t0)
+
+
+def _make_theory(
+    net: Network, x, y, temperature: float, problem: Problem, res: NewtonResult, *, limit: str, seconds: float
+) -> Theory:
+    Us = unpack(np.asarray(res.theta, dtype=np.float64), net.heads)
+    if limit == "gp":
+        Ua = float(net.variances[-1])
+    else:
+        with float64():
+            Ua = float(readout(res.theta, problem))
+    grads = matrix_gradients(res.grad, net.heads)
+    max_grad = float(max(np.abs(G).max() for G in grads))
+    hmin = float(np.linalg.eigvalsh(res.hess)[0]) if np.all(np.isfinite(res.hess)) else float("nan")
+    return Theory(
+        U=Us[0],
+        order_parameters=tuple(Us),
+        U_readout=Ua,
+        action=float(res.value),
+        max_gradient=max_grad,
+        hessian_min_eigenvalue=hmin,
+        converged=bool(res.converged),
+        iterations=int(res.iterations),
+        temperature=float(temperature),
+        net=net,
+        x_train=x,
+        y_train=y,
+        limit=limit,
+        message=res.message,
+        solve_seconds=seconds,
+    )

@@ -1,0 +1,70 @@
+"""The package's public surface: no global side effects at import, no private names used outside it."""
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import json, os, sys
+before = dict(os.environ)
+import jax
+import bayes_attn
+import bayes_attn.figures, bayes_attn.pipeline, bayes_attn.cli
+print(json.dumps({
+    "x64": bool(jax.config.jax_enable_x64),
+    "env_changed": sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)),
+    "pyplot": "matplotlib.pyplot" in sys.modules,
+}))
+"""
+
+
+def test_import_changes_no_global_state():
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("OPENBLAS_NUM_THREADS", "JAX_ENABLE_X64")}
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, check=True)
+    state = json.loads(out.stdout.strip().splitlines()[-1])
+    assert state == {"x64": False, "env_changed": [], "pyplot": False}
+
+
+def _private_uses(path: Path) -> list[str]:
+    """``from bayes_attn... import _name``, ``import bayes_attn._mod`` and ``<bayes_attn module>._name`` in a file."""
+    tree = ast.parse(path.read_text())
+    aliases, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bayes_attn":
+            parts = node.module.split(".")
+            found += [f"{node.module}" for p in parts if p.startswith("_")]
+            for a in node.names:
+                if a.name.startswith("_"):
+                    found.append(f"{node.module}.{a.name}")
+                aliases.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "bayes_attn":
+                    found += [a.name for p in a.name.split(".") if p.startswith("_")]
+                    aliases.add(a.asname or a.name.split(".")[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                found.append(f"{base.id}...{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("folder", ["tests", "benchmarks", "inference"])
+def test_scripts_and_tests_use_only_public_names(folder):
+    bad = {str(p.relative_to(ROOT)): u for p in sorted((ROOT / folder).glob("*.py")) if (u := _private_uses(p))}
+    assert not bad, bad
+
+
+def test_private_name_detector_can_fail(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\nba.theory._newton\n")
+    assert len(_private_uses(f)) == 3
