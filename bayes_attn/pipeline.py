@@ -100,10 +100,10 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     gp = gp_limit(net, x, y, temperature=T)
     post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
-    _io.save(theory.to_dataset(), out / "theory.nc")
-    _io.save(gp.to_dataset(), out / "gp.nc")
+    theory.save(out / "theory.nc")
+    gp.save(out / "gp.nc")
     post.save(out / "posterior.nc")
-    _io.save(comp.to_dataset(), out / "comparison.nc")
+    comp.save(out / "comparison.nc")
     gp_acc = gp_accuracies(spec, gp, xt, yt)
     ran = dataclasses.replace(spec, temperature=T, sampler=settings,
                               network=dataclasses.replace(spec.network, width=net.widths[0]))

@@ -1,84 +1,99 @@
-"""Benchmark: token-level, path-form and collapsed NUTS on the Fig. 2c network.
+"""Benchmark: the registered samplers side by side on the Fig. 2c network, and their cost vs width.
 
-Problem: Fig. 2c Markov network (D = 4 paths, N0 = 231), width N = 10,
-P = 100 training sequences, temperature 0.01, ``--n-test`` test sequences
-(default 100), the same data and seeds for every sampler.
+Problem: Fig. 2c Markov network (D = 4 paths, N0 = 231; ``markov.fig2c``),
+P = 100 training sequences, ``--n-test`` test sequences (default 100),
+temperature 0.01, float64, the same data and seeds for every sampler.
 
-Samplers (all NumPyro NUTS, target acceptance 0.8, max tree depth 10,
-``init_to_sample``, float64 by default):
+Samplers (from the registry :data:`bayes_attn.samplers.SAMPLERS`, by name;
+all NumPyro NUTS, target acceptance 0.8, max tree depth 10, ``init_to_sample``):
 
-- ``token``: ``method="full", form="token"`` — all weights, §1 run over tokens
-  (the paper's sampler, the baseline);
-- ``path``: ``method="full", form="path"`` — all weights, ``f`` from path inputs;
-- ``collapsed``: ``method="collapsed"`` — ``V0`` integrated out, then ``f``
-  drawn exactly from its conditional per draw.
+- ``full-token``: all weights, the network run over tokens (the paper's sampler; N = 10 only);
+- ``full``: all weights, ``f`` from path inputs;
+- ``collapsed``: upper weights, ``V0`` integrated out, ``f`` drawn exactly afterwards;
+- ``wishart``: the order parameters only, via Bartlett factors (THEORY.md §7), 14 dimensions at any width.
 
-Measured per sampler:
+Widths: N = 10 (all four), 100 and 1000 (all but ``full-token``), and 10000
+(``wishart`` only: its wall time should not depend on N). A run at N > 10 is
+skipped when its estimated time exceeds ``--budget`` seconds (default 600):
+the estimate scales the sampler's total time at the previous width by the
+ratio of the isolated gradient times at the two widths (so it assumes the
+same leapfrog steps per draw, usually an underestimate); the JSON and the
+printout say which runs were skipped and why.
 
-1. **ESS/s** on the invariant observables: the minimum bulk ESS over all
-   entries of ``U`` and all test predictions ``f_test`` (ArviZ, from
-   ``Posterior.summary().table``), divided by
+Measured per run:
 
-   - *total* time: warm-up + sampling + (collapsed) the exact conditional
-     draws of ``f``, compilation included (what ``sample_posterior`` costs);
-   - *post-warm-up* time: the sampling phase alone plus (collapsed) the
-     conditional draws, compilation excluded from both.
+1. **ESS/s** on the invariant observables: the minimum bulk ESS (ArviZ,
+   ``Posterior.summary()``) over all entries of ``U`` and all test
+   predictions ``f_test``, divided by
 
-   How: the script drives ``numpyro.infer.MCMC`` itself with exactly the
-   model, data, kernel settings and per-draw post-processing that
-   ``sample_posterior`` uses, calling ``mcmc.warmup(...)`` and then
-   ``mcmc.run(...)`` from the post-warm-up state, each timed (wall clock,
-   ``block_until_ready``). JAX reports the duration of every trace and
-   compile through ``jax.monitoring``; the union of those intervals that fall
-   inside the sampling phase is subtracted from it. The draws are turned
-   into the same ArviZ tree (``posterior._to_datatree``) and summarised by
-   ``Posterior.summary()``.
-2. **Sampler overhead**: seconds per leapfrog step inside NUTS (post-warm-up
-   sampling time, compile excluded, over the leapfrog steps executed) divided
-   by seconds per isolated jitted ``value_and_grad`` of the same potential
-   (``numpyro.infer.util.initialize_model`` → ``potential_fn``; NUTS needs the
-   value and the gradient at every step, and reverse mode computes the value
-   anyway). The isolated time is measured two ways: per Python call with
-   ``block_until_ready`` (``grad_call``, includes dispatch) and per iteration
-   of a jitted ``fori_loop`` of dependent evaluations (``grad_loop``, pure
-   compute). The per-step time includes the per-draw post-processing
-   (``U``, and for the full sampler ``f_train``/``f_test``) amortised over
-   the steps of a draw. Steps executed: with ``--chain-method sequential``
-   (default) the sum over chains; ``parallel``: the largest per-chain sum;
-   ``vectorized``: per draw the largest over chains.
+   - *total* time: set-up (path inputs, kernels) + warm-up + sampling + the
+     exact conditional draws of ``f`` (collapsed, wishart), compilation
+     included (what ``sample_posterior`` costs);
+   - *post-warm-up* time: sampling + conditional draws, compilation excluded.
+
+   How: the script builds each sampler through the interface
+   (``samplers.prepare``, ``Sampler.build``, ``Sampler.observables`` as the
+   per-draw post-processing, ``Sampler.conditional`` afterwards, exactly as
+   ``sample_posterior``), drives ``numpyro.infer.MCMC`` with
+   ``mcmc.warmup(...)`` then ``mcmc.run(...)`` from the post-warm-up state,
+   each timed with ``block_until_ready``. JAX reports every
+   trace/lowering/compile through ``jax.monitoring``; the union of those
+   intervals inside a phase is its compile time. The draws become a
+   ``Posterior`` (``Posterior.from_draws``) and are summarised by ArviZ.
+2. **Sampler overhead**: seconds per leapfrog step inside NUTS (post-warm-up,
+   compile excluded, over the leapfrog steps executed) divided by seconds per
+   isolated jitted ``value_and_grad`` of the same potential
+   (``numpyro.infer.util.initialize_model``), timed per Python call
+   (``grad_call``, includes dispatch) and inside a jitted ``fori_loop``
+   (``grad_loop``, pure compute).
 3. **Storage per draw** at N = 10, 100, 1000 (P = 100, 1000 test inputs):
-   the stored posterior (``U`` ``[D, D]`` + ``f_train`` ``[P]`` + ``f_test``
-   ``[P_test]``, float64) against the raw weights
-   ``N1·N0 + Σ_l H_l N_{l+1} N_l + Na`` floats; the formulas are checked
-   against the ``nbytes`` of a real tree sampled at N = 100 (collapsed,
-   ``keep_weights=True``, a few draws).
+   the stored observables (``U``, ``U_2``, ``Ua``, ``f_train``, ``f_test``)
+   against the raw weights, checked against a real tree sampled at N = 100
+   (collapsed, ``keep_weights=True``).
 
-Results: a printed table with ratios, and ``benchmarks/results/sampler.json``.
+Results: a printed table, the ratios wishart/collapsed (N = 100) and
+wishart/full-token (N = 10) of ESS/s, the wishart wall time vs N, and
+``benchmarks/results/sampler.json``.
 
-Run (full, ~10-15 min on 2 quiet cores; run it alone)::
+Run (full: ~25 min on 2 quiet cores; run it alone)::
 
     .venv/bin/python benchmarks/bench_sampler.py
 
-Smoke test of every code path (tiny draws; output to a temporary folder)::
+Smoke test of every code path (tiny draws, small widths; a temporary folder)::
 
     .venv/bin/python benchmarks/bench_sampler.py --quick
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
-import platform
-import sys
-import tempfile
-import time
-from pathlib import Path
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before NumPy loads: timings on one BLAS thread
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)  # this script's own process: float64 sampling
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from numpyro.infer import MCMC, NUTS, init_to_sample  # noqa: E402
+from numpyro.infer.util import initialize_model  # noqa: E402
+
+import bayes_attn as ba  # noqa: E402
+from bayes_attn import markov, samplers  # noqa: E402
+from bayes_attn.posterior import EXTRA_FIELDS, Posterior, sample_stats  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SAMPLERS = {"token": ("full", "token"), "path": ("full", "path"), "collapsed": ("collapsed", "path")}
-FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
+ORDER = ("full-token", "full", "collapsed", "wishart")
+PLAN = {10: ORDER, 100: ("full", "collapsed", "wishart"), 1000: ("full", "collapsed", "wishart"), 10000: ("wishart",)}
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
@@ -87,29 +102,39 @@ COMPILE_EVENTS = (
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Token-level vs path-form vs collapsed NUTS: ESS/s, overhead, storage.")
-    ap.add_argument("--quick", action="store_true", help="tiny draws, every code path (smoke test); writes to a temp folder")
-    ap.add_argument("--samplers", nargs="+", default=list(SAMPLERS), choices=list(SAMPLERS))
-    ap.add_argument("--warmup", type=int, default=500, help="warm-up iterations (path, collapsed)")
-    ap.add_argument("--draws", type=int, default=1000, help="draws per chain (path, collapsed)")
-    ap.add_argument("--token-warmup", type=int, default=100, help="warm-up iterations of the token-level baseline")
-    ap.add_argument("--token-draws", type=int, default=150, help="draws per chain of the token-level baseline")
+    ap = argparse.ArgumentParser(description="The registered NUTS samplers side by side: ESS/s, overhead, storage, cost vs width.")
+    ap.add_argument("--quick", action="store_true", help="tiny draws and widths, every code path (smoke test); temp folder")
+    ap.add_argument("--samplers", nargs="+", default=list(ORDER), choices=list(samplers.SAMPLERS))
+    ap.add_argument("--widths", type=int, nargs="+", default=list(PLAN), help="widths to run (each runs the samplers of PLAN)")
+    ap.add_argument("--warmup", type=int, default=500, help="warm-up iterations (all but full-token)")
+    ap.add_argument("--draws", type=int, default=1000, help="draws per chain (all but full-token)")
+    ap.add_argument("--token-warmup", type=int, default=100, help="warm-up iterations of full-token (slow: max tree depth)")
+    ap.add_argument("--token-draws", type=int, default=150, help="draws per chain of full-token")
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--chain-method", default="sequential", choices=["sequential", "parallel", "vectorized"])
-    ap.add_argument("--width", type=int, default=10)
     ap.add_argument("--n-train", type=int, default=100)
     ap.add_argument("--n-test", type=int, default=100, help="test inputs whose f enters the ESS")
     ap.add_argument("--temperature", type=float, default=0.01)
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--grad-calls", type=int, default=2000, help="isolated gradient evaluations to time")
+    ap.add_argument("--budget", type=float, default=600.0, help="skip a run whose estimated time exceeds this (s)")
+    ap.add_argument("--grad-calls", type=int, default=2000, help="most isolated gradient evaluations per timing block")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results; --quick: a temp folder)")
     a = ap.parse_args(argv)
     if a.quick:
         a.warmup, a.draws, a.token_warmup, a.token_draws, a.grad_calls = 20, 20, 5, 5, 50
+        a.widths = [4, 8, 16]
+        a.n_train, a.n_test = 20, 10
     if a.out is None:
         a.out = Path(tempfile.mkdtemp(prefix="bench_sampler_")) if a.quick else RESULTS
     return a
+
+
+def plan(a) -> dict[int, tuple[str, ...]]:
+    """Samplers per width (quick mode: the plan of 10, 100, 10000 on the given tiny widths)."""
+    keys = list(PLAN) if not a.quick else [10, 100, 10000]
+    table = PLAN if not a.quick else dict(zip(a.widths, (PLAN[k] for k in keys)))
+    return {N: tuple(s for s in table.get(N, ORDER[1:]) if s in a.samplers) for N in a.widths}
 
 
 # ----------------------------------------------------------------------------
@@ -118,8 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class CompileTimer:
     """Collects JAX trace/lower/compile intervals (wall clock) via ``jax.monitoring``.
 
-    Nested events (a jit traced inside another) overlap; :meth:`seconds_in`
-    returns the length of the union of the intervals inside ``[t0, t1]``.
+    Nested events overlap; :meth:`seconds_in` returns the length of the union
+    of the intervals inside ``[t0, t1]``.
     """
 
     def __init__(self):
@@ -148,8 +173,6 @@ class CompileTimer:
 
 def executed_steps(n_steps, chain_method: str) -> int:
     """Leapfrog steps that set the wall time, from ``n_steps`` ``[chain, draw]``."""
-    import numpy as np
-
     n = np.asarray(n_steps, dtype=np.int64)
     if chain_method == "sequential":
         return int(n.sum())
@@ -158,109 +181,26 @@ def executed_steps(n_steps, chain_method: str) -> int:
     return int(n.max(axis=0).sum())  # vectorized: every iteration waits for the longest trajectory
 
 
-# ----------------------------------------------------------------------------
-# the samplers, as sample_posterior builds them
-# ----------------------------------------------------------------------------
-def build(net, x, y, x_test, *, method: str, form: str, temperature: float, dtype: str):
-    """Model, model arguments and per-draw post-processing, exactly as in ``sample_posterior``.
+def gradient_time(model, args, max_calls: int, budget_s: float = 1.0) -> dict:
+    """Seconds per jitted ``value_and_grad`` of the potential: per Python call, and inside a ``fori_loop``.
 
-    Must run inside ``jax.enable_x64(dtype == "float64")``.
+    Best of 3 blocks of ``n`` evaluations, ``n`` chosen so that a block lasts
+    about ``budget_s`` (at most ``max_calls``, at least 5).
     """
-    from functools import partial
-
-    import jax.numpy as jnp
-
-    from bayes_attn import posterior as bp
-    from bayes_attn.models import collapsed_model, path_model, token_model
-    from bayes_attn.network import path_kernel_from_xi
-
-    jdt = jnp.dtype(dtype)
-    xi = net.xi(x).astype(jdt)
-    xi_test = net.xi(x_test).astype(jdt)
-    yj = jnp.asarray(y, jdt)
-    consts = dict(heads=net.heads, widths=net.widths, variances=net.variances, temperature=temperature)
-    if method == "collapsed":
-        model, args = partial(collapsed_model, **consts), (path_kernel_from_xi(xi, xi, net.variances[0]), yj)
-    elif form == "path":
-        model, args = partial(path_model, **consts), (xi, yj)
-    else:
-        model = partial(token_model, **consts)
-        args = (jnp.asarray(x, jdt), tuple(o.astype(jdt) for o in net.attention_matrices(x)), yj)
-    collect = partial(bp._observables, xi=xi, xi_test=xi_test, widths=net.widths, full=method == "full",
-                      keep_weights=False, keep_effective_weights=False)
-    return model, args, collect, xi, xi_test, yj
-
-
-def run_sampler(net, x, y, x_test, *, name: str, num_warmup: int, num_samples: int, a, timer: CompileTimer) -> dict:
-    """Warm-up and sampling phases timed separately; ESS, steps and gradient timings."""
-    import jax
-    import numpy as np
-    from numpyro.infer import MCMC, NUTS, init_to_sample
-
-    from bayes_attn import posterior as bp
-
-    method, form = SAMPLERS[name]
-    with jax.enable_x64(a.dtype == "float64"):
-        model, args, collect, xi, xi_test, yj = build(net, x, y, x_test, method=method, form=form,
-                                                     temperature=a.temperature, dtype=a.dtype)
-        kernel = NUTS(model, target_accept_prob=0.8, max_tree_depth=10, init_strategy=init_to_sample)
-        mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=a.chains,
-                    chain_method=a.chain_method, postprocess_fn=collect, progress_bar=False)
-        t0 = time.perf_counter()
-        mcmc.warmup(jax.random.key(a.seed), *args, extra_fields=FIELDS)
-        jax.block_until_ready(mcmc.post_warmup_state)
-        t1 = time.perf_counter()
-        mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=FIELDS)
-        draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
-        t2 = time.perf_counter()
-        if method == "collapsed":  # as sample_posterior: exact draws of f | U, Y
-            draws |= jax.block_until_ready(
-                bp._conditional_outputs(draws["U"], jax.random.key(a.seed + 1), xi, yj, xi_test, net.variances[0], a.temperature))
-        t3 = time.perf_counter()
-        extra = mcmc.get_extra_fields(group_by_chain=True)
-        grad = gradient_time(model, args, a.grad_calls)
-    compile_sample, compile_post = timer.seconds_in(t1, t2), timer.seconds_in(t2, t3)
-    tree = bp._to_datatree(net, draws, extra, x, y, a.temperature, method=method, form=form, dtype=a.dtype,
-                           seconds=t3 - t0, num_warmup=num_warmup, seed=a.seed)
-    s = bp.Posterior(tree, net).summary()
-    rows = s.table[s.table.index.str.startswith(("U[", "f_test["))]
-    ess = float(rows["ess_bulk"].min())
-    steps = executed_steps(extra["num_steps"], a.chain_method)
-    sample_s = (t2 - t1) - compile_sample
-    post_s = (t3 - t2) - compile_post
-    per_step = sample_s / steps
-    return {
-        "method": method, "form": form, "warmup": num_warmup, "draws_per_chain": num_samples, "chains": a.chains,
-        "seconds_total": t3 - t0, "seconds_warmup": t1 - t0, "seconds_sampling": t2 - t1,
-        "seconds_sampling_compile": compile_sample, "seconds_conditional_f": t3 - t2,
-        "seconds_conditional_f_compile": compile_post,
-        "min_ess_bulk": ess, "min_ess_bulk_U": float(rows[rows.index.str.startswith("U[")]["ess_bulk"].min()),
-        "min_ess_bulk_f_test": float(rows[rows.index.str.startswith("f_test[")]["ess_bulk"].min()),
-        "ess_per_s_total": ess / (t3 - t0), "ess_per_s_post_warmup": ess / (sample_s + post_s),
-        "max_rhat": float(rows["r_hat"].max()), "divergences": s.divergences,
-        "mean_leapfrog_steps_per_draw": s.mean_steps, "max_tree_depth_hits": int((np.asarray(extra["num_steps"]) >= 1023).sum()),
-        "executed_steps": steps, "seconds_per_step": per_step,
-        **grad,
-        "overhead_vs_grad_call": per_step / grad["seconds_per_grad_call"],
-        "overhead_vs_grad_loop": per_step / grad["seconds_per_grad_loop"],
-    }
-
-
-def gradient_time(model, args, n_calls: int) -> dict:
-    """Seconds per jitted ``value_and_grad`` of the potential: per Python call, and inside a ``fori_loop``."""
-    import jax
-    from numpyro.infer.util import initialize_model
-
     info = initialize_model(jax.random.key(1), model, model_args=args)
     z = info.param_info.z
     vg = jax.jit(jax.value_and_grad(info.potential_fn))
-    jax.block_until_ready(vg(z))  # compile
+    out = jax.block_until_ready(vg(z))  # compile
+    t = time.perf_counter()
+    for _ in range(3):
+        jax.block_until_ready(vg(z))
+    n = int(min(max_calls, max(5, budget_s / ((time.perf_counter() - t) / 3))))
     best_call = math.inf
-    for _ in range(3):  # best of 3 blocks: robust to a busy machine
+    for _ in range(3):
         t = time.perf_counter()
-        for _ in range(n_calls):
-            out = jax.block_until_ready(vg(z))
-        best_call = min(best_call, (time.perf_counter() - t) / n_calls)
+        for _ in range(n):
+            jax.block_until_ready(vg(z))
+        best_call = min(best_call, (time.perf_counter() - t) / n)
 
     @jax.jit
     def loop(z0):
@@ -269,52 +209,127 @@ def gradient_time(model, args, n_calls: int) -> dict:
             v, g = jax.value_and_grad(info.potential_fn)(zz)
             return jax.tree.map(lambda p, q: p - 1e-30 * q, zz, g), acc + v  # dependent chain of evaluations
 
-        return jax.lax.fori_loop(0, n_calls, body, (z0, 0.0 * out[0]))
+        return jax.lax.fori_loop(0, n, body, (z0, 0.0 * out[0]))
 
     jax.block_until_ready(loop(z))  # compile
     best_loop = math.inf
     for _ in range(3):
         t = time.perf_counter()
         jax.block_until_ready(loop(z))
-        best_loop = min(best_loop, (time.perf_counter() - t) / n_calls)
-    return {"seconds_per_grad_call": best_call, "seconds_per_grad_loop": best_loop, "grad_calls_timed": n_calls}
+        best_loop = min(best_loop, (time.perf_counter() - t) / n)
+    return {"seconds_per_grad_call": best_call, "seconds_per_grad_loop": best_loop, "grad_calls_timed": n,
+            "sampled_dimension": int(sum(np.size(v) for v in jax.tree.leaves(z)))}
+
+
+# ----------------------------------------------------------------------------
+# one run
+# ----------------------------------------------------------------------------
+def problem(N: int, a):
+    task, net = markov.fig2c(width=N, n_train=a.n_train, n_test=a.n_test, seed=a.seed)
+    x, y, xt, _ = task.generate()
+    return net, x, y, xt
+
+
+def build(name: str, net, x, y, xt, a):
+    """Inputs, model and arguments through the interface (``prepare`` + ``build``)."""
+    inputs = samplers.prepare(net, x, y, xt, a.temperature, a.dtype)
+    model, args = samplers.get(name).build(inputs)
+    return inputs, model, jax.block_until_ready(args)
+
+
+def run_sampler(name: str, N: int, a, timer: CompileTimer) -> dict:
+    """Set-up, warm-up, sampling and conditional draws timed separately; ESS, steps and gradient timings."""
+    smp = samplers.get(name)
+    options = samplers.Options()
+    W, S = (a.token_warmup, a.token_draws) if name == "full-token" else (a.warmup, a.draws)
+    net, x, y, xt = problem(N, a)
+    t_set = time.perf_counter()
+    inputs, model, args = build(name, net, x, y, xt, a)
+    kernel = NUTS(model, target_accept_prob=0.8, max_tree_depth=10, init_strategy=init_to_sample)
+    mcmc = MCMC(kernel, num_warmup=W, num_samples=S, num_chains=a.chains, chain_method=a.chain_method,
+                postprocess_fn=lambda z: smp.observables(z, inputs, options), progress_bar=False)
+    k_mcmc, k_cond = jax.random.split(jax.random.key(a.seed))
+    t0 = time.perf_counter()
+    mcmc.warmup(k_mcmc, *args, extra_fields=EXTRA_FIELDS)
+    jax.block_until_ready(mcmc.post_warmup_state)
+    t1 = time.perf_counter()
+    mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=EXTRA_FIELDS)
+    draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+    t2 = time.perf_counter()
+    draws |= jax.block_until_ready(smp.conditional(draws, k_cond, inputs, options))
+    t3 = time.perf_counter()
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    grad = gradient_time(model, args, a.grad_calls)
+    compile_sample, compile_post = timer.seconds_in(t1, t2), timer.seconds_in(t2, t3)
+    post = Posterior.from_draws(net, draws, sample_stats(extra), x, y, a.temperature, sampler=name, seconds=t3 - t_set)
+    s = post.summary()
+    rows = s.table[s.table.index.str.startswith(("U[", "f_test["))]
+    ess = float(rows["ess_bulk"].min())
+    steps = executed_steps(extra["num_steps"], a.chain_method)
+    total = t3 - t_set
+    sample_s = (t2 - t1) - compile_sample
+    post_s = (t3 - t2) - compile_post
+    per_step = sample_s / max(steps, 1)
+    return {
+        "sampler": name, "N": N, "warmup": W, "draws_per_chain": S, "chains": a.chains,
+        "seconds_total": total, "seconds_setup": t0 - t_set, "seconds_warmup": t1 - t0, "seconds_sampling": t2 - t1,
+        "seconds_warmup_compile": timer.seconds_in(t0, t1),
+        "seconds_sampling_compile": compile_sample, "seconds_conditional_f": t3 - t2,
+        "seconds_conditional_f_compile": compile_post,
+        "min_ess_bulk": ess, "min_ess_bulk_U": float(rows[rows.index.str.startswith("U[")]["ess_bulk"].min()),
+        "min_ess_bulk_f_test": float(rows[rows.index.str.startswith("f_test[")]["ess_bulk"].min()),
+        "ess_per_s_total": ess / total, "ess_per_s_post_warmup": ess / (sample_s + post_s),
+        "max_rhat": float(rows["r_hat"].max()), "divergences": s.divergences,
+        "mean_leapfrog_steps_per_draw": s.mean_steps,
+        "max_tree_depth_hits": int((np.asarray(extra["num_steps"]) >= 1023).sum()),
+        "executed_steps": steps, "seconds_per_step": per_step,
+        "U_mean": post.order_parameter().tolist(),
+        **grad,
+        "overhead_vs_grad_call": per_step / grad["seconds_per_grad_call"],
+        "overhead_vs_grad_loop": per_step / grad["seconds_per_grad_loop"],
+    }
+
+
+def estimate_seconds(name: str, N: int, previous: dict, a) -> tuple[float, dict]:
+    """Estimated total time at width ``N`` from a run at a smaller width (gradient-time ratio)."""
+    net, x, y, xt = problem(N, a)
+    _, model, args = build(name, net, x, y, xt, a)
+    g = gradient_time(model, args, max_calls=20, budget_s=0.3)
+    est = previous["seconds_total"] * g["seconds_per_grad_loop"] / previous["seconds_per_grad_loop"]
+    return est, g
 
 
 # ----------------------------------------------------------------------------
 # storage
 # ----------------------------------------------------------------------------
 def storage_formulas(heads, N: int, N0: int, P: int, P_test: int, itemsize: int = 8) -> dict:
-    """Bytes per draw: stored observables (``U``, ``f_train``, ``f_test``) and raw weights, all widths ``N``."""
-    D = math.prod(heads)
-    obs = D * D + P + P_test
+    """Bytes per draw: stored observables (``U``, ``U_2..U_L``, ``Ua``, ``f_train``, ``f_test``) and raw weights, widths ``N``."""
+    D_l = [math.prod(heads[l:]) for l in range(len(heads))]
+    obs = sum(d * d for d in D_l) + 1 + P + P_test
     raw = N * N0 + sum(h * N * N for h in heads) + N
     return {"N": N, "stored_floats": obs, "stored_bytes": obs * itemsize, "raw_weight_floats": raw,
-            "raw_weight_bytes": raw * itemsize, "effective_weight_floats": D * N,
-            "raw_over_stored": raw / obs}
+            "raw_weight_bytes": raw * itemsize, "effective_weight_floats": D_l[0] * N, "raw_over_stored": raw / obs}
 
 
 def storage(a) -> dict:
     """Formulas at N = 10, 100, 1000 and a check against a real tree at N = 100."""
-    import numpy as np
-
-    import bayes_attn as ba
-    from bayes_attn import markov
-
-    P, P_test = 100, 1000
-    task, net = markov.fig2c(100, n_train=P, n_test=P_test, seed=a.seed)
+    P, P_test = (100, 1000) if not a.quick else (20, 50)
+    N = 100 if not a.quick else 8
+    task, net = markov.fig2c(width=N, n_train=P, n_test=P_test, seed=a.seed)
     x, y, xt, _ = task.generate()
-    rows = [storage_formulas(net.heads, N, net.N0, P, P_test) for N in (10, 100, 1000)]
+    rows = [storage_formulas(net.heads, n, net.N0, P, P_test) for n in sorted({10, 100, 1000, N})]
     draws = 3 if a.quick else 10
     post = ba.sample_posterior(net, x, y, temperature=a.temperature, x_test=xt, num_warmup=draws, num_samples=draws,
-                               num_chains=1, seed=a.seed, method="collapsed", keep_weights=True, progress_bar=False)
+                               num_chains=1, seed=a.seed, sampler="collapsed", keep_weights=True, progress_bar=False)
     p = post.tree["posterior"]
     n = p.sizes["chain"] * p.sizes["draw"]
-    measured_obs = sum(p[v].nbytes for v in ("U", "f_train", "f_test")) / n
+    measured_obs = sum(p[v].nbytes for v in post.observables) / n
     measured_raw = sum(p[v].nbytes for v in ("V0", *[f"V{l + 1}" for l in range(net.L)], "a")) / n
-    f100 = rows[1]
-    check = {"N": 100, "draws": n, "stored_bytes_measured": measured_obs, "stored_bytes_formula": f100["stored_bytes"],
-             "raw_weight_bytes_measured": measured_raw, "raw_weight_bytes_formula": f100["raw_weight_bytes"],
-             "agree": bool(np.isclose(measured_obs, f100["stored_bytes"]) and np.isclose(measured_raw, f100["raw_weight_bytes"]))}
+    fN = next(r for r in rows if r["N"] == N)
+    check = {"N": N, "draws": n, "observables": post.observables, "stored_bytes_measured": measured_obs,
+             "stored_bytes_formula": fN["stored_bytes"], "raw_weight_bytes_measured": measured_raw,
+             "raw_weight_bytes_formula": fN["raw_weight_bytes"],
+             "agree": bool(np.isclose(measured_obs, fN["stored_bytes"]) and np.isclose(measured_raw, fN["raw_weight_bytes"]))}
     if not check["agree"]:
         raise AssertionError(f"storage formula disagrees with the tree: {check}")
     return {"P": P, "P_test": P_test, "per_width": rows, "check": check}
@@ -323,48 +338,68 @@ def storage(a) -> dict:
 # ----------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------
+def ratio(runs: dict, num: tuple[str, int], den: tuple[str, int]) -> dict | None:
+    r_num, r_den = runs.get(num[0], {}).get(num[1]), runs.get(den[0], {}).get(den[1])
+    if r_num is None or r_den is None:
+        return None
+    return {k: r_num[k] / r_den[k] for k in ("ess_per_s_total", "ess_per_s_post_warmup")}
+
+
 def main(argv: list[str] | None = None) -> dict:
     a = parse_args(argv)
     if a.chain_method == "parallel":
         import numpyro
 
         numpyro.set_host_device_count(a.chains)
-    import jax
-
-    import bayes_attn  # noqa: F401  (float64 mode)
-    from bayes_attn import markov
-
     timer = CompileTimer()
     load_before = os.getloadavg()
-    task, net = markov.fig2c(a.width, n_train=a.n_train, n_test=a.n_test, seed=a.seed)
-    x, y, xt, _ = task.generate()
-    results = {}
-    for name in a.samplers:
-        W, S = (a.token_warmup, a.token_draws) if name == "token" else (a.warmup, a.draws)
-        print(f"[{name}] warm-up {W}, draws {S} x {a.chains} chains ...", flush=True)
-        r = run_sampler(net, x, y, xt, name=name, num_warmup=W, num_samples=S, a=a, timer=timer)
-        results[name] = r
-        print(f"[{name}] {r['seconds_total']:.1f} s, min ESS {r['min_ess_bulk']:.0f}, "
-              f"{r['mean_leapfrog_steps_per_draw']:.0f} steps/draw, R-hat {r['max_rhat']:.3f}", flush=True)
+    t_start = time.perf_counter()
+    runs: dict[str, dict[int, dict]] = {}
+    skipped = []
+    a.out.mkdir(parents=True, exist_ok=True)
+    for N, names in plan(a).items():
+        for name in names:
+            done = runs.get(name, {})
+            if done:
+                prev = done[max(done)]
+                est, g = estimate_seconds(name, N, prev, a)
+                if est > a.budget:
+                    why = (f"estimated {est:.0f} s > budget {a.budget:.0f} s (total {prev['seconds_total']:.0f} s at "
+                           f"N = {prev['N']} x gradient time ratio {g['seconds_per_grad_loop'] / prev['seconds_per_grad_loop']:.1f})")
+                    skipped.append({"sampler": name, "N": N, "estimated_seconds": est, "reason": why,
+                                    "seconds_per_grad_loop": g["seconds_per_grad_loop"]})
+                    print(f"[{name} N={N}] skipped: {why}", flush=True)
+                    continue
+            print(f"[{name} N={N}] ...", flush=True)
+            r = run_sampler(name, N, a, timer)
+            runs.setdefault(name, {})[N] = r
+            print(f"[{name} N={N}] {r['seconds_total']:.1f} s, min ESS {r['min_ess_bulk']:.0f}, "
+                  f"ESS/s {r['ess_per_s_total']:.3g} (post-warm-up {r['ess_per_s_post_warmup']:.3g}), "
+                  f"{r['mean_leapfrog_steps_per_draw']:.0f} steps/draw, R-hat {r['max_rhat']:.3f}", flush=True)
     store = storage(a)
-    ratios = {}
-    for num, den in (("collapsed", "token"), ("collapsed", "path"), ("path", "token")):
-        if num in results and den in results:
-            for k in ("ess_per_s_total", "ess_per_s_post_warmup"):
-                ratios[f"{k}:{num}/{den}"] = results[num][k] / results[den][k]
+    Ns = list(plan(a))
+    small, mid = Ns[0], Ns[min(1, len(Ns) - 1)]
+    ratios = {
+        f"wishart/collapsed at N={mid}": ratio(runs, ("wishart", mid), ("collapsed", mid)),
+        f"wishart/full-token at N={small}": ratio(runs, ("wishart", small), ("full-token", small)),
+        f"collapsed/full-token at N={small}": ratio(runs, ("collapsed", small), ("full-token", small)),
+        f"wishart/full at N={mid}": ratio(runs, ("wishart", mid), ("full", mid)),
+    }
+    wishart_vs_N = {str(N): {k: r[k] for k in ("seconds_total", "seconds_warmup", "seconds_sampling", "min_ess_bulk",
+                                                "ess_per_s_total", "mean_leapfrog_steps_per_draw", "seconds_per_grad_loop")}
+                    for N, r in runs.get("wishart", {}).items()}
     out = {
-        "problem": dict(network="markov.fig2c", width=a.width, P=a.n_train, P_test=a.n_test, temperature=a.temperature,
-                        dtype=a.dtype, seed=a.seed, chains=a.chains, chain_method=a.chain_method),
-        "quick": a.quick, "samplers": results, "ratios": ratios, "storage": store,
-        "goals": {
-            "collapsed_vs_token_ess_per_s_total_ge_50": ratios.get("ess_per_s_total:collapsed/token", math.nan) >= 50,
-            "overhead_vs_grad_call_le_1.5": {k: r["overhead_vs_grad_call"] <= 1.5 for k, r in results.items()},
-        },
+        "problem": dict(network="markov.fig2c", P=a.n_train, P_test=a.n_test, temperature=a.temperature,
+                        dtype=a.dtype, seed=a.seed, chains=a.chains, chain_method=a.chain_method, warmup=a.warmup,
+                        draws=a.draws, token_warmup=a.token_warmup, token_draws=a.token_draws, budget_s=a.budget),
+        "quick": a.quick,
+        "runs": {name: {str(N): r for N, r in by_N.items()} for name, by_N in runs.items()},
+        "skipped": skipped, "ratios": ratios, "wishart_time_vs_N": wishart_vs_N, "storage": store,
+        "seconds_total": time.perf_counter() - t_start,
         "environment": dict(platform=platform.platform(), python=sys.version.split()[0], jax=jax.__version__,
                             cpus=os.cpu_count(), load_avg_before=load_before, load_avg_after=os.getloadavg()),
     }
     print_report(out)
-    a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / "sampler.json"
     path.write_text(json.dumps(out, indent=2))
     print(f"\nwrote {path}")
@@ -372,34 +407,45 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def print_report(out: dict) -> None:
-    res = out["samplers"]
     cols = [
-        ("warm-up", "warmup", "{:d}"), ("draws", "draws_per_chain", "{:d}"), ("total s", "seconds_total", "{:.1f}"),
-        ("warm-up s", "seconds_warmup", "{:.1f}"), ("sample s", "seconds_sampling", "{:.1f}"),
-        ("compile s", "seconds_sampling_compile", "{:.1f}"), ("cond-f s", "seconds_conditional_f", "{:.2f}"),
-        ("min ESS", "min_ess_bulk", "{:.0f}"), ("ESS/s tot", "ess_per_s_total", "{:.3g}"),
-        ("ESS/s post", "ess_per_s_post_warmup", "{:.3g}"), ("R-hat", "max_rhat", "{:.3f}"),
-        ("div", "divergences", "{:d}"), ("steps/draw", "mean_leapfrog_steps_per_draw", "{:.0f}"),
-        ("us/step", "seconds_per_step", "{:.1f}"), ("us/grad call", "seconds_per_grad_call", "{:.1f}"),
-        ("us/grad loop", "seconds_per_grad_loop", "{:.1f}"), ("step/call", "overhead_vs_grad_call", "{:.2f}"),
-        ("step/loop", "overhead_vs_grad_loop", "{:.2f}"),
+        ("warm-up", "warmup", "{:d}"), ("draws", "draws_per_chain", "{:d}"), ("dim", "sampled_dimension", "{:d}"),
+        ("total s", "seconds_total", "{:.1f}"), ("warm-up s", "seconds_warmup", "{:.1f}"),
+        ("sample s", "seconds_sampling", "{:.1f}"), ("compile s", "seconds_sampling_compile", "{:.1f}"),
+        ("cond-f s", "seconds_conditional_f", "{:.2f}"), ("min ESS", "min_ess_bulk", "{:.0f}"),
+        ("ESS/s tot", "ess_per_s_total", "{:.3g}"), ("ESS/s post", "ess_per_s_post_warmup", "{:.3g}"),
+        ("R-hat", "max_rhat", "{:.3f}"), ("div", "divergences", "{:d}"),
+        ("steps/draw", "mean_leapfrog_steps_per_draw", "{:.0f}"), ("us/step", "seconds_per_step", "{:.1f}"),
+        ("us/grad call", "seconds_per_grad_call", "{:.1f}"), ("us/grad loop", "seconds_per_grad_loop", "{:.1f}"),
+        ("step/call", "overhead_vs_grad_call", "{:.2f}"), ("step/loop", "overhead_vs_grad_loop", "{:.2f}"),
     ]
-    print(f"\n{'':12s}" + "".join(f"{name:>13s}" for name in res))
-    for label, key, fmt in cols:
-        scale = 1e6 if key.startswith("seconds_per") else 1
-        print(f"{label:12s}" + "".join(f"{fmt.format(r[key] * scale if scale != 1 else r[key]):>13s}" for r in res.values()))
-    print("\nratios:")
+    flat = [(f"{name}@{N}", r) for name, by_N in out["runs"].items() for N, r in by_N.items()]
+    for start in range(0, len(flat), 6):
+        chunk = flat[start : start + 6]
+        print(f"\n{'':12s}" + "".join(f"{k:>15s}" for k, _ in chunk))
+        for label, key, fmt in cols:
+            scale = 1e6 if key.startswith("seconds_per") else 1
+            print(f"{label:12s}" + "".join(f"{fmt.format(r[key] * scale if scale != 1 else r[key]):>15s}" for _, r in chunk))
+    for s in out["skipped"]:
+        print(f"skipped {s['sampler']} at N = {s['N']}: {s['reason']}")
+    print("\nESS/s ratios (total; post-warm-up):")
     for k, v in out["ratios"].items():
-        print(f"  {k:45s} {v:10.3g}")
-    print("\nstorage per draw (float64), P = 100, 1000 test inputs:")
-    for r in out["storage"]["per_width"]:
-        print(f"  N = {r['N']:5d}: stored U+f_train+f_test {r['stored_bytes']:>10,d} B   raw weights "
+        print(f"  {k:32s} " + ("not run" if v is None else f"{v['ess_per_s_total']:10.3g} {v['ess_per_s_post_warmup']:10.3g}"))
+    print("\nwishart wall time vs N:")
+    for N, r in out["wishart_time_vs_N"].items():
+        print(f"  N = {N:>6s}: total {r['seconds_total']:7.1f} s (warm-up {r['seconds_warmup']:6.1f}, sampling "
+              f"{r['seconds_sampling']:6.1f}), {r['mean_leapfrog_steps_per_draw']:5.1f} steps/draw, "
+              f"min ESS {r['min_ess_bulk']:6.0f}, {r['seconds_per_grad_loop'] * 1e6:8.1f} us/grad")
+    st = out["storage"]
+    print(f"\nstorage per draw (float64), P = {st['P']}, {st['P_test']} test inputs:")
+    for r in st["per_width"]:
+        print(f"  N = {r['N']:5d}: stored observables {r['stored_bytes']:>10,d} B   raw weights "
               f"{r['raw_weight_bytes']:>12,d} B   raw/stored {r['raw_over_stored']:8.1f}")
-    c = out["storage"]["check"]
-    print(f"  check at N = 100 against a sampled tree: stored {c['stored_bytes_measured']:.0f} B, raw {c['raw_weight_bytes_measured']:.0f} B"
-          f" -> {'agree' if c['agree'] else 'DISAGREE'}")
-    print(f"\ngoals: {out['goals']}")
-    print(f"load average before/after: {out['environment']['load_avg_before']} / {out['environment']['load_avg_after']}")
+    c = st["check"]
+    print(f"  check at N = {c['N']} against a sampled tree: stored {c['stored_bytes_measured']:.0f} B, raw "
+          f"{c['raw_weight_bytes_measured']:.0f} B -> {'agree' if c['agree'] else 'DISAGREE'}")
+    env = out["environment"]
+    print(f"\nload average before/after: {env['load_avg_before']} / {env['load_avg_after']}; "
+          f"total {out['seconds_total']:.0f} s")
 
 
 if __name__ == "__main__":

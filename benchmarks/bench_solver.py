@@ -40,7 +40,7 @@ import optax  # noqa: E402
 from bayes_attn import markov  # noqa: E402
 from bayes_attn import theory as th  # noqa: E402
 from bayes_attn.precision import float64  # noqa: E402
-from bayes_attn.theory.action import reduced_action  # noqa: E402
+from bayes_attn.theory.objective import reduced_action  # noqa: E402
 from bayes_attn.theory.coordinates import (  # noqa: E402
     log_cholesky,
     log_cholesky_to_vech,

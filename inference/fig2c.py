@@ -1,10 +1,12 @@
 """Paper Fig. 2c: test accuracy and order parameter vs width, theory against NUTS.
 
-Theory at every width of the spec, collapsed NUTS (4 chains) at the sample
-widths, GP-limit lines for the whole network, the good path alone, and the
-good + denoising paths. Resumable: rerun after an interruption.
+Theory at every width of the spec (N = 10 … 10000), NUTS (4 chains) with the
+spec's sampler — the exact order-parameter sampler ``wishart`` — at the
+sample widths (by default every width), GP-limit lines for the whole network,
+the good path alone, and the good + denoising paths. Resumable: rerun after
+an interruption.
 
-    python inference/fig2c.py [--out runs/fig2c] [--sample-widths 10 30 100] [--chains 4]
+    python inference/fig2c.py [--out runs/fig2c] [--sample-widths 10 100 1000] [--chains 4] [--sampler collapsed]
 
 Writes sweep.nc, accuracy_vs_width.png, finite_size.png and, per sampled
 width, the posterior and comparison under OUT/widths/.
@@ -19,13 +21,18 @@ def sweep_main(spec: str, out: str, doc: str) -> int:
     """Parse the script's options and run ``bayes-attn sweep`` on ``spec``."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=out)
-    p.add_argument("--sample-widths", nargs="*", default=["10", "30", "100"])
+    p.add_argument("--sample-widths", nargs="*", help="default: the spec's")
+    p.add_argument("--sampler", help="default: the spec's")
     p.add_argument("--chains", default="4")
     p.add_argument("--samples", default="1000")
     p.add_argument("--warmup", default="500")
     a = p.parse_args()
-    return main(["sweep", spec, "--out", a.out, "--chains", a.chains, "--samples", a.samples,
-                 "--warmup", a.warmup, "--sample-widths", *a.sample_widths])
+    args = ["sweep", spec, "--out", a.out, "--chains", a.chains, "--samples", a.samples, "--warmup", a.warmup]
+    if a.sample_widths is not None:
+        args += ["--sample-widths", *a.sample_widths]
+    if a.sampler:
+        args += ["--sampler", a.sampler]
+    return main(args)
 
 
 if __name__ == "__main__":

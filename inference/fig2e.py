@@ -1,8 +1,8 @@
 """Paper Fig. 2e: the two-path network (good and denoising paths), perpendicular noise 5.
 
-    python inference/fig2e.py [--out runs/fig2e] [--sample-widths 10 30 100] [--chains 4]
+    python inference/fig2e.py [--out runs/fig2e] [--sample-widths 10 100 1000] [--chains 4] [--sampler collapsed]
 
-Theory over widths, collapsed NUTS at the sample widths, GP lines for each
+Theory over widths, NUTS with the spec's sampler (wishart) at the sample widths, GP lines for each
 path alone and for the whole network; writes sweep.nc and figures into OUT.
 """
 

@@ -21,7 +21,8 @@ import scipy.optimize
 import bayes_attn.theory.solve as solve_module
 from bayes_attn import Network, markov, precision
 from bayes_attn import theory as th
-from bayes_attn.theory.action import value_grad_hess
+from bayes_attn.theory import objective
+from bayes_attn.theory.objective import value_grad_hess
 from bayes_attn.theory.coordinates import (
     log_cholesky,
     log_cholesky_to_vech,
@@ -149,7 +150,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
 def test_kernel_form_follows_C_MAX_ENTRIES(monkeypatch):
     net, x, y = random_problem((2, 2), [6, 4, 9])
     assert th.make_problem(net, x, y, 0.1).form == "C"
-    monkeypatch.setattr(sys.modules["bayes_attn.theory.action"], "C_MAX_ENTRIES", net.D**2 * len(y) ** 2 - 1)
+    monkeypatch.setattr(objective, "C_MAX_ENTRIES", net.D**2 * len(y) ** 2 - 1)
     assert th.make_problem(net, x, y, 0.1).form == "xi"
     with pytest.raises(ValueError, match="form"):
         th.make_problem(net, x, y, 0.1, form="K")

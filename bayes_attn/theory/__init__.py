@@ -16,7 +16,7 @@ Modules:
 
 - :mod:`.coordinates`: flat coordinates of ``[U_1, ..., U_L]`` — vech
   (upper-triangular entries) and log-Cholesky — and the maps between them;
-- :mod:`.action`: :class:`Problem` (data, widths, variances, kernel basis),
+- :mod:`.objective`: :class:`Problem` (data, widths, variances, kernel basis),
   ``S`` = entropy + data term, the reduced action ``S / N_max`` with ``Ua``
   eliminated and its exact gradient and Hessian (jit-compiled, float64);
   :func:`action`, :func:`action_gradient`, :func:`gp_order_parameters`;
@@ -30,7 +30,7 @@ All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
 whatever the caller's JAX default; results are NumPy float64.
 """
 
-from .action import Problem, action, action_gradient, gp_order_parameters, make_problem
+from .objective import Problem, action, action_gradient, gp_order_parameters, make_problem
 from .newton import NewtonResult, NewtonSolver
 from .result import Theory, load_theory
 from .solve import gp_limit, solve_theory

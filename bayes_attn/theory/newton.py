@@ -21,7 +21,7 @@ import scipy.linalg
 
 from .. import _checks
 from ..precision import float64
-from .action import (
+from .objective import (
     Problem,
     log_cholesky_value,
     log_cholesky_value_grad_hess,

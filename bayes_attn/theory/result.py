@@ -16,7 +16,7 @@ import numpy as np
 from .. import _checks, _io, gp
 from ..network import Network, kernel_from_xi
 from ..precision import float64
-from .action import gp_order_parameters
+from .objective import gp_order_parameters
 
 __all__ = ["Theory", "load_theory"]
 

@@ -12,7 +12,7 @@ import numpy as np
 from .. import _checks
 from ..network import Network
 from ..precision import float64
-from .action import (
+from .objective import (
     Problem,
     check_order_parameters,
     check_problem,

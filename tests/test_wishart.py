@@ -1,0 +1,376 @@
+"""The ``"wishart"`` sampler: exact prior of the order parameters and the same posterior (THEORY.md §7).
+
+- the Bartlett recursion (``prior_draw`` + ``order_parameters_from_factors``)
+  has the Wishart-chain prior: means ``s_l²···sa² I`` at every level, the
+  Wishart second moments given the level above, the one-layer one-head law
+  ``U = s1² Ua χ²(N1)/N1``, rank ``min(H_l r_{l+1}, N_l)`` when singular, and
+  the law of ``order_parameters_from_weights`` on prior weights;
+- the NumPyro model: its log density is the exact one (SciPy reference,
+  float64 and float32), and its prior predictive (``StandardLogChi2.sample``)
+  is the Wishart chain too;
+- NUTS on it gives the posterior of the collapsed sampler (slow).
+
+Moments are compared with z-scores against their Monte-Carlo standard errors
+(``Z`` standard errors; the sample variance's error from the fourth central
+moment); all seeds are fixed.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+import scipy.stats
+from conftest import random_network
+from numpyro import handlers
+from numpyro.infer import Predictive
+from numpyro.infer.util import log_density, potential_energy
+
+import bayes_attn as ba
+from bayes_attn import markov
+from bayes_attn.network import order_parameters_from_weights
+from bayes_attn.precision import x64
+from bayes_attn.samplers import Options, get, prepare
+from bayes_attn.samplers.wishart import (
+    factor_shapes,
+    num_parameters,
+    order_parameters_from_factors,
+    prior_draw,
+    site_sizes,
+)
+
+Z = 5.0  # |z| bound: ~100 comparisons per test -> false-alarm rate ~1e-4
+NDRAW = 20000
+
+# three layers, widths below the path counts at two levels (U_1: 8×8 of rank 3, U_2: 4×4 of rank 3)
+SINGULAR = dict(heads=(2, 2, 2), widths=(3, 3, 2, 4), variances=(1.0, 0.7, 1.3, 0.8, 1.5))
+REGULAR = dict(heads=(2, 2), widths=(5, 6, 7), variances=(0.9, 0.7, 1.3, 1.5))
+
+
+# ----------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------
+def _factor_draws(heads, widths, variances, n, seed):
+    """``([U_1..U_L], Ua)`` for ``n`` independent prior draws of the factors (arrays with a leading draw axis)."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    f = jax.jit(jax.vmap(lambda k: order_parameters_from_factors(prior_draw(k, heads, widths, variances), heads, widths, variances)))
+    Us, Ua = f(keys)
+    return [np.asarray(U) for U in Us], np.asarray(Ua)
+
+
+def _weight_draws(net, n, seed):
+    keys = jax.random.split(jax.random.key(seed), n)
+
+    def one(k):
+        W = net.sample_prior(k)
+        return order_parameters_from_weights(W.V, W.a, net.widths)
+
+    Us, Ua = jax.jit(jax.vmap(one))(keys)
+    return [np.asarray(U) for U in Us], np.asarray(Ua)
+
+
+def _upper(U):
+    """Upper-triangle entries ``[n, D(D+1)/2]`` of draws ``[n, D, D]``."""
+    iu = np.triu_indices(U.shape[-1])
+    return U[:, iu[0], iu[1]]
+
+
+def _mean_z(x, expected):
+    """z-scores of the sample means of the columns of ``x`` against ``expected``."""
+    return (x.mean(0) - expected) / (x.std(0, ddof=1) / math.sqrt(len(x)))
+
+
+def _var_and_se(x):
+    """Sample variance of each column and its standard error ``sqrt((m4 − v²)/n)``."""
+    d = x - x.mean(0)
+    v = (d**2).mean(0)
+    return v, np.sqrt(((d**4).mean(0) - v**2) / len(x))
+
+
+def _two_sample_z(a, b):
+    """z-scores of the differences of the means and of the variances of the columns of ``a`` and ``b``."""
+    zm = (a.mean(0) - b.mean(0)) / np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
+    (va, sa), (vb, sb) = _var_and_se(a), _var_and_se(b)
+    return zm, (va - vb) / np.sqrt(sa**2 + sb**2)
+
+
+def _kron_factor_U(A_list, heads, widths, variances):
+    """NumPy reference of the recursion with explicit Kronecker products: ``[U_1, ..., U_L, Ua]``."""
+    hs = (*heads, 1)
+    F = np.ones((1, 1))
+    Us = []
+    for k in reversed(range(len(A_list))):
+        F = math.sqrt(variances[k + 1] / widths[k]) * np.kron(np.eye(hs[k]), F) @ np.asarray(A_list[k], np.float64)
+        Us.insert(0, F @ F.T)
+    return Us
+
+
+# ----------------------------------------------------------------------------
+# shapes
+# ----------------------------------------------------------------------------
+def test_sampled_dimension():
+    """14 for the Fig. 2c network at any width above the path count; lower-trapezoidal factors when singular."""
+    for N in (4, 10, 100, 10000):
+        assert num_parameters((2, 2), (N, N, N)) == 14
+        assert sum(site_sizes((2, 2), (N, N, N))) == 14
+    # singular network: A_1 6×3, A_2 4×3, A_3 2×2, A_a 1×1
+    assert factor_shapes(SINGULAR["heads"], SINGULAR["widths"]) == [(6, 3), (4, 3), (2, 2), (1, 1)]
+    assert num_parameters(SINGULAR["heads"], SINGULAR["widths"]) == 15 + 9 + 3 + 1
+    assert num_parameters((1,), (7, 9)) == 2  # one layer, one head: two chi-squares
+    A = prior_draw(jax.random.key(0), SINGULAR["heads"], SINGULAR["widths"])
+    for a, (m, r) in zip(A, factor_shapes(SINGULAR["heads"], SINGULAR["widths"])):
+        a = np.asarray(a)
+        assert a.shape == (m, r)
+        assert np.all(np.triu(a, 1) == 0) and np.all(np.diag(a) > 0)
+
+
+# ----------------------------------------------------------------------------
+# the prior by direct draws
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("cfg", [REGULAR, SINGULAR], ids=["regular", "singular"])
+def test_prior_means_every_level(cfg):
+    """``E[U_l] = s_l²···sL²·sa² I`` at every level and ``E[Ua] = sa²``; the recursion equals explicit Kronecker products."""
+    heads, widths, var = cfg["heads"], cfg["widths"], cfg["variances"]
+    Us, Ua = _factor_draws(heads, widths, var, NDRAW, seed=1)
+    for l, U in enumerate(Us, start=1):
+        D = U.shape[-1]
+        assert D == math.prod(heads[l - 1 :])
+        np.testing.assert_allclose(U, np.swapaxes(U, 1, 2), rtol=0, atol=1e-12)
+        expected = math.prod(var[l:]) * np.eye(D)
+        z = _mean_z(_upper(U), _upper(expected[None])[0])
+        assert np.max(np.abs(z)) < Z, (l, np.round(z, 2))
+    assert abs(_mean_z(Ua[:, None], var[-1])[0]) < Z
+    # the einsum recursion is the Kronecker recursion of THEORY.md §7
+    A = prior_draw(jax.random.key(3), heads, widths)
+    got, ua = order_parameters_from_factors(A, heads, widths, var)
+    ref = _kron_factor_U(A, heads, widths, var)
+    for g, r in zip([*got, ua], ref):
+        np.testing.assert_allclose(np.asarray(g).reshape(r.shape), r, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cfg", [REGULAR, SINGULAR], ids=["regular", "singular"])
+def test_prior_conditional_wishart_moments(cfg):
+    """Given the level above, ``N_l U_l ~ Wishart(N_l, Σ)``, ``Σ = s_l² (I ⊗ U_{l+1})``:
+    ``E[U_ij] = Σ_ij``, ``Var(U_ij) = (Σ_ij² + Σ_ii Σ_jj) / N_l`` (also when ``N_l < D_l``)."""
+    heads, widths, var = cfg["heads"], cfg["widths"], cfg["variances"]
+    L = len(heads)
+    hs = (*heads, 1)
+    fixed = prior_draw(jax.random.key(7), heads, widths)  # the levels above stay at this draw
+    for k in range(L + 1):  # level k: 0..L-1 are U_1..U_L, L is Ua
+        keys = jax.random.split(jax.random.key(100 + k), NDRAW)
+
+        def one(key, k=k):
+            A = list(fixed)
+            A[k] = prior_draw(key, heads, widths)[k]
+            Us, Ua = order_parameters_from_factors(A, heads, widths, var)
+            return [*Us, Ua.reshape(1, 1)][k]
+
+        U = np.asarray(jax.jit(jax.vmap(one))(keys))
+        above = [*_kron_factor_U(fixed, heads, widths, var), np.ones((1, 1))][k + 1]  # U_{k+1} (F_{L+2} F^T = 1 above Ua)
+        Sigma = var[k + 1] * np.kron(np.eye(hs[k]), above)
+        x = _upper(U)
+        S = _upper(Sigma[None])[0]
+        iu = np.triu_indices(Sigma.shape[0])
+        var_expected = (Sigma[iu] ** 2 + np.diag(Sigma)[iu[0]] * np.diag(Sigma)[iu[1]]) / widths[k]
+        zm = _mean_z(x, S)
+        v, se = _var_and_se(x)
+        zv = (v - var_expected) / se
+        assert np.max(np.abs(zm)) < Z, (k, np.round(zm, 2))
+        assert np.max(np.abs(zv)) < Z, (k, np.round(zv, 2))
+
+
+def test_one_layer_one_head_law():
+    """``Ua = sa² χ²(Na)/Na`` and ``U = s1² Ua χ²(N1)/N1``: means, variances and KS against direct NumPy draws."""
+    heads, widths, var = (1,), (3, 5), (1.0, 0.7, 1.5)
+    Us, Ua = _factor_draws(heads, widths, var, NDRAW, seed=11)
+    U = Us[0][:, 0, 0]
+    rng = np.random.default_rng(12)
+    ua_ref = var[2] * rng.chisquare(widths[1], NDRAW) / widths[1]
+    u_ref = var[1] * ua_ref * rng.chisquare(widths[0], NDRAW) / widths[0]
+    zm, zv = _two_sample_z(np.c_[U, Ua], np.c_[u_ref, ua_ref])
+    assert np.max(np.abs(zm)) < Z and np.max(np.abs(zv)) < Z, (zm, zv)
+    # exact moments: E U = s1² sa²; E U² = s1⁴ sa⁴ (1 + 2/N1)(1 + 2/Na)
+    m2 = (var[1] * var[2]) ** 2 * (1 + 2 / widths[0]) * (1 + 2 / widths[1])
+    assert abs(_mean_z(U[:, None], var[1] * var[2])[0]) < Z
+    assert abs(_mean_z(U[:, None] ** 2, m2)[0]) < Z
+    assert scipy.stats.ks_2samp(U, u_ref).pvalue > 1e-3
+    assert scipy.stats.kstest(Ua * widths[1] / var[2], scipy.stats.chi2(widths[1]).cdf).pvalue > 1e-3
+
+
+def test_singular_ranks_match_weights():
+    """``rank U_l = min(H_l r_{l+1}, N_l)`` for the factors and for ``order_parameters_from_weights`` alike."""
+    cfg = SINGULAR
+    net = random_network(cfg["heads"], width=list(cfg["widths"]), variances=list(cfg["variances"]))
+    expected = [r for _, r in factor_shapes(cfg["heads"], cfg["widths"])][:-1]
+    assert expected == [3, 3, 2]
+    for seed in range(5):
+        Us, _ = order_parameters_from_factors(prior_draw(jax.random.key(seed), cfg["heads"], cfg["widths"]), **cfg)
+        W = net.sample_prior(jax.random.key(seed))
+        Uw, _ = order_parameters_from_weights(W.V, W.a, net.widths)
+        for U, V, r in zip(Us, Uw, expected):
+            assert np.linalg.matrix_rank(np.asarray(U), tol=1e-10) == r
+            assert np.linalg.matrix_rank(np.asarray(V), tol=1e-10) == r
+            assert np.linalg.eigvalsh(np.asarray(U)).min() > -1e-12
+
+
+def test_factors_match_weights_in_distribution():
+    """The factor construction and ``order_parameters_from_weights`` on prior weights: same mean and variance of
+    every entry of every level (three layers, unequal variances, two singular levels)."""
+    cfg = SINGULAR
+    net = random_network(cfg["heads"], width=list(cfg["widths"]), variances=list(cfg["variances"]))
+    Uf, uaf = _factor_draws(cfg["heads"], cfg["widths"], cfg["variances"], NDRAW, seed=21)
+    Uw, uaw = _weight_draws(net, NDRAW, seed=22)
+    a = np.concatenate([_upper(U) for U in Uf] + [uaf[:, None]], axis=1)
+    b = np.concatenate([_upper(U) for U in Uw] + [uaw[:, None]], axis=1)
+    assert a.shape[1] == 36 + 10 + 3 + 1
+    zm, zv = _two_sample_z(a, b)
+    assert np.max(np.abs(zm)) < Z, np.round(zm, 2)
+    assert np.max(np.abs(zv)) < Z, np.round(zv, 2)
+
+
+# ----------------------------------------------------------------------------
+# the NumPyro model
+# ----------------------------------------------------------------------------
+def _problem(cfg, P=9, seed=5):
+    net = random_network(cfg["heads"], width=list(cfg["widths"]), variances=list(cfg["variances"]), seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    x = rng.normal(size=(P, 4, 6))
+    y = np.where(rng.random(P) < 0.5, -1.0, 1.0)
+    return net, x, y
+
+
+def _reference_log_density(net, x, y, T, t, z):
+    """SciPy: ``Σ log p(t_i) + Σ log N(z; 0, 1) + log N(Y; 0, K(U_1) + T I)`` with ``c = exp(E log c + sd(log c) t)``.
+
+    ``log p(t) = log χ²_ν(c) + log |dc/dt|``, ``dc/dt = c · sd``; ``E log χ²(ν) = log 2 + ψ(ν/2)``,
+    ``Var log χ²(ν) = ψ'(ν/2)``.
+    """
+    shapes = factor_shapes(net.heads, net.widths)
+    nu = np.concatenate([n - np.arange(r) for (m, r), n in zip(shapes, net.widths)]).astype(float)
+    mu = np.log(2) + scipy.special.digamma(nu / 2)
+    sd = np.sqrt(scipy.special.polygamma(1, nu / 2))
+    c = np.exp(mu + sd * t)
+    lp = np.sum(scipy.stats.chi2.logpdf(c, nu) + np.log(c * sd)) + np.sum(scipy.stats.norm.logpdf(z))
+    A, i, j = [], 0, 0
+    for m, r in shapes:  # diagonal sqrt(c), strictly lower entries column by column
+        a = np.zeros((m, r))
+        a[np.arange(r), np.arange(r)] = np.sqrt(c[i : i + r])
+        for col in range(r):
+            for row in range(col + 1, m):
+                a[row, col] = z[j]
+                j += 1
+        A.append(a)
+        i += r
+    U1 = _kron_factor_U(A, net.heads, net.widths, net.variances)[0]
+    K = np.asarray(net.kernel(U1, x))
+    ll = scipy.stats.multivariate_normal.logpdf(y, mean=np.zeros(len(y)), cov=K + T * np.eye(len(y)))
+    return lp + ll
+
+
+@pytest.mark.parametrize("cfg", [REGULAR, SINGULAR, dict(heads=(3,), widths=(10000, 10000), variances=(1.0, 1.2, 0.8))],
+                         ids=["regular", "singular", "one-layer-N10000"])
+def test_model_log_density_is_exact(cfg):
+    """``log_density`` of the model (float64 and float32) equals the SciPy reference; sites follow the dtype."""
+    net, x, y = _problem(cfg)
+    T = 0.1
+    n_t, n_z = site_sizes(net.heads, net.widths)
+    rng = np.random.default_rng(0)
+    for scale in (1.0, 2.5):  # typical and far-out values of the sites
+        t, z = scale * rng.normal(size=n_t), scale * rng.normal(size=n_z)
+        ref = _reference_log_density(net, x, y, T, t, z)
+        for dtype, rtol in (("float64", 1e-10), ("float32", 1e-4)):
+            with x64(dtype == "float64"):
+                inputs = prepare(net, x, y, None, T, dtype)
+                model, args = get("wishart").build(inputs)
+                params = {"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {})
+                lp, trace = log_density(model, args, {}, params)
+                assert lp.dtype == jnp.dtype(dtype)
+                assert all(s["value"].dtype == jnp.dtype(dtype) for s in trace.values() if s["type"] == "sample")
+                assert abs(float(lp) - ref) <= rtol * max(1.0, abs(ref)), (dtype, float(lp), ref)
+                if dtype == "float64":  # all sites live on the real line: the potential is -log density
+                    pe = potential_energy(model, args, {}, params)
+                    assert abs(float(pe) + ref) <= rtol * max(1.0, abs(ref))
+                    g = jax.grad(lambda p: potential_energy(model, args, {}, p))(params)
+                    assert all(np.all(np.isfinite(v)) for v in g.values())
+
+
+def test_model_prior_predictive_is_the_wishart_chain():
+    """``Predictive`` with ``y=None`` (the sites' own samplers): ``t`` standardised, ``c ~ χ²``, and the order
+    parameters have the factor construction's law."""
+    cfg = SINGULAR
+    net, x, y = _problem(cfg)
+    n = 8000
+    inputs = prepare(net, x, y, None, 0.1, "float64")
+    model, (C, _) = get("wishart").build(inputs)
+    draws = Predictive(model, num_samples=n)(jax.random.key(31), C, None)
+    t = np.asarray(draws["t"])
+    assert draws["y"].shape == (n, len(y))
+    assert np.max(np.abs(_mean_z(t, 0.0))) < Z
+    v, se = _var_and_se(t)
+    assert np.max(np.abs((v - 1) / se)) < Z
+    obs = jax.vmap(lambda s: get("wishart").observables(s, inputs, Options()))({"t": draws["t"], "z": draws["z"]})
+    Uf, uaf = _factor_draws(cfg["heads"], cfg["widths"], cfg["variances"], n, seed=32)
+    a = np.concatenate([_upper(np.asarray(obs["U"])), _upper(np.asarray(obs["U_2"])), _upper(np.asarray(obs["U_3"])),
+                        np.asarray(obs["Ua"])[:, None]], axis=1)
+    b = np.concatenate([_upper(U) for U in Uf] + [uaf[:, None]], axis=1)
+    zm, zv = _two_sample_z(a, b)
+    assert np.max(np.abs(zm)) < Z and np.max(np.abs(zv)) < Z, (np.round(zm, 2), np.round(zv, 2))
+    # the last diagonal of A_a is sqrt(χ²(Na)): Na Ua / sa² ~ χ²(Na)
+    ua = np.asarray(obs["Ua"]) * cfg["widths"][-1] / cfg["variances"][-1]
+    assert scipy.stats.kstest(ua, scipy.stats.chi2(cfg["widths"][-1]).cdf).pvalue > 1e-3
+
+
+# ----------------------------------------------------------------------------
+# the posterior: the same as the collapsed sampler's
+# ----------------------------------------------------------------------------
+def _means_and_mcse(post, names):
+    import arviz_stats as azs
+
+    p = post.tree["posterior"]
+    mcse = azs.mcse(post.tree, var_names=names)
+    means, ses, sds = [], [], []
+    for v in names:
+        m = p[v].mean(("chain", "draw")).values
+        s = mcse[v].values
+        sd = p[v].std(("chain", "draw")).values
+        if m.ndim == 2:  # symmetric: the upper triangle
+            iu = np.triu_indices(m.shape[0])
+            m, s, sd = m[iu], s[iu], sd[iu]
+        means.append(np.ravel(m))
+        ses.append(np.ravel(s))
+        sds.append(np.ravel(sd))
+    return np.concatenate(means), np.concatenate(ses), np.concatenate(sds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "layers, width, variances",
+    [
+        ((("same_token", "random"), ("uniform", "random")), 4, 1.0),
+        ((("same_token", "random"), ("uniform", "random"), ("uniform", "random")), (3, 3, 2, 4), [1.0, 0.7, 1.3, 0.8, 1.5]),
+    ],
+    ids=["2-layer", "3-layer-singular"],
+)
+def test_posterior_matches_collapsed(layers, width, variances):
+    """Posterior means of every entry of ``U``, ``U_2..``, ``Ua`` and of ``f_test`` agree with the collapsed sampler
+    within ``4 sqrt(mcse_a² + mcse_b²)``, on a small Markov task."""
+    task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20)
+    net = task.network(layers, width=width, variances=variances)
+    x, y, xt, _ = task.generate()
+    common = dict(temperature=0.1, x_test=xt, num_warmup=500, num_samples=500, num_chains=2, progress_bar=False)
+    wish = ba.sample_posterior(net, x, y, sampler="wishart", seed=1, **common)
+    coll = ba.sample_posterior(net, x, y, sampler="collapsed", seed=2, **common)
+    names = [f"U_{l}" for l in range(2, net.L + 1)] + ["U", "Ua", "f_test"]
+    for post in (wish, coll):
+        s = post.summary()
+        assert s.max_rhat < 1.05, s.by_variable()
+        assert s.min_ess > 100, s.by_variable()
+    assert int(wish.tree["sample_stats"]["diverging"].sum()) == 0
+    ma, sa, sd = _means_and_mcse(wish, names)
+    mb, sb, _ = _means_and_mcse(coll, names)
+    z = (ma - mb) / np.sqrt(sa**2 + sb**2)
+    assert np.all(np.isfinite(z))
+    assert np.max(np.abs(z)) <= 4.0, np.round(z, 2)
+    assert np.all(sa < 0.15 * sd)  # power: the MC error is small against the posterior spread
