@@ -1,10 +1,11 @@
 # Quick start:  make demo   (install, then run the main job on the embedded default)
-#               make test   (install with the test extra, then run the test suite)
+#               make test   (install with the test extra, then run the whole test suite)
+#               make test-fast (the inner loop: every test not marked slow)
 PYTHON ?= $(shell scripts/find-python)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -19,6 +20,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: install
 	$(BIN)/python benchmarks/bench_solver.py

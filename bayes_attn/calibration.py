@@ -37,13 +37,14 @@ sampler use a likelihood at a temperature other than the one the data were
 simulated at; at ``T/4`` the posterior is too narrow, at ``4T`` too wide, and
 with enough replications the pooled p-value must be small.
 
-All replications run at once: one ``jax.vmap`` of NumPyro's functional NUTS
-(:func:`numpyro.infer.hmc.hmc`) with the labels as a batched model argument
-(by convention the last positional argument of every sampler's model), one
-chain per replication started from a prior draw (as ``init_to_sample``), the
-same NUTS kernel, adaptation and settings as ``sample_posterior``. Under
-``vmap`` every NUTS iteration waits for the longest trajectory among the
-replications, so the cost is set by the hardest replication.
+The replications run as one compiled program: a ``jax.vmap`` of NumPyro's
+functional NUTS (:func:`numpyro.infer.hmc.hmc`) over batches of replications,
+with the labels as a batched model argument (by convention the last
+positional argument of every sampler's model), one chain per replication
+started from a prior draw (as ``init_to_sample``), the same NUTS kernel,
+adaptation and settings as ``sample_posterior``. Under ``vmap`` every NUTS
+iteration waits for the longest trajectory in its batch, hence moderate
+batches (``batch_size``).
 
 Example::
 
@@ -128,13 +129,18 @@ def batched_nuts(
     target_accept: float = 0.8,
     max_tree_depth: int = 10,
     dtype: str = "float64",
+    batch_size: int = 20,
 ) -> tuple[dict, dict]:
-    """One NUTS chain per row of ``y`` ``[R, P]`` on the sampler ``sampler``, all replications in one ``vmap``.
+    """One NUTS chain per row of ``y`` ``[R, P]`` on the registered sampler ``sampler``, replications ``vmap``-ed.
 
     The model is ``samplers.get(sampler).build`` with the labels replaced per
     replication; every draw goes through the sampler's ``observables`` and,
     afterwards, its ``conditional`` (``f`` drawn exactly given the rest), as
     in :func:`bayes_attn.sample_posterior`. Must run in the precision of ``dtype``.
+    The replications run in ``vmap``-ed batches of ``batch_size``, one batch
+    after the other (``lax.map``): under ``vmap`` every NUTS iteration waits for
+    the longest trajectory in the batch, so small batches waste fewer steps,
+    while large ones amortise the per-step overhead (20 was fastest on 2 CPU cores).
 
     Returns the observables ``{name: [R, S, ...]}`` (``S = num_draws``, kept
     every ``thinning`` iterations after ``num_warmup``) and per-replication
@@ -176,7 +182,8 @@ def batched_nuts(
 
     k_run, k_cond = jax.random.split(key)
     R = y.shape[0]
-    obs, n, d = jax.jit(jax.vmap(run))(jax.random.split(k_run, R), y)
+    batched = jax.jit(lambda ks, ys: jax.lax.map(lambda t: run(*t), (ks, ys), batch_size=min(batch_size, R)))
+    obs, n, d = batched(jax.random.split(k_run, R), y)
 
     def cond(o, k, yr):  # per replication: draws as [chain = 1, draw, ...]
         extra = smp.conditional(jax.tree.map(lambda v: v[None], o), k, inputs._replace(y=yr), options)
@@ -266,6 +273,7 @@ def sbc_ranks(
     target_accept: float = 0.8,
     max_tree_depth: int = 10,
     dtype: str = "float64",
+    batch_size: int = 20,
 ) -> SBCResult:
     """SBC of one registered sampler: ``n_reps`` prior replications and the ranks of the truth.
 
@@ -283,6 +291,7 @@ def sbc_ranks(
         target_accept, max_tree_depth: NUTS settings.
         dtype: ``"float64"`` (default) or ``"float32"``; the run enters the
             matching JAX precision itself.
+        batch_size: replications per ``vmap``-ed batch (:func:`batched_nuts`).
 
     Returns:
         An :class:`SBCResult` (feed it to :func:`uniformity`).
@@ -299,13 +308,14 @@ def sbc_ranks(
     if n_train_obs > x.shape[0]:
         raise ValueError(f"n_train_obs must be at most P = {x.shape[0]}, got {n_train_obs}")
     _checks.choice("dtype", dtype, DTYPES)
+    batch_size = _checks.positive_int("batch_size", batch_size)
     k_sim, k_run = jax.random.split(jax.random.key(seed))
     with x64(dtype == "float64"):
         truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)
         t0 = time.perf_counter()
         draws, stats = batched_nuts(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
                                     num_draws=num_draws, thinning=thinning, key=k_run, target_accept=target_accept,
-                                    max_tree_depth=max_tree_depth, dtype=dtype)
+                                    max_tree_depth=max_tree_depth, dtype=dtype, batch_size=batch_size)
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
     true, drawn, labels = true_and_drawn(net, truth, draws, n_train_obs)
@@ -314,7 +324,7 @@ def sbc_ranks(
                   num_warmup=num_warmup, num_draws=num_draws, thinning=thinning, seed=seed, heads=list(net.heads),
                   widths=list(net.widths), variances=list(net.variances), N0=net.N0, P=int(x.shape[0]),
                   P_test=int(x_test.shape[0]), n_train_obs=n_train_obs, target_accept=target_accept,
-                  max_tree_depth=max_tree_depth, dtype=dtype)
+                  max_tree_depth=max_tree_depth, dtype=dtype, batch_size=batch_size)
     return SBCResult(ranks, labels, num_draws, np.asarray(stats["n_steps"]), np.asarray(stats["divergences"]),
                      seconds, config)
 

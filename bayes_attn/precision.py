@@ -17,15 +17,19 @@ DTYPES = ("float64", "float32")
 
 @contextlib.contextmanager
 def x64(enabled: bool = True) -> Iterator[None]:
-    """Context in which JAX's 64-bit mode is ``enabled`` (restored afterwards)."""
-    if hasattr(jax, "enable_x64"):
-        ctx = jax.enable_x64(enabled)
-    else:  # older JAX
-        from jax import experimental
+    """Context in which JAX's 64-bit mode is ``enabled``; the caller's setting is restored afterwards.
 
-        ctx = experimental.enable_x64() if enabled else experimental.disable_x64()
-    with ctx:
+    It sets the process-wide flag rather than JAX's thread-local context, so
+    that threads JAX starts meanwhile (host callbacks such as NumPyro's
+    progress bar, parallel chains) see the same mode. Not for concurrent use
+    from several threads.
+    """
+    before = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", bool(enabled))
+    try:
         yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
 
 
 def float64() -> contextlib.AbstractContextManager[None]:

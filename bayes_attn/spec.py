@@ -18,7 +18,7 @@ Example::
     width = 10
 
     [sampler]         # SamplerSettings fields
-    name = "collapsed"
+    name = "wishart"
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class CompareSpec:
     path_names: dict[str, str] = field(default_factory=dict)
     rtol: float = 0.05
     n_sigma: float = 3.0
-    widths: tuple[int, ...] = (10, 30, 50, 100, 300, 500, 1000)
-    sample_widths: tuple[int, ...] = (10, 30, 100)
+    widths: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
+    sample_widths: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
 
 
 FIG2C_COMPARE = CompareSpec(

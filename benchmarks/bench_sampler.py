@@ -123,7 +123,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = ap.parse_args(argv)
     if a.quick:
         a.warmup, a.draws, a.token_warmup, a.token_draws, a.grad_calls = 20, 20, 5, 5, 50
-        a.widths = [4, 8, 16]
+        a.widths = [4, 8]
         a.n_train, a.n_test = 20, 10
     if a.out is None:
         a.out = Path(tempfile.mkdtemp(prefix="bench_sampler_")) if a.quick else RESULTS

@@ -68,3 +68,26 @@ def test_private_name_detector_can_fail(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\nba.theory._newton\n")
     assert len(_private_uses(f)) == 3
+
+
+SAMPLE_WITH_PROGRESS_BAR = """
+import numpyro
+numpyro.set_host_device_count(2)
+import jax, numpy as np
+import bayes_attn as ba
+rng = np.random.default_rng(0)
+net = ba.Network([rng.normal(size=(2, 4, 4))], 3)
+x, y = rng.normal(size=(6, 3, 4)), np.where(rng.random(6) < 0.5, -1.0, 1.0)
+post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=x[:2], sampler="wishart", num_chains=2,
+                           num_warmup=10, num_samples=10, chain_method="parallel", progress_bar=True)
+print(jax.config.jax_enable_x64, post.tree["posterior"]["U"].dtype, post.tree.attrs["dtype"])
+"""
+
+
+def test_float64_sampling_with_progress_bar_in_a_float32_process():
+    """Host callbacks (the progress bar) run on other threads: they must see float64 too, and the
+    caller's float32 default comes back afterwards."""
+    env = {k: v for k, v in __import__("os").environ.items() if k != "JAX_ENABLE_X64"}
+    out = subprocess.run([sys.executable, "-c", SAMPLE_WITH_PROGRESS_BAR], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "float64", "float64"]

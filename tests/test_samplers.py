@@ -6,8 +6,9 @@
   each other and with an independent NumPy/SciPy evaluation of the
   (marginal) posterior, to 1e-10;
 - float32 sampling runs in float32 and agrees with float64 within MC error;
-- simulation-based calibration (``benchmarks/sbc.py``) of the full and the
-  collapsed sampler on a tiny network.
+- simulation-based calibration (:mod:`bayes_attn.calibration`) of the full,
+  collapsed and wishart samplers on a tiny network, and a negative control
+  (a likelihood at the wrong temperature is rejected).
 
 All seeds are fixed, so the file is deterministic.
 """
@@ -154,18 +155,34 @@ SBC_SETTINGS = dict(temperature=0.1, n_reps=100, num_warmup=200, num_draws=19, t
 SBC_BINS = 4  # 20 possible ranks -> 5 per bin; 25 expected counts per bin
 
 
-@pytest.mark.parametrize("method", ["full", "collapsed"])
-def test_simulation_based_calibration(method):
-    """Ranks of the true U (upper triangle), f(x_test) and f(x_train[0]) among posterior draws are uniform.
+def _sbc_problem():
+    return calibration.random_problem((2, 2), width=2, N0=4, T=3, P=8, P_test=1, seed=0)
+
+
+@pytest.mark.parametrize("sampler", ["full", "collapsed", "wishart"])
+def test_simulation_based_calibration(sampler):
+    """Ranks of the true U, U_2 (upper triangles), Ua, f(x_test) and f(x_train[0]) among posterior draws are uniform.
 
     Per observable a chi-square test over 100 independent replications;
-    Bonferroni over the 12 observables (they are dependent within a
-    replication, so counts are not pooled across them). The replications
-    run vectorized, so 100 cost about as much as 50.
+    Bonferroni over the 16 observables (they are dependent within a
+    replication, so counts are not pooled across them). The truth comes from
+    the prior of the weights for every sampler (for ``wishart`` too: the order
+    parameters of prior weights have the Wishart-chain law).
     """
-    net, x, xt = sbc.random_problem((2, 2), width=2, N0=4, T=3, P=8, P_test=1, seed=0)
-    res = sbc.sbc_ranks(net, x, xt, method=method, **SBC_SETTINGS)
-    assert res.ranks.shape == (100, 12)
+    net, x, xt = _sbc_problem()
+    res = calibration.sbc_ranks(net, x, xt, sampler=sampler, **SBC_SETTINGS)
+    assert res.ranks.shape == (100, 16)
+    assert res.labels[:1] == ["U[1-1,1-1]"] and {"U_2[1,2]", "Ua", "f_test[0]", "f_train[0]"} <= set(res.labels)
     assert res.ranks.min() >= 0 and res.ranks.max() <= res.num_draws
-    u = sbc.uniformity(res, SBC_BINS)
+    u = calibration.uniformity(res, SBC_BINS)
     assert u["p_pooled"] > 0.01, u
+
+
+def test_simulation_based_calibration_has_power():
+    """Negative control: the sampler's likelihood at T/4 while the data come from T must be rejected (wishart: cheapest)."""
+    net, x, xt = _sbc_problem()
+    res = calibration.sbc_ranks(net, x, xt, sampler="wishart", likelihood_temperature=SBC_SETTINGS["temperature"] / 4,
+                                **SBC_SETTINGS)
+    assert res.config["likelihood_temperature"] == SBC_SETTINGS["temperature"] / 4
+    u = calibration.uniformity(res, SBC_BINS)
+    assert u["p_pooled"] < 0.01, u

@@ -15,6 +15,7 @@ Moments are compared with z-scores against their Monte-Carlo standard errors
 moment); all seeds are fixed.
 """
 
+import functools
 import math
 
 import jax
@@ -52,23 +53,34 @@ REGULAR = dict(heads=(2, 2), widths=(5, 6, 7), variances=(0.9, 0.7, 1.3, 1.5))
 # ----------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------
-def _factor_draws(heads, widths, variances, n, seed):
-    """``([U_1..U_L], Ua)`` for ``n`` independent prior draws of the factors (arrays with a leading draw axis)."""
-    keys = jax.random.split(jax.random.key(seed), n)
-    f = jax.jit(jax.vmap(lambda k: order_parameters_from_factors(prior_draw(k, heads, widths, variances), heads, widths, variances)))
-    Us, Ua = f(keys)
-    return [np.asarray(U) for U in Us], np.asarray(Ua)
+@functools.cache
+def _factor_draws(heads, widths, variances, n=NDRAW, seed=1):
+    """``n`` independent prior draws ``(A_list, [U_1..U_L], Ua)``, each with a leading draw axis (cached per network)."""
+
+    def one(key):
+        A = prior_draw(key, heads, widths, variances)
+        return A, *order_parameters_from_factors(A, heads, widths, variances)
+
+    A, Us, Ua = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), n))
+    return [np.asarray(a) for a in A], [np.asarray(U) for U in Us], np.asarray(Ua)
 
 
 def _weight_draws(net, n, seed):
-    keys = jax.random.split(jax.random.key(seed), n)
+    """``([U_1..U_L], Ua)`` of ``order_parameters_from_weights`` for ``n`` prior draws of the weights."""
 
     def one(k):
         W = net.sample_prior(k)
         return order_parameters_from_weights(W.V, W.a, net.widths)
 
-    Us, Ua = jax.jit(jax.vmap(one))(keys)
+    Us, Ua = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), n))
     return [np.asarray(U) for U in Us], np.asarray(Ua)
+
+
+@functools.cache
+def _singular_weight_draws():
+    """``_weight_draws`` of the ``SINGULAR`` network, ``NDRAW`` draws (cached)."""
+    net = random_network(SINGULAR["heads"], width=list(SINGULAR["widths"]), variances=list(SINGULAR["variances"]))
+    return _weight_draws(net, NDRAW, seed=22)
 
 
 def _upper(U):
@@ -119,7 +131,7 @@ def test_sampled_dimension():
     assert factor_shapes(SINGULAR["heads"], SINGULAR["widths"]) == [(6, 3), (4, 3), (2, 2), (1, 1)]
     assert num_parameters(SINGULAR["heads"], SINGULAR["widths"]) == 15 + 9 + 3 + 1
     assert num_parameters((1,), (7, 9)) == 2  # one layer, one head: two chi-squares
-    A = prior_draw(jax.random.key(0), SINGULAR["heads"], SINGULAR["widths"])
+    A = [a[0] for a in _factor_draws(**SINGULAR)[0]]
     for a, (m, r) in zip(A, factor_shapes(SINGULAR["heads"], SINGULAR["widths"])):
         a = np.asarray(a)
         assert a.shape == (m, r)
@@ -133,7 +145,7 @@ def test_sampled_dimension():
 def test_prior_means_every_level(cfg):
     """``E[U_l] = s_l²···sL²·sa² I`` at every level and ``E[Ua] = sa²``; the recursion equals explicit Kronecker products."""
     heads, widths, var = cfg["heads"], cfg["widths"], cfg["variances"]
-    Us, Ua = _factor_draws(heads, widths, var, NDRAW, seed=1)
+    A_draws, Us, Ua = _factor_draws(**cfg)
     for l, U in enumerate(Us, start=1):
         D = U.shape[-1]
         assert D == math.prod(heads[l - 1 :])
@@ -143,11 +155,10 @@ def test_prior_means_every_level(cfg):
         assert np.max(np.abs(z)) < Z, (l, np.round(z, 2))
     assert abs(_mean_z(Ua[:, None], var[-1])[0]) < Z
     # the einsum recursion is the Kronecker recursion of THEORY.md §7
-    A = prior_draw(jax.random.key(3), heads, widths)
-    got, ua = order_parameters_from_factors(A, heads, widths, var)
-    ref = _kron_factor_U(A, heads, widths, var)
-    for g, r in zip([*got, ua], ref):
-        np.testing.assert_allclose(np.asarray(g).reshape(r.shape), r, rtol=1e-12, atol=1e-14)
+    for i in range(3):
+        ref = _kron_factor_U([a[i] for a in A_draws], heads, widths, var)
+        for g, r in zip([*(U[i] for U in Us), Ua[i]], ref):
+            np.testing.assert_allclose(np.reshape(g, r.shape), r, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("cfg", [REGULAR, SINGULAR], ids=["regular", "singular"])
@@ -157,24 +168,24 @@ def test_prior_conditional_wishart_moments(cfg):
     heads, widths, var = cfg["heads"], cfg["widths"], cfg["variances"]
     L = len(heads)
     hs = (*heads, 1)
-    fixed = prior_draw(jax.random.key(7), heads, widths)  # the levels above stay at this draw
+    A_draws = _factor_draws(**cfg)[0]
+    fixed = [jnp.asarray(a[0]) for a in A_draws]  # the levels above stay at draw 0
+    above = [*_kron_factor_U(fixed, heads, widths, var), np.ones((1, 1))]  # U_2..U_L, Ua, and F_{L+2} F_{L+2}^T = 1
+
+    def levels(fresh):  # U_k with a fresh A_k and the fixed factors above, for every level k at once
+        out = []
+        for k in range(L + 1):
+            Us, Ua = order_parameters_from_factors([*fixed[:k], fresh[k], *fixed[k + 1 :]], heads, widths, var)
+            out.append([*Us, Ua.reshape(1, 1)][k])
+        return out
+
+    draws = jax.jit(jax.vmap(levels))([jnp.asarray(a[1:]) for a in A_draws])  # draws 1..: independent of draw 0
     for k in range(L + 1):  # level k: 0..L-1 are U_1..U_L, L is Ua
-        keys = jax.random.split(jax.random.key(100 + k), NDRAW)
-
-        def one(key, k=k):
-            A = list(fixed)
-            A[k] = prior_draw(key, heads, widths)[k]
-            Us, Ua = order_parameters_from_factors(A, heads, widths, var)
-            return [*Us, Ua.reshape(1, 1)][k]
-
-        U = np.asarray(jax.jit(jax.vmap(one))(keys))
-        above = [*_kron_factor_U(fixed, heads, widths, var), np.ones((1, 1))][k + 1]  # U_{k+1} (F_{L+2} F^T = 1 above Ua)
-        Sigma = var[k + 1] * np.kron(np.eye(hs[k]), above)
-        x = _upper(U)
-        S = _upper(Sigma[None])[0]
+        Sigma = var[k + 1] * np.kron(np.eye(hs[k]), above[k + 1])
+        x = _upper(np.asarray(draws[k]))
         iu = np.triu_indices(Sigma.shape[0])
         var_expected = (Sigma[iu] ** 2 + np.diag(Sigma)[iu[0]] * np.diag(Sigma)[iu[1]]) / widths[k]
-        zm = _mean_z(x, S)
+        zm = _mean_z(x, Sigma[iu])
         v, se = _var_and_se(x)
         zv = (v - var_expected) / se
         assert np.max(np.abs(zm)) < Z, (k, np.round(zm, 2))
@@ -184,7 +195,7 @@ def test_prior_conditional_wishart_moments(cfg):
 def test_one_layer_one_head_law():
     """``Ua = sa² χ²(Na)/Na`` and ``U = s1² Ua χ²(N1)/N1``: means, variances and KS against direct NumPy draws."""
     heads, widths, var = (1,), (3, 5), (1.0, 0.7, 1.5)
-    Us, Ua = _factor_draws(heads, widths, var, NDRAW, seed=11)
+    _, Us, Ua = _factor_draws(heads, widths, var)
     U = Us[0][:, 0, 0]
     rng = np.random.default_rng(12)
     ua_ref = var[2] * rng.chisquare(widths[1], NDRAW) / widths[1]
@@ -202,14 +213,12 @@ def test_one_layer_one_head_law():
 def test_singular_ranks_match_weights():
     """``rank U_l = min(H_l r_{l+1}, N_l)`` for the factors and for ``order_parameters_from_weights`` alike."""
     cfg = SINGULAR
-    net = random_network(cfg["heads"], width=list(cfg["widths"]), variances=list(cfg["variances"]))
     expected = [r for _, r in factor_shapes(cfg["heads"], cfg["widths"])][:-1]
     assert expected == [3, 3, 2]
-    for seed in range(5):
-        Us, _ = order_parameters_from_factors(prior_draw(jax.random.key(seed), cfg["heads"], cfg["widths"]), **cfg)
-        W = net.sample_prior(jax.random.key(seed))
-        Uw, _ = order_parameters_from_weights(W.V, W.a, net.widths)
-        for U, V, r in zip(Us, Uw, expected):
+    _, Uf, _ = _factor_draws(**cfg)
+    Uw, _ = _singular_weight_draws()
+    for i in range(5):
+        for U, V, r in zip((U[i] for U in Uf), (U[i] for U in Uw), expected):
             assert np.linalg.matrix_rank(np.asarray(U), tol=1e-10) == r
             assert np.linalg.matrix_rank(np.asarray(V), tol=1e-10) == r
             assert np.linalg.eigvalsh(np.asarray(U)).min() > -1e-12
@@ -219,9 +228,8 @@ def test_factors_match_weights_in_distribution():
     """The factor construction and ``order_parameters_from_weights`` on prior weights: same mean and variance of
     every entry of every level (three layers, unequal variances, two singular levels)."""
     cfg = SINGULAR
-    net = random_network(cfg["heads"], width=list(cfg["widths"]), variances=list(cfg["variances"]))
-    Uf, uaf = _factor_draws(cfg["heads"], cfg["widths"], cfg["variances"], NDRAW, seed=21)
-    Uw, uaw = _weight_draws(net, NDRAW, seed=22)
+    _, Uf, uaf = _factor_draws(**cfg)
+    Uw, uaw = _singular_weight_draws()
     a = np.concatenate([_upper(U) for U in Uf] + [uaf[:, None]], axis=1)
     b = np.concatenate([_upper(U) for U in Uw] + [uaw[:, None]], axis=1)
     assert a.shape[1] == 36 + 10 + 3 + 1
@@ -269,30 +277,32 @@ def _reference_log_density(net, x, y, T, t, z):
     return lp + ll
 
 
-@pytest.mark.parametrize("cfg", [REGULAR, SINGULAR, dict(heads=(3,), widths=(10000, 10000), variances=(1.0, 1.2, 0.8))],
-                         ids=["regular", "singular", "one-layer-N10000"])
+@pytest.mark.parametrize("cfg", [SINGULAR, dict(heads=(3,), widths=(10000, 10000), variances=(1.0, 1.2, 0.8))],
+                         ids=["singular", "one-layer-N10000"])
 def test_model_log_density_is_exact(cfg):
     """``log_density`` of the model (float64 and float32) equals the SciPy reference; sites follow the dtype."""
     net, x, y = _problem(cfg)
     T = 0.1
     n_t, n_z = site_sizes(net.heads, net.widths)
     rng = np.random.default_rng(0)
-    for scale in (1.0, 2.5):  # typical and far-out values of the sites
-        t, z = scale * rng.normal(size=n_t), scale * rng.normal(size=n_z)
-        ref = _reference_log_density(net, x, y, T, t, z)
-        for dtype, rtol in (("float64", 1e-10), ("float32", 1e-4)):
-            with x64(dtype == "float64"):
-                inputs = prepare(net, x, y, None, T, dtype)
-                model, args = get("wishart").build(inputs)
-                params = {"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {})
-                lp, trace = log_density(model, args, {}, params)
-                assert lp.dtype == jnp.dtype(dtype)
-                assert all(s["value"].dtype == jnp.dtype(dtype) for s in trace.values() if s["type"] == "sample")
-                assert abs(float(lp) - ref) <= rtol * max(1.0, abs(ref)), (dtype, float(lp), ref)
+    sites = [(scale * rng.normal(size=n_t), scale * rng.normal(size=n_z)) for scale in (1.0, 2.5)]  # typical, far out
+    refs = [_reference_log_density(net, x, y, T, t, z) for t, z in sites]
+    for dtype, rtol in (("float64", 1e-10), ("float32", 1e-4)):
+        with x64(dtype == "float64"):
+            inputs = prepare(net, x, y, None, T, dtype)
+            model, args = get("wishart").build(inputs)
+            params = [{"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {}) for t, z in sites]
+            dtypes = jax.eval_shape(lambda p: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}, params[0])
+            assert {d.dtype for d in dtypes.values()} == {jnp.dtype(dtype)}, dtypes
+            lp = jax.jit(lambda p: log_density(model, args, {}, p)[0])
+            pe = jax.jit(jax.value_and_grad(lambda p: potential_energy(model, args, {}, p)))
+            for p, ref in zip(params, refs):
+                got = lp(p)
+                assert got.dtype == jnp.dtype(dtype)
+                assert abs(float(got) - ref) <= rtol * max(1.0, abs(ref)), (dtype, float(got), ref)
                 if dtype == "float64":  # all sites live on the real line: the potential is -log density
-                    pe = potential_energy(model, args, {}, params)
-                    assert abs(float(pe) + ref) <= rtol * max(1.0, abs(ref))
-                    g = jax.grad(lambda p: potential_energy(model, args, {}, p))(params)
+                    e, g = pe(p)
+                    assert abs(float(e) + ref) <= rtol * max(1.0, abs(ref))
                     assert all(np.all(np.isfinite(v)) for v in g.values())
 
 
@@ -311,7 +321,7 @@ def test_model_prior_predictive_is_the_wishart_chain():
     v, se = _var_and_se(t)
     assert np.max(np.abs((v - 1) / se)) < Z
     obs = jax.vmap(lambda s: get("wishart").observables(s, inputs, Options()))({"t": draws["t"], "z": draws["z"]})
-    Uf, uaf = _factor_draws(cfg["heads"], cfg["widths"], cfg["variances"], n, seed=32)
+    _, Uf, uaf = _factor_draws(**cfg)
     a = np.concatenate([_upper(np.asarray(obs["U"])), _upper(np.asarray(obs["U_2"])), _upper(np.asarray(obs["U_3"])),
                         np.asarray(obs["Ua"])[:, None]], axis=1)
     b = np.concatenate([_upper(U) for U in Uf] + [uaf[:, None]], axis=1)

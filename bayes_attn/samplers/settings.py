@@ -15,7 +15,7 @@ from .. import _checks
 from ..precision import DTYPES
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
-DEFAULT_SAMPLER = "collapsed"
+DEFAULT_SAMPLER = "wishart"
 RENAMED = {
     "method": "name",
     "form": "name",

@@ -55,6 +55,11 @@ Cholesky. Per draw the stored observables are ``U`` (= ``U_1``, ``[D, D]``),
 ``U_2 .. U_L`` and ``Ua`` (scalar); afterwards ``f_train``, ``f_test`` are
 drawn exactly from their Gaussian conditional given ``U_1`` (§5). Raw weights
 are not drawn (``draws_weights=False``).
+
+Measured on Fig. 2c (temperature 0.01, 2 chains × (500 + 500)): 14, 7 and 7
+leapfrog steps per draw at N = 10, 100 and 10⁴, no divergences; the
+posterior mean of ``U`` is 0.104, 0.014 and 0.0005 (relative Frobenius) from
+the theory's.
 """
 
 from __future__ import annotations
@@ -171,12 +176,15 @@ class StandardLogChi2(dist.Distribution):
     ``log p(t) = log χ²_ν(c) + log c + log σ`` with ``log c = μ + σ t``,
     written as ``−(ν/2)(expm1(s) − s) + const`` with ``s = log(c/ν)`` so that
     no ``O(ν)`` terms cancel (``const`` is computed in float64 NumPy).
-    ``df`` is a 1-d array of degrees of freedom (fixed constants, not traced).
+    ``df`` is a 1-d array of degrees of freedom (fixed constants, not traced;
+    kept as a tuple).
     """
 
     arg_constraints = {}
     support = constraints.real
     reparametrized_params = []
+    pytree_data_fields = ("_half", "_sigma", "_mu_s", "_mu", "_const")
+    pytree_aux_fields = ("df", "_dtype")
 
     def __init__(self, df, dtype=jnp.float64, *, validate_args=None):
         df = np.atleast_1d(np.asarray(df, dtype=np.float64))
@@ -186,7 +194,7 @@ class StandardLogChi2(dist.Distribution):
         sigma = np.sqrt(scipy.special.polygamma(1, half))
         mu_s = scipy.special.digamma(half) - np.log(half)  # E log(c / ν)
         const = half * np.log(half) - half - scipy.special.gammaln(half) + np.log(sigma)
-        self.df = df
+        self.df = tuple(df.tolist())
         self._half = jnp.asarray(half, dtype)
         self._sigma = jnp.asarray(sigma, dtype)
         self._mu_s = jnp.asarray(mu_s, dtype)

@@ -1,0 +1,229 @@
+"""GPU benchmark: the collapsed and wishart samplers on the Fig. 2c network at large width.
+
+For every sampler and width of ``--runs`` (default: ``collapsed`` at
+N = 100, 300, 1000 and ``wishart`` at N = 100, 1000, 10000) the script samples
+the posterior of the Fig. 2c Markov network (P = 100 training sequences,
+``--n-test`` test sequences, temperature 0.01, 4 chains, float32,
+``chain_method="vectorized"``: one device; use ``parallel`` when there is one
+device per chain). Each sampler comes from the registry by name
+(:func:`bayes_attn.samplers.get`) and runs exactly as in
+:func:`bayes_attn.sample_posterior`: ``samplers.prepare``, ``Sampler.build``,
+``Sampler.observables`` per draw and ``Sampler.conditional`` afterwards
+(``f_train``, ``f_test`` drawn exactly given ``U``). The script drives
+``numpyro.infer.MCMC`` itself only to time warm-up and sampling separately
+(compilation reported separately, from ``jax.monitoring``).
+
+Per run: set-up, warm-up, sampling and conditional-draw wall times, minimum
+ESS and maximum split R-hat over the upper triangle of ``U`` and ``f`` at
+every test input, ESS/s with and without warm-up, leapfrog steps per draw,
+divergences, seconds per step, the posterior mean of ``U``. Diagnostics come
+from ``numpyro.diagnostics`` (Stan's ESS and split R-hat on the raw draws,
+not ArviZ's rank-normalised ones), so the script runs without ArviZ (the GPU
+machine has JAX, NumPyro and xarray only; importing ``bayes_attn`` does not
+import ArviZ, nor change JAX's precision).
+
+Results go to ``$OUT/gpu_samplers.json`` (``OUT`` defaults to ``./gpu_out``),
+rewritten after every run so that a run cut short keeps what it finished.
+
+Run::
+
+    OUT=/path/to/out python benchmarks/gpu_samplers.py       # GPU
+    .venv/bin/python benchmarks/gpu_samplers.py --quick      # CPU smoke test, tiny sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+from numpyro.infer import MCMC, NUTS, init_to_sample
+
+from bayes_attn import markov, samplers
+from bayes_attn.precision import x64
+
+DEFAULT_RUNS = ("collapsed=100,300,1000", "wishart=100,1000,10000")
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="Collapsed and wishart NUTS on the Fig. 2c network at large width (GPU).")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes for a CPU smoke test")
+    ap.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), metavar="SAMPLER=N,N,...",
+                    help=f"samplers (registry: {', '.join(samplers.SAMPLERS)}) and their widths")
+    ap.add_argument("--chains", type=int, default=4)
+    ap.add_argument("--chain-method", default="vectorized", choices=["vectorized", "parallel", "sequential"],
+                    help="parallel needs one device per chain")
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--draws", type=int, default=500, help="draws per chain")
+    ap.add_argument("--n-train", type=int, default=100)
+    ap.add_argument("--n-test", type=int, default=100)
+    ap.add_argument("--temperature", type=float, default=0.01)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--target-accept", type=float, default=0.8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.runs, a.chains, a.warmup, a.draws, a.n_train, a.n_test = ["collapsed=4,8", "wishart=4,8,100"], 2, 30, 30, 12, 6
+    a.runs = [parse_run(s) for s in a.runs]
+    return a
+
+
+def parse_run(s: str) -> tuple[str, list[int]]:
+    name, _, widths = s.partition("=")
+    samplers.get(name)  # a clear error for an unknown sampler
+    return name, [int(n) for n in widths.split(",") if n]
+
+
+class CompileTimer:
+    """Union of the JAX trace/lower/compile intervals reported through ``jax.monitoring``."""
+
+    def __init__(self):
+        import jax.monitoring
+
+        self.intervals: list[tuple[float, float]] = []
+        try:
+            jax.monitoring.register_event_duration_secs_listener(self._listen)
+        except AttributeError:  # very old JAX: compile time not separated
+            pass
+
+    def _listen(self, event: str, duration: float, **kwargs) -> None:
+        if event in COMPILE_EVENTS:
+            end = time.perf_counter()
+            self.intervals.append((end - duration, end))
+
+    def seconds_in(self, t0: float, t1: float) -> float:
+        iv = sorted((max(a, t0), min(b, t1)) for a, b in self.intervals if b > t0 and a < t1)
+        total, cur = 0.0, None
+        for a, b in iv:
+            if cur is None or a > cur[1]:
+                total += 0.0 if cur is None else cur[1] - cur[0]
+                cur = [a, b]
+            else:
+                cur[1] = max(cur[1], b)
+        return total + (0.0 if cur is None else cur[1] - cur[0])
+
+
+def diagnostics(U, f_test) -> dict:
+    """Min ESS and max split R-hat (``numpyro.diagnostics``) over the upper triangle of ``U`` and ``f_test``."""
+    U, f_test = np.asarray(U, np.float64), np.asarray(f_test, np.float64)
+    iu = np.triu_indices(U.shape[-1])
+    out = {}
+    for name, v in (("U", U[..., iu[0], iu[1]]), ("f_test", f_test)):
+        ess = np.asarray(effective_sample_size(v))
+        rhat = np.asarray(split_gelman_rubin(v)) if v.shape[0] > 1 else np.full(v.shape[2:], np.nan)
+        out[name] = {"min_ess": float(ess.min()), "max_rhat": float(np.nanmax(rhat)) if v.shape[0] > 1 else math.nan}
+    out["min_ess"] = min(out["U"]["min_ess"], out["f_test"]["min_ess"])
+    out["max_rhat"] = max(out["U"]["max_rhat"], out["f_test"]["max_rhat"])
+    return out
+
+
+def run(name: str, N: int, a, timer: CompileTimer) -> dict:
+    """One sampler at width ``N``: timings, ESS/s, R-hat, sampler statistics."""
+    smp = samplers.get(name)
+    options = samplers.Options()
+    task, net = markov.fig2c(width=N, n_train=a.n_train, n_test=a.n_test, seed=a.seed)
+    x, y, xt, _ = task.generate()
+    with x64(a.dtype == "float64"):
+        t_setup = time.perf_counter()
+        inputs = samplers.prepare(net, x, y, xt, a.temperature, a.dtype)
+        model, args = smp.build(inputs)
+        jax.block_until_ready(args)
+        t_setup = time.perf_counter() - t_setup
+        kernel = NUTS(model, target_accept_prob=a.target_accept, max_tree_depth=10, init_strategy=init_to_sample)
+        mcmc = MCMC(kernel, num_warmup=a.warmup, num_samples=a.draws, num_chains=a.chains, chain_method=a.chain_method,
+                    postprocess_fn=lambda z: smp.observables(z, inputs, options), progress_bar=False)
+        fields = ("diverging", "num_steps", "adapt_state.step_size")
+        k_mcmc, k_cond = jax.random.split(jax.random.key(a.seed))
+        t0 = time.perf_counter()
+        mcmc.warmup(k_mcmc, *args, extra_fields=fields)
+        jax.block_until_ready(mcmc.post_warmup_state)
+        t1 = time.perf_counter()
+        mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=fields)
+        draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
+        t2 = time.perf_counter()
+        draws |= jax.block_until_ready(smp.conditional(draws, k_cond, inputs, options))
+        t3 = time.perf_counter()
+        extra = mcmc.get_extra_fields(group_by_chain=True)
+        n_params = int(sum(np.size(v) for v in jax.tree.leaves(mcmc.post_warmup_state.z)) // a.chains)
+    U = np.asarray(draws["U"], np.float64)
+    steps = np.asarray(extra["num_steps"])
+    d = diagnostics(U, draws["f_test"])
+    comp_w, comp_s, comp_f = timer.seconds_in(t0, t1), timer.seconds_in(t1, t2), timer.seconds_in(t2, t3)
+    sample_s = (t2 - t1) - comp_s
+    post_s = (t3 - t2) - comp_f
+    steps_exec = int(steps.max(axis=0).sum()) if a.chain_method == "vectorized" else (
+        int(steps.sum(axis=1).max()) if a.chain_method == "parallel" else int(steps.sum()))
+    total = t_setup + (t3 - t0)
+    return {
+        "sampler": name, "N": N, "sampled_dimension": n_params, "chains": a.chains, "warmup": a.warmup,
+        "draws_per_chain": a.draws, "dtype": str(jnp.dtype(a.dtype)),
+        "seconds_setup": t_setup, "seconds_warmup": t1 - t0, "seconds_warmup_compile": comp_w,
+        "seconds_sampling": t2 - t1, "seconds_sampling_compile": comp_s,
+        "seconds_conditional_f": t3 - t2, "seconds_conditional_f_compile": comp_f,
+        "seconds_total": total,
+        **d,
+        "ess_per_s_total": d["min_ess"] / total,
+        "ess_per_s_post_warmup": d["min_ess"] / max(sample_s + post_s, 1e-9),
+        "mean_leapfrog_steps_per_draw": float(steps.mean()),
+        "tree_depth_hits": int((steps >= 1023).sum()),
+        "divergences": int(np.asarray(extra["diverging"]).sum()),
+        "step_size_mean": float(np.asarray(extra["adapt_state.step_size"]).mean()),
+        "seconds_per_step": sample_s / max(steps_exec, 1),
+        "U_mean": U.mean(axis=(0, 1)).tolist(),
+        "finite": bool(np.all(np.isfinite(U)) and np.all(np.isfinite(np.asarray(draws["f_test"])))),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    a = parse_args(argv)
+    if a.chain_method == "parallel":
+        numpyro.set_host_device_count(a.chains)
+    timer = CompileTimer()
+    a.out.mkdir(parents=True, exist_ok=True)
+    path = a.out / "gpu_samplers.json"
+    out = {
+        "problem": dict(network="markov.fig2c", P=a.n_train, P_test=a.n_test, temperature=a.temperature, dtype=a.dtype,
+                        chains=a.chains, chain_method=a.chain_method, warmup=a.warmup, draws_per_chain=a.draws,
+                        seed=a.seed, target_accept=a.target_accept, runs={n: w for n, w in a.runs}),
+        "quick": a.quick,
+        "environment": dict(platform=platform.platform(), python=sys.version.split()[0], jax=jax.__version__,
+                            numpyro=numpyro.__version__, devices=[str(d) for d in jax.devices()],
+                            backend=jax.default_backend()),
+        "runs": [],
+    }
+    print(f"backend {jax.default_backend()}, devices {jax.devices()}", flush=True)
+    print(f"{'sampler':>10s} {'N':>6s} {'dim':>8s} {'total s':>8s} {'warm s':>7s} {'sample s':>8s} {'comp s':>7s}"
+          f" {'cond-f s':>8s} {'min ESS':>8s} {'ESS/s tot':>9s} {'ESS/s post':>10s} {'R-hat':>6s} {'steps':>6s} {'div':>4s}",
+          flush=True)
+    for name, widths in a.runs:
+        for N in widths:
+            r = run(name, N, a, timer)
+            out["runs"].append(r)
+            path.write_text(json.dumps(out, indent=2))  # keep partial results
+            print(f"{name:>10s} {N:6d} {r['sampled_dimension']:8d} {r['seconds_total']:8.1f} {r['seconds_warmup']:7.1f}"
+                  f" {r['seconds_sampling']:8.1f} {r['seconds_warmup_compile'] + r['seconds_sampling_compile']:7.1f}"
+                  f" {r['seconds_conditional_f']:8.2f} {r['min_ess']:8.0f} {r['ess_per_s_total']:9.3g}"
+                  f" {r['ess_per_s_post_warmup']:10.3g} {r['max_rhat']:6.3f} {r['mean_leapfrog_steps_per_draw']:6.0f}"
+                  f" {r['divergences']:4d}", flush=True)
+    print(f"wrote {path}")
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
