@@ -14,6 +14,7 @@ from pathlib import Path
 from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
 from .spec import Spec, load_spec
+from .threads import one_blas_thread
 
 
 def _common(p: argparse.ArgumentParser, width: bool = True) -> None:
@@ -178,24 +179,9 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def _one_blas_thread() -> None:
-    """One BLAS thread for this process unless the user chose otherwise.
-
-    JAX's CPU LAPACK calls (Cholesky, triangular solves) go to OpenBLAS, whose
-    spinning threads oversubscribe the cores when chains run in parallel; for
-    the small matrices here one thread is several times faster.
-    """
-    if "OPENBLAS_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
-        return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"  # for libraries loaded from now on
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1, user_api="blas")  # for those already loaded
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    _one_blas_thread()
+    one_blas_thread()  # this process only; see bayes_attn.threads
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.

@@ -14,10 +14,17 @@ Writes OUT/alpha-<a>/alpha_sweep.nc and OUT/finite_size_alpha.png.
 import argparse
 from pathlib import Path
 
-import xarray as xr
+from bayes_attn.threads import one_blas_thread
 
-from bayes_attn import figures, load_spec
-from bayes_attn.pipeline import alpha_sweep
+one_blas_thread()
+
+import numpyro  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from bayes_attn import figures, load_spec  # noqa: E402
+from bayes_attn.pipeline import alpha_sweep  # noqa: E402
+
+numpyro.set_host_device_count(4)  # one CPU device per chain
 
 
 def widths_for(alpha: float, max_p: int, min_p: int = 50) -> list[int]:

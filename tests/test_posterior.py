@@ -186,6 +186,8 @@ def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
         (dict(sampler="gibbs"), "sampler must be one of"),
         (dict(method="full"), "replaced by one sampler name"),
         (dict(num_warmup=-1), "num_warmup"),
+        (dict(sampler="wishart", keep_weights=True), "samples the order parameters only"),
+        (dict(sampler="wishart", keep_effective_weights=True), "samples the order parameters only"),
         (dict(num_chains=0), "num_chains"),
         (dict(dtype="float16"), "dtype"),
     ],

@@ -25,7 +25,6 @@ import pytest
 import scipy.special
 import scipy.stats
 from conftest import random_network
-from numpyro import handlers
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_density, potential_energy
 
@@ -44,6 +43,7 @@ from bayes_attn.samplers.wishart import (
 
 Z = 5.0  # |z| bound: ~100 comparisons per test -> false-alarm rate ~1e-4
 NDRAW = 20000
+Z_POSTERIOR = 4.5  # posterior means vs the collapsed sampler: up to 70 comparisons -> false-alarm rate ~5e-4
 
 # three layers, widths below the path counts at two levels (U_1: 8×8 of rank 3, U_2: 4×4 of rank 3)
 SINGULAR = dict(heads=(2, 2, 2), widths=(3, 3, 2, 4), variances=(1.0, 0.7, 1.3, 0.8, 1.5))
@@ -143,7 +143,8 @@ def test_sampled_dimension():
 # ----------------------------------------------------------------------------
 @pytest.mark.parametrize("cfg", [REGULAR, SINGULAR], ids=["regular", "singular"])
 def test_prior_means_every_level(cfg):
-    """``E[U_l] = s_l²···sL²·sa² I`` at every level and ``E[Ua] = sa²``; the recursion equals explicit Kronecker products."""
+    """``E[U_l] = s_l²···sL²·sa² I`` at every level and ``E[Ua] = sa²``; the recursion equals explicit
+    Kronecker products."""
     heads, widths, var = cfg["heads"], cfg["widths"], cfg["variances"]
     A_draws, Us, Ua = _factor_draws(**cfg)
     for l, U in enumerate(Us, start=1):
@@ -292,7 +293,8 @@ def test_model_log_density_is_exact(cfg):
             inputs = prepare(net, x, y, None, T, dtype)
             model, args = get("wishart").build(inputs)
             params = [{"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {}) for t, z in sites]
-            dtypes = jax.eval_shape(lambda p: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}, params[0])
+            values = lambda p: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}  # noqa: E731
+            dtypes = jax.eval_shape(values, params[0])
             assert {d.dtype for d in dtypes.values()} == {jnp.dtype(dtype)}, dtypes
             lp = jax.jit(lambda p: log_density(model, args, {}, p)[0])
             pe = jax.jit(jax.value_and_grad(lambda p: potential_energy(model, args, {}, p)))
@@ -365,7 +367,8 @@ def _means_and_mcse(post, names):
 )
 def test_posterior_matches_collapsed(layers, width, variances):
     """Posterior means of every entry of ``U``, ``U_2..``, ``Ua`` and of ``f_test`` agree with the collapsed sampler
-    within ``4 sqrt(mcse_a² + mcse_b²)``, on a small Markov task."""
+    within ``4.5 sqrt(mcse_a² + mcse_b²)``, on a small Markov task (2 layers, N = D = 4: the last chi-square has
+    one degree of freedom; 3 layers with unequal variances and two singular levels)."""
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20)
     net = task.network(layers, width=width, variances=variances)
     x, y, xt, _ = task.generate()
@@ -382,5 +385,5 @@ def test_posterior_matches_collapsed(layers, width, variances):
     mb, sb, _ = _means_and_mcse(coll, names)
     z = (ma - mb) / np.sqrt(sa**2 + sb**2)
     assert np.all(np.isfinite(z))
-    assert np.max(np.abs(z)) <= 4.0, np.round(z, 2)
+    assert np.max(np.abs(z)) <= Z_POSTERIOR, np.round(z, 2)
     assert np.all(sa < 0.15 * sd)  # power: the MC error is small against the posterior spread

@@ -240,7 +240,8 @@ def diagonal_distribution(heads: Sequence[int], widths: Sequence[int], dtype) ->
     return StandardLogChi2(np.concatenate(dofs), dtype)
 
 
-def factors_from_diagonals(c_sqrt: jax.Array, z: jax.Array | None, heads: Sequence[int], widths: Sequence[int]) -> list[jax.Array]:
+def factors_from_diagonals(c_sqrt: jax.Array, z: jax.Array | None, heads: Sequence[int],
+                           widths: Sequence[int]) -> list[jax.Array]:
     """``[A_1, ..., A_L, A_a]`` from all diagonals ``sqrt(c)`` ``[Σ r_k]`` and lower entries ``z`` (concatenated)."""
     A_list, i, j = [], 0, 0
     for m, r in factor_shapes(heads, widths):
@@ -250,7 +251,8 @@ def factors_from_diagonals(c_sqrt: jax.Array, z: jax.Array | None, heads: Sequen
     return A_list
 
 
-def factors_from_sites(t: jax.Array, z: jax.Array | None, heads: Sequence[int], widths: Sequence[int]) -> list[jax.Array]:
+def factors_from_sites(t: jax.Array, z: jax.Array | None, heads: Sequence[int],
+                       widths: Sequence[int]) -> list[jax.Array]:
     """``[A_1, ..., A_L, A_a]`` from the sites ``t`` and ``z`` (module docstring)."""
     c = diagonal_distribution(heads, widths, t.dtype).chi2(t)
     return factors_from_diagonals(jnp.sqrt(c), z, heads, widths)
