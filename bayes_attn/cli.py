@@ -109,6 +109,22 @@ def _settings(spec: Spec, args) -> SamplerSettings:
     )
 
 
+EXIT_DIAGNOSTICS = 3
+"""Exit status of ``sample`` and ``run`` when the sampler's diagnostics failed (results are still written)."""
+
+
+def _diagnostics_status(diagnostics: dict[str, float]) -> int:
+    """0, or :data:`EXIT_DIAGNOSTICS` with a warning on stderr when a diagnostic failed."""
+    from .compare import diagnostic_failures
+
+    failures = diagnostic_failures(diagnostics)
+    if not failures:
+        return 0
+    print("WARNING: the sampler's diagnostics failed: " + "; ".join(failures) + ". Do not trust these draws; "
+          "sample longer (--warmup, --samples, --chains).", file=sys.stderr)
+    return EXIT_DIAGNOSTICS
+
+
 def cmd_sample(args) -> int:
     from .posterior import sample_posterior
 
@@ -120,11 +136,12 @@ def cmd_sample(args) -> int:
           f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws, sampler={cfg.name}")
     post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=not args.no_progress, sampler=cfg)
     path = post.save(out / "posterior.nc")
-    text = str(post.summary())
+    summary = post.summary()
+    text = str(summary)
     (out / "summary.txt").write_text(text + "\n")
     print(text)
     print(f"wrote {path}")
-    return 0
+    return _diagnostics_status(summary.diagnostics())
 
 
 def cmd_theory(args) -> int:
@@ -159,7 +176,7 @@ def cmd_run(args) -> int:
     print(res.comparison.report())
     print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
           "order_parameter.png, predictor.png, alignment.png")
-    return 0
+    return _diagnostics_status(res.comparison.diagnostics)
 
 
 def cmd_sweep(args) -> int:

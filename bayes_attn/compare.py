@@ -12,6 +12,11 @@ Compared quantities:
 
 A difference counts as a disagreement only when it is larger than the
 relative tolerance *and* more than ``n_sigma`` Monte-Carlo standard errors.
+The verdict has three values: ``"agree"``, ``"disagree"``, and
+``"inconclusive"`` when the sampler's own diagnostics fail (R-hat above
+:data:`MAX_RHAT`, bulk ESS below :data:`MIN_ESS` on a compared observable,
+any divergence, BFMI below :data:`MIN_BFMI`): Monte-Carlo error bars of
+unconverged chains mean nothing, so neither "agree" nor "disagree" is said.
 """
 
 from __future__ import annotations
@@ -27,6 +32,26 @@ import xarray as xr
 from . import _checks, _io
 from .posterior import Posterior, fingerprint
 from .theory import Theory, gp_limit
+
+
+MAX_RHAT = 1.01
+MIN_ESS = 100.0
+MIN_BFMI = 0.3
+VERDICTS = ("agree", "disagree", "inconclusive")
+
+
+def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
+    """Reasons the sampler's diagnostics make a comparison inconclusive (empty when none)."""
+    out = []
+    if diagnostics.get("max_r_hat", 1.0) > MAX_RHAT or not np.isfinite(diagnostics.get("max_r_hat", 1.0)):
+        out.append(f"max R-hat {diagnostics['max_r_hat']:.3g} > {MAX_RHAT}")
+    if diagnostics.get("min_ess_bulk", np.inf) < MIN_ESS or np.isnan(diagnostics.get("min_ess_bulk", np.inf)):
+        out.append(f"min bulk ESS {diagnostics['min_ess_bulk']:.3g} < {MIN_ESS:g}")
+    if diagnostics.get("divergences", 0) > 0:
+        out.append(f"{int(diagnostics['divergences'])} divergent transitions")
+    if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
+        out.append(f"min BFMI {diagnostics['min_bfmi']:.3g} < {MIN_BFMI}")
+    return out
 
 
 def accuracy(mean: np.ndarray, y: np.ndarray) -> float:
@@ -160,8 +185,20 @@ class Comparison:
 
     @property
     def agree(self) -> bool:
-        """The verdict: every check passed."""
+        """Every check passed (regardless of the sampler's diagnostics; see :attr:`verdict`)."""
         return all(c.passed for c in self.checks)
+
+    @property
+    def inconclusive_reasons(self) -> list[str]:
+        """Failed sampler diagnostics (see :func:`diagnostic_failures`)."""
+        return diagnostic_failures(self.diagnostics)
+
+    @property
+    def verdict(self) -> str:
+        """``"inconclusive"`` when a sampler diagnostic failed, else ``"agree"`` or ``"disagree"``."""
+        if self.inconclusive_reasons:
+            return "inconclusive"
+        return "agree" if self.agree else "disagree"
 
     @property
     def mean_correlation(self) -> float:
@@ -169,6 +206,10 @@ class Comparison:
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
+
+    def _verdict_text(self) -> str:
+        return {"agree": "theory and sampling agree", "disagree": "theory and sampling DISAGREE",
+                "inconclusive": "INCONCLUSIVE (sampler diagnostics failed)"}[self.verdict]
 
     def report(self) -> str:
         """Markdown report."""
@@ -190,11 +231,17 @@ class Comparison:
                 "",
                 f"Sampled with the `{self.sampler}` sampler (NUTS).",
                 "",
-                f"**Verdict: {'theory and sampling agree' if self.agree else 'theory and sampling DISAGREE'}** "
+                f"**Verdict: {self._verdict_text()}** "
                 f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
                 f"Monte-Carlo noise floor exceeds {self.checks[0].n_sigma if self.checks else 3:g} standard errors).",
                 "",
-                *([] if self.agree else [
+                *([] if self.verdict != "inconclusive" else [
+                    "The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
+                    + "; ".join(self.inconclusive_reasons) + ". Sample longer (more warm-up and draws, more "
+                    "chains) or with a higher target acceptance before reading the checks below.",
+                    "",
+                ]),
+                *([] if self.verdict != "disagree" else [
                     "The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
                     "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
                     "several --sample-widths shows whether it shrinks.",
@@ -272,7 +319,8 @@ class Comparison:
                 "predictor": list(self.accuracy),
                 "check": [c.name for c in self.checks],
             },
-            attrs={"width": self.width, "agree": int(self.agree), "sampler": self.sampler, **self.diagnostics},
+            attrs={"width": self.width, "verdict": self.verdict, "agree": int(self.agree), "sampler": self.sampler,
+                   "inconclusive_reasons": "; ".join(self.inconclusive_reasons), **self.diagnostics},
         )
         return ds
 
@@ -367,10 +415,5 @@ def compare(
         accuracy=accuracies,
         sampler=str(tree.attrs.get("sampler", "")),
         checks=checks,
-        diagnostics={
-            "max_r_hat": summary.max_rhat,
-            "min_ess": summary.min_ess,
-            "divergences": float(summary.divergences),
-            "draws": float(posterior.num_draws),
-        },
+        diagnostics=summary.diagnostics() | {"draws": float(posterior.num_draws)},
     )

@@ -195,6 +195,16 @@ class Summary:
         """Smallest bulk or tail ESS over all invariant observables."""
         return float(self.table[["ess_bulk", "ess_tail"]].min().min())
 
+    def diagnostics(self) -> dict[str, float]:
+        """The numbers a verdict depends on: worst R-hat, smallest ESS (bulk and tail; bulk), smallest BFMI, divergences."""
+        return {
+            "max_r_hat": self.max_rhat,
+            "min_ess": self.min_ess,
+            "min_ess_bulk": float(self.table["ess_bulk"].min()),
+            "min_bfmi": float(np.min(self.bfmi)),
+            "divergences": float(self.divergences),
+        }
+
     def by_variable(self) -> pd.DataFrame:
         """Worst R-hat, smallest ESS and largest MCSE per observable."""
         var = self.table.index.to_series().str.split("[", n=1).str[0]

@@ -121,3 +121,23 @@ def test_verdict_is_not_fooled_by_correlated_mc_noise(problem):
         post.tree["posterior"]["f_test"].values[...] = f_test
         fails += not ba.compare(theory, post, xt, yt, gp=theory).check("predictor mean (relative L2)").passed
     assert fails <= 2, fails
+
+
+def test_verdict_is_inconclusive_when_diagnostics_fail(problem):
+    """Converged-looking numbers from chains that did not converge are neither 'agree' nor 'disagree'."""
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    good = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
+    c = ba.compare(theory, good, xt, yt, gp=theory)
+    assert c.verdict == "agree" and c.inconclusive_reasons == []
+    # chains stuck at different places: R-hat far above 1.01
+    stuck = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
+    f = stuck.tree["posterior"]["f_test"]
+    f.values[...] = f.values + np.arange(f.sizes["chain"])[:, None, None] * np.sqrt(v)
+    c = ba.compare(theory, stuck, xt, yt, gp=theory)
+    assert c.verdict == "inconclusive" and any("R-hat" in r for r in c.inconclusive_reasons)
+    assert "INCONCLUSIVE" in c.report() and c.to_dataset().attrs["verdict"] == "inconclusive"
+    # one divergent transition is enough
+    div = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
+    div.tree["sample_stats"]["diverging"].values[0, 3] = True
+    assert ba.compare(theory, div, xt, yt, gp=theory).inconclusive_reasons == ["1 divergent transitions"]

@@ -113,10 +113,12 @@ def test_gp_on_paths_equals_gp_of_subnetwork():
 
 def test_cli_sample_and_theory(tmp_path, capsys):
     _, path = _write(tmp_path)
+    # 2 chains × 30 draws cannot give a bulk ESS of 100: the command says so and exits with status 3
     assert cli.main(["sample", str(path), "--out", str(tmp_path / "s"), "--samples", "30", "--warmup", "30",
-                     "--no-progress"]) == 0
-    out = capsys.readouterr().out
-    assert "Worst diagnostics per observable" in out and (tmp_path / "s" / "posterior.nc").exists()
+                     "--no-progress"]) == cli.EXIT_DIAGNOSTICS
+    captured = capsys.readouterr()
+    assert "Worst diagnostics per observable" in captured.out and (tmp_path / "s" / "posterior.nc").exists()
+    assert "WARNING: the sampler's diagnostics failed" in captured.err and "bulk ESS" in captured.err
     assert cli.main(["theory", str(path), "--width", "5", "--out", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out
     assert "Ua =" in out and "GP (whole network)" in out and (tmp_path / "t" / "theory.nc").exists()

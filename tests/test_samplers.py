@@ -18,7 +18,6 @@ from functools import partial
 
 import arviz_stats as azs
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats

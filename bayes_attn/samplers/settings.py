@@ -42,8 +42,8 @@ class SamplerSettings:
 
     name: str = DEFAULT_SAMPLER
     num_warmup: int = 500
-    num_samples: int = 500
-    num_chains: int = 2
+    num_samples: int = 1000
+    num_chains: int = 4
     seed: int = 0
     dtype: str = "float64"
     chain_method: str = "auto"
