@@ -25,6 +25,7 @@ test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: install
+	$(BIN)/python -m pip install -q -e ".[test,bench]"
 	$(BIN)/python benchmarks/bench_solver.py
 	$(BIN)/python benchmarks/bench_sampler.py
 

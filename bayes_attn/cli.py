@@ -156,7 +156,7 @@ def cmd_theory(args) -> int:
     print(f"{spec.name}: N={t.net.widths[0]}, temperature={temperature}, P={len(t.y_train)}")
     print("U (order parameter over paths):")
     print(pd.DataFrame(t.U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}"))
-    print(f"Ua = {t.U_readout:.6g}   S/N = {t.action:.8g}   max|dS/dU| = {t.max_gradient:.2g}   "
+    print(f"Ua = {t.Ua:.6g}   S/N = {t.action:.8g}   max|dS/dU| = {t.max_gradient:.2g}   "
           f"Hessian min eigenvalue = {t.hessian_min_eigenvalue:.3g}   converged = {t.converged} ({t.iterations} Newton steps)")
     print(f"test accuracy: theory {res.accuracy:.4f}" + "".join(f"   GP ({k}) {v:.4f}" for k, v in res.gp_accuracies.items()))
     print(f"wrote {res.path}")

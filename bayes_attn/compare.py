@@ -122,7 +122,7 @@ def _deeper_order_parameter_checks(theory: Theory, tree, rtol: float, n_sigma: f
 
     post = tree["posterior"]
     targets = {f"U_{l}": theory.order_parameters[l - 1] for l in range(2, theory.net.L + 1)}
-    targets["Ua"] = np.asarray(theory.U_readout)
+    targets["Ua"] = np.asarray(theory.Ua)
     checks = []
     for name, target in targets.items():
         if name not in post:

@@ -130,7 +130,7 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
             f"Paths: {paths}. P = {len(theory.y_train)} training, {len(comp.y_test)} test examples.",
             "",
             f"Theory: converged = {theory.converged}, max |dS/dU| = {theory.max_gradient:.2g}, "
-            f"Hessian min eigenvalue = {theory.hessian_min_eigenvalue:.3g}, Ua = {theory.U_readout:.4g}, "
+            f"Hessian min eigenvalue = {theory.hessian_min_eigenvalue:.3g}, Ua = {theory.Ua:.4g}, "
             f"S/N = {theory.action:.6g}.",
             "",
             f"Sampler: {post.sampler} (NUTS), {post.tree['posterior'].sizes['chain']} chains × "

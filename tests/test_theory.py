@@ -92,7 +92,7 @@ def test_action_matches_numpy_reference(heads, widths, variances):
     rng = np.random.default_rng(1)
     Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
     for Ua in (None, 0.77):
-        got = th.action(net, x, y, Us, temperature=0.1, U_readout=Ua)
+        got = th.action(net, x, y, Us, temperature=0.1, Ua=Ua)
         ua = closed_form_readout(net, Us[-1]) if Ua is None else Ua
         assert got == pytest.approx(numpy_action(net, x, y, Us, 0.1, ua), rel=1e-11)
 
@@ -104,8 +104,8 @@ def test_gradient_matches_finite_differences(heads, widths, variances):
     Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
     T = 0.1
     for Ua in (None, 0.9):
-        grads, gUa = th.action_gradient(net, x, y, Us, temperature=T, U_readout=Ua)
-        S = lambda V, a=Ua: th.action(net, x, y, V, temperature=T, U_readout=a)  # noqa: E731
+        grads, gUa = th.action_gradient(net, x, y, Us, temperature=T, Ua=Ua)
+        S = lambda V, a=Ua: th.action(net, x, y, V, temperature=T, Ua=a)  # noqa: E731
         h = 1e-5
         for l, U in enumerate(Us):
             for i, j in zip(*np.triu_indices(U.shape[0])):
@@ -193,7 +193,7 @@ def test_gp_limit_values():
     gp = th.gp_limit(net, x, y, temperature=0.1)
     s2 = net.variances
     np.testing.assert_allclose(gp.U, net.gp_U)
-    assert gp.U_readout == s2[-1]
+    assert gp.Ua == s2[-1]
     np.testing.assert_allclose(gp.order_parameters[2], s2[3] * s2[4] * np.eye(2))
     np.testing.assert_allclose(gp.order_parameters[1], s2[2] * np.kron(np.eye(1), gp.order_parameters[2]))
     np.testing.assert_allclose(gp.order_parameters[0], s2[1] * np.kron(np.eye(2), gp.order_parameters[1]))
@@ -213,7 +213,7 @@ def test_large_width_tends_to_gp():
         assert dU < 10 * ratio
         for Us, Ug in zip(sol.order_parameters, gp.order_parameters):
             assert np.abs(Us - Ug).max() < 10 * ratio * np.abs(Ug).max()
-        assert abs(sol.U_readout - gp.U_readout) < 10 * ratio
+        assert abs(sol.Ua - gp.Ua) < 10 * ratio
         m, v = sol.predict(x[:5])
         mg, vg = gp.predict(x[:5])
         assert np.abs(m - mg).max() < 10 * ratio * np.abs(mg).max()
@@ -261,7 +261,7 @@ def test_one_layer_one_head_matches_brentq():
     assert sol.converged and sol.is_minimum
     assert sol.U.shape == (1, 1)
     assert sol.U[0, 0] == pytest.approx(u_star, rel=1e-8)
-    assert sol.U_readout == pytest.approx(Ua_of(u_star), rel=1e-8)
+    assert sol.Ua == pytest.approx(Ua_of(u_star), rel=1e-8)
 
 
 @pytest.fixture(scope="module")
@@ -455,7 +455,7 @@ def test_save_load_round_trip(solved, tmp_path, names):
     for a, b in zip(back.order_parameters, sol.order_parameters):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(back.U, sol.U)
-    for name in ("U_readout", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "iterations",
+    for name in ("Ua", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "iterations",
                  "temperature", "limit", "message", "solve_seconds"):
         assert getattr(back, name) == getattr(sol, name), name
     for a, b in zip(back.predict(xt), sol.predict(xt)):
@@ -477,7 +477,7 @@ def results():
     sol = solve_theory(net, x, y, temperature=0.1)
     gp = gp_limit(net, x, y, temperature=0.1)
     m, v = sol.predict(xt)
-    out = dict(U=sol.U, U2=sol.order_parameters[1], Ua=sol.U_readout, action=sol.action, mean=m, var=v,
+    out = dict(U=sol.U, U2=sol.order_parameters[1], Ua=sol.Ua, action=sol.action, mean=m, var=v,
                K=sol.kernel(x, xt), Ktrain=sol.kernel_train, gp_mean=gp.predict(xt)[0], gp_action=gp.action,
                S=action(net, x, y, list(sol.order_parameters), temperature=0.1))
     return {k: np.asarray(v) for k, v in out.items()}

@@ -362,23 +362,23 @@ def _full_value_grad(theta, Ua, problem):
 # ----------------------------------------------------------------------------
 # public: S and its gradient at given order parameters (tests, diagnostics)
 # ----------------------------------------------------------------------------
-def action(net: Network, x, y, order_parameters, *, temperature: float, U_readout: float | None = None) -> float:
+def action(net: Network, x, y, order_parameters, *, temperature: float, Ua: float | None = None) -> float:
     """``S`` of THEORY.md §4 (not scaled) at ``[U_1, ..., U_L]``.
 
-    ``U_readout`` (``Ua``) defaults to its closed form given ``U_L``.
+    ``Ua`` defaults to its closed form given ``U_L``.
     """
-    return _action_and_gradient(net, x, y, order_parameters, temperature, U_readout, grad=False)[0]
+    return _action_and_gradient(net, x, y, order_parameters, temperature, Ua, grad=False)[0]
 
 
 def action_gradient(
-    net: Network, x, y, order_parameters, *, temperature: float, U_readout: float | None = None
+    net: Network, x, y, order_parameters, *, temperature: float, Ua: float | None = None
 ) -> tuple[list[np.ndarray], float]:
     """Matrix gradients ``∂S/∂U_l`` (symmetric, ``[m_l, m_l]``) and ``∂S/∂Ua``.
 
-    With ``U_readout=None``, ``Ua`` follows its closed form (the gradient is then
+    With ``Ua=None``, ``Ua`` follows its closed form (the gradient is then
     that of the reduced action and ``∂S/∂Ua`` is 0 up to rounding).
     """
-    _, grads, gUa = _action_and_gradient(net, x, y, order_parameters, temperature, U_readout)
+    _, grads, gUa = _action_and_gradient(net, x, y, order_parameters, temperature, Ua)
     return grads, gUa
 
 
@@ -386,7 +386,7 @@ def _action_and_gradient(net, x, y, Us, temperature, Ua, grad: bool = True):
     x, y, temperature = check_problem(net, x, y, temperature)
     Us = check_order_parameters("order_parameters", Us, net)
     if Ua is not None:
-        Ua = _checks.positive("U_readout", Ua)
+        Ua = _checks.positive("Ua", Ua)
     theta = pack(Us)
     problem = make_problem(net, x, y, temperature)
     with float64():

@@ -28,7 +28,7 @@ class Theory:
     Attributes:
         U: ``U_1``, ``[D, D]``, the order parameter over paths.
         order_parameters: ``[U_1, ..., U_L]``; ``U_l`` is ``[H_l...H_L, H_l...H_L]``.
-        U_readout: ``Ua``.
+        Ua: the readout order parameter ``Ua`` (a positive scalar).
         action: ``S / N_max`` at the solution.
         max_gradient: max over ``l`` and entries of ``|∂(S/N_max)/∂U_l|``.
         hessian_min_eigenvalue: smallest eigenvalue of the Hessian of
@@ -43,7 +43,7 @@ class Theory:
 
     U: np.ndarray
     order_parameters: tuple[np.ndarray, ...]
-    U_readout: float
+    Ua: float
     action: float
     max_gradient: float
     hessian_min_eigenvalue: float
@@ -142,7 +142,7 @@ class Theory:
             {
                 "U": (("path", "path_"), self.U),
                 "gp_U": (("path", "path_"), gpU),
-                "Ua": ((), self.U_readout),
+                "Ua": ((), self.Ua),
                 "action": ((), self.action),
                 "max_gradient": ((), self.max_gradient),
                 "hessian_min_eigenvalue": ((), self.hessian_min_eigenvalue),
@@ -211,7 +211,7 @@ def load_theory(path: str | os.PathLike) -> Theory:
     return Theory(
         U=Us[0],
         order_parameters=Us,
-        U_readout=float(ds["Ua"]),
+        Ua=float(ds["Ua"]),
         action=float(ds["action"]),
         max_gradient=float(ds["max_gradient"]),
         hessian_min_eigenvalue=float(ds["hessian_min_eigenvalue"]),

@@ -117,7 +117,7 @@ def _make_theory(
     return Theory(
         U=Us[0],
         order_parameters=tuple(Us),
-        U_readout=Ua,
+        Ua=Ua,
         action=float(res.value),
         max_gradient=max_grad,
         hessian_min_eigenvalue=hmin,
