@@ -51,7 +51,8 @@ def parser() -> argparse.ArgumentParser:
         "sample",
         help="sample the posterior with NUTS; write posterior.nc and print ArviZ diagnostics",
         description="Sample the posterior of the spec's network with NUTS, write posterior.nc (ArviZ DataTree) "
-        "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, f_train, f_test.",
+        "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, U_l, Ua, f_train, f_test; "
+        "exit status 3 when a diagnostic failed.",
     )
     _common(p)
     _sampling(p)

@@ -265,7 +265,7 @@ class Comparison:
                 "",
                 frame(self.U_theory),
                 "",
-                "Sampled (posterior mean of w·w'/N1):",
+                "Sampled (posterior mean of U; w·w'/N1 for samplers that draw weights):",
                 "",
                 frame(self.U_sampled),
                 "",

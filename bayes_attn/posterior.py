@@ -217,7 +217,7 @@ class Summary:
         u = self.table[self.table.index.str.startswith("U[")]
         return "\n".join(
             [
-                "Order parameter U (per draw w·w'/N1):",
+                "Order parameter U = U_1 (per-draw values):",
                 u.to_string(),
                 "",
                 "Worst diagnostics per observable:",
