@@ -294,7 +294,11 @@ def order_parameters_from_weights(V: Sequence[jax.Array], a: jax.Array, widths: 
     Returns ``([U_1, ..., U_L], Ua)`` with ``U_l = W_l W_l^T / N_l`` (``W_l`` of
     :func:`partial_effective_weights`) and ``Ua = |a|² / Na``; ``U_1 = U``.
     """
-    Ws = partial_effective_weights(V, a, widths)
+    return order_parameters_from_partial_weights(partial_effective_weights(V, a, widths), a)
+
+
+def order_parameters_from_partial_weights(Ws: Sequence[jax.Array], a: jax.Array):
+    """``([W_l W_l^T / N_l for every level], |a|² / Na)`` from :func:`partial_effective_weights` and ``a``."""
     return [W @ W.T / W.shape[1] for W in Ws], a @ a / a.shape[0]
 
 

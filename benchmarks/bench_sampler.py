@@ -84,21 +84,16 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from numpyro.infer import MCMC, NUTS, init_to_sample  # noqa: E402
 from numpyro.infer.util import initialize_model  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov, samplers  # noqa: E402
 from bayes_attn.posterior import EXTRA_FIELDS, Posterior, sample_stats  # noqa: E402
+from timing import CompileTimer, timed_nuts  # noqa: E402  (benchmarks/timing.py)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ORDER = ("full-token", "full", "collapsed", "wishart")
 PLAN = {10: ORDER, 100: ("full", "collapsed", "wishart"), 1000: ("full", "collapsed", "wishart"), 10000: ("wishart",)}
-COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -140,37 +135,6 @@ def plan(a) -> dict[int, tuple[str, ...]]:
 # ----------------------------------------------------------------------------
 # timing helpers
 # ----------------------------------------------------------------------------
-class CompileTimer:
-    """Collects JAX trace/lower/compile intervals (wall clock) via ``jax.monitoring``.
-
-    Nested events overlap; :meth:`seconds_in` returns the length of the union
-    of the intervals inside ``[t0, t1]``.
-    """
-
-    def __init__(self):
-        import jax.monitoring
-
-        self.intervals: list[tuple[float, float]] = []
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event: str, duration: float, **kwargs) -> None:
-        if event in COMPILE_EVENTS:
-            end = time.perf_counter()
-            self.intervals.append((end - duration, end))
-
-    def seconds_in(self, t0: float, t1: float) -> float:
-        iv = sorted((max(a, t0), min(b, t1)) for a, b in self.intervals if b > t0 and a < t1)
-        total, cur = 0.0, None
-        for a, b in iv:
-            if cur is None or a > cur[1]:
-                if cur is not None:
-                    total += cur[1] - cur[0]
-                cur = [a, b]
-            else:
-                cur[1] = max(cur[1], b)
-        return total + (0.0 if cur is None else cur[1] - cur[0])
-
-
 def executed_steps(n_steps, chain_method: str) -> int:
     """Leapfrog steps that set the wall time, from ``n_steps`` ``[chain, draw]``."""
     n = np.asarray(n_steps, dtype=np.int64)
@@ -245,20 +209,9 @@ def run_sampler(name: str, N: int, a, timer: CompileTimer) -> dict:
     net, x, y, xt = problem(N, a)
     t_set = time.perf_counter()
     inputs, model, args = build(name, net, x, y, xt, a)
-    kernel = NUTS(model, target_accept_prob=0.8, max_tree_depth=10, init_strategy=init_to_sample)
-    mcmc = MCMC(kernel, num_warmup=W, num_samples=S, num_chains=a.chains, chain_method=a.chain_method,
-                postprocess_fn=lambda z: smp.observables(z, inputs, options), progress_bar=False)
-    k_mcmc, k_cond = jax.random.split(jax.random.key(a.seed))
-    t0 = time.perf_counter()
-    mcmc.warmup(k_mcmc, *args, extra_fields=EXTRA_FIELDS)
-    jax.block_until_ready(mcmc.post_warmup_state)
-    t1 = time.perf_counter()
-    mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=EXTRA_FIELDS)
-    draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
-    t2 = time.perf_counter()
-    draws |= jax.block_until_ready(smp.conditional(draws, k_cond, inputs, options))
-    t3 = time.perf_counter()
-    extra = mcmc.get_extra_fields(group_by_chain=True)
+    mcmc, draws, extra, (t0, t1, t2, t3) = timed_nuts(
+        smp, inputs, model, args, options, num_warmup=W, num_samples=S, num_chains=a.chains,
+        chain_method=a.chain_method, target_accept=0.8, seed=a.seed, extra_fields=EXTRA_FIELDS)
     grad = gradient_time(model, args, a.grad_calls)
     compile_sample, compile_post = timer.seconds_in(t1, t2), timer.seconds_in(t2, t3)
     post = Posterior.from_draws(net, draws, sample_stats(extra), x, y, a.temperature, sampler=name, seconds=t3 - t_set)

@@ -47,17 +47,12 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-from numpyro.infer import MCMC, NUTS, init_to_sample
 
 from bayes_attn import markov, samplers
 from bayes_attn.precision import x64
+from timing import CompileTimer, timed_nuts  # benchmarks/timing.py
 
 DEFAULT_RUNS = ("collapsed=100,300,1000", "wishart=100,1000,10000")
-COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -90,35 +85,6 @@ def parse_run(s: str) -> tuple[str, list[int]]:
     return name, [int(n) for n in widths.split(",") if n]
 
 
-class CompileTimer:
-    """Union of the JAX trace/lower/compile intervals reported through ``jax.monitoring``."""
-
-    def __init__(self):
-        import jax.monitoring
-
-        self.intervals: list[tuple[float, float]] = []
-        try:
-            jax.monitoring.register_event_duration_secs_listener(self._listen)
-        except AttributeError:  # very old JAX: compile time not separated
-            pass
-
-    def _listen(self, event: str, duration: float, **kwargs) -> None:
-        if event in COMPILE_EVENTS:
-            end = time.perf_counter()
-            self.intervals.append((end - duration, end))
-
-    def seconds_in(self, t0: float, t1: float) -> float:
-        iv = sorted((max(a, t0), min(b, t1)) for a, b in self.intervals if b > t0 and a < t1)
-        total, cur = 0.0, None
-        for a, b in iv:
-            if cur is None or a > cur[1]:
-                total += 0.0 if cur is None else cur[1] - cur[0]
-                cur = [a, b]
-            else:
-                cur[1] = max(cur[1], b)
-        return total + (0.0 if cur is None else cur[1] - cur[0])
-
-
 def diagnostics(U, f_test) -> dict:
     """Min ESS and max split R-hat (``numpyro.diagnostics``) over the upper triangle of ``U`` and ``f_test``."""
     U, f_test = np.asarray(U, np.float64), np.asarray(f_test, np.float64)
@@ -145,21 +111,10 @@ def run(name: str, N: int, a, timer: CompileTimer) -> dict:
         model, args = smp.build(inputs)
         jax.block_until_ready(args)
         t_setup = time.perf_counter() - t_setup
-        kernel = NUTS(model, target_accept_prob=a.target_accept, max_tree_depth=10, init_strategy=init_to_sample)
-        mcmc = MCMC(kernel, num_warmup=a.warmup, num_samples=a.draws, num_chains=a.chains, chain_method=a.chain_method,
-                    postprocess_fn=lambda z: smp.observables(z, inputs, options), progress_bar=False)
-        fields = ("diverging", "num_steps", "adapt_state.step_size")
-        k_mcmc, k_cond = jax.random.split(jax.random.key(a.seed))
-        t0 = time.perf_counter()
-        mcmc.warmup(k_mcmc, *args, extra_fields=fields)
-        jax.block_until_ready(mcmc.post_warmup_state)
-        t1 = time.perf_counter()
-        mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=fields)
-        draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
-        t2 = time.perf_counter()
-        draws |= jax.block_until_ready(smp.conditional(draws, k_cond, inputs, options))
-        t3 = time.perf_counter()
-        extra = mcmc.get_extra_fields(group_by_chain=True)
+        mcmc, draws, extra, (t0, t1, t2, t3) = timed_nuts(
+            smp, inputs, model, args, options, num_warmup=a.warmup, num_samples=a.draws, num_chains=a.chains,
+            chain_method=a.chain_method, target_accept=a.target_accept, seed=a.seed,
+            extra_fields=("diverging", "num_steps", "adapt_state.step_size"))
         n_params = int(sum(np.size(v) for v in jax.tree.leaves(mcmc.post_warmup_state.z)) // a.chains)
     U = np.asarray(draws["U"], np.float64)
     steps = np.asarray(extra["num_steps"])

@@ -29,7 +29,14 @@ import numpyro
 import numpyro.distributions as dist
 
 from .. import gp
-from ..network import Network, effective_weights, kernel_from_C, order_parameters_from_weights, path_kernel_from_xi
+from ..network import (
+    Network,
+    forward_from_xi,
+    kernel_from_C,
+    order_parameters_from_partial_weights,
+    partial_effective_weights,
+    path_kernel_from_xi,
+)
 
 
 class SamplerInputs(NamedTuple):
@@ -116,14 +123,28 @@ def order_parameter_observables(Us, Ua) -> dict:
 
 def weight_observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
     """Order parameters from a draw of the upper weights (plus ``w`` and raw weights if asked)."""
+    return _with_effective_weights(z, inputs, options)[0]
+
+
+def _with_effective_weights(z: dict, inputs: SamplerInputs, options: Options) -> tuple[dict, jax.Array]:
+    """:func:`weight_observables` and the effective weights ``w`` ``[D, N1]``, each computed once."""
     net = inputs.net
     V, a = upper(z, net.L)
-    Us, Ua = order_parameters_from_weights(V, a, net.widths)
-    out = order_parameter_observables(Us, Ua)
+    Ws = partial_effective_weights(V, a, net.widths)
+    out = order_parameter_observables(*order_parameters_from_partial_weights(Ws, a))
     if options.keep_effective_weights:
-        out["w"] = effective_weights(V, a, net.widths)
+        out["w"] = Ws[0]
     if options.keep_weights:
         out |= z
+    return out, Ws[0]
+
+
+def full_observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
+    """Order parameters and ``f_train``, ``f_test`` of one draw of all weights (``V0`` included)."""
+    out, w = _with_effective_weights(z, inputs, options)
+    out["f_train"] = forward_from_xi(inputs.xi, z["V0"], w)
+    if inputs.xi_test is not None:
+        out["f_test"] = forward_from_xi(inputs.xi_test, z["V0"], w)
     return out
 
 

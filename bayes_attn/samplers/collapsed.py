@@ -17,8 +17,17 @@ import numpyro.distributions as dist
 
 from .. import gp
 from ..network import effective_weights, forward_from_xi, kernel_from_C, path_kernel_from_xi
-from . import full
-from .base import Options, Sampler, SamplerInputs, conditional_outputs, upper, upper_weights, weight_observables
+
+from .base import (
+    Options,
+    Sampler,
+    SamplerInputs,
+    conditional_outputs,
+    full_observables,
+    upper,
+    upper_weights,
+    weight_observables,
+)
 
 
 def model(C, y, *, heads, widths, variances, temperature):
@@ -68,7 +77,7 @@ def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Opt
     if not options.keep_weights:
         return conditional_outputs(draws["U"], key, inputs)
     V0 = conditional_V0(draws, key, inputs)
-    with_V0 = jax.vmap(jax.vmap(lambda z: full.observables(z, inputs, Options())))(draws | {"V0": V0})
+    with_V0 = jax.vmap(jax.vmap(lambda z: full_observables(z, inputs, Options())))(draws | {"V0": V0})
     return {"V0": V0, "f_train": with_V0["f_train"], **({"f_test": with_V0["f_test"]} if "f_test" in with_V0 else {})}
 
 

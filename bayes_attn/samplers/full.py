@@ -13,7 +13,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ..network import effective_weights, forward_from_xi
-from .base import Options, Sampler, SamplerInputs, input_projection, no_conditional, upper, upper_weights, weight_observables
+from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
 
 
 def model(xi, y, *, heads, widths, variances, temperature):
@@ -29,23 +29,12 @@ def build(inputs: SamplerInputs):
     return partial(model, **inputs.consts()), (inputs.xi, inputs.y)
 
 
-def observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
-    """Order parameters and ``f_train``, ``f_test`` of one draw of all weights."""
-    out = weight_observables(z, inputs, options)
-    V, a = upper(z, inputs.net.L)
-    w = effective_weights(V, a, inputs.net.widths)
-    out["f_train"] = forward_from_xi(inputs.xi, z["V0"], w)
-    if inputs.xi_test is not None:
-        out["f_test"] = forward_from_xi(inputs.xi_test, z["V0"], w)
-    return out
-
-
 SAMPLER = Sampler(
     name="full",
     description="NUTS over all weights, f summed over paths from precomputed path inputs",
     draws_weights=True,
     model=model,
     build=build,
-    observables=observables,
+    observables=full_observables,
     conditional=no_conditional,
 )

@@ -13,8 +13,8 @@ import numpyro
 import numpyro.distributions as dist
 
 from ..network import Weights, forward_token
-from . import full
-from .base import Sampler, SamplerInputs, input_projection, no_conditional, upper_weights
+
+from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
 
 
 def model(x, omegas, y, *, heads, widths, variances, temperature):
@@ -39,6 +39,6 @@ SAMPLER = Sampler(
     draws_weights=True,
     model=model,
     build=build,
-    observables=full.observables,
+    observables=full_observables,
     conditional=no_conditional,
 )
