@@ -69,3 +69,15 @@ def inputs(name: str, x, n0: int) -> np.ndarray:
 def labels(name: str, y, p: int) -> np.ndarray:
     """Check a label vector ``[P]`` matching ``p`` inputs."""
     return array(name, y, shape=(p,))
+
+
+def signs(name: str, y, p: int | None = None) -> np.ndarray:
+    """Check classification labels: every entry +1 or −1 (accuracy compares them with ``sign(mean)``)."""
+    arr = array(name, y, ndim=1) if p is None else labels(name, y, p)
+    bad = ~np.isin(arr, (-1.0, 1.0))
+    if bad.any():
+        raise ValueError(
+            f"{name} must be classification labels +1/-1 (accuracy compares them with the sign of the predictor), "
+            f"got values {np.unique(arr[bad])[:5].tolist()}; map 0/1 labels with y = 2*y - 1"
+        )
+    return arr

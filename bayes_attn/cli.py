@@ -7,10 +7,14 @@ embedded default, the Fig. 2c Markov network at width 10.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
 
+from . import outputs
+from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
 from .spec import Spec, load_spec
@@ -88,6 +92,13 @@ def parser() -> argparse.ArgumentParser:
     _sampling(p)
     p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
     p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
+    p.add_argument("--temperatures", type=float, nargs="+",
+                   help="a temperature grid instead of one temperature: the best per width is chosen on a validation set")
+    p.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="run the jobs in this process (local, the default) or on Dask: a local cluster of --workers "
+                   "processes, the scheduler at --scheduler, or the spec's [cluster] (dask-jobqueue)")
+    p.add_argument("--workers", type=int, help="Dask worker processes (one thread each)")
+    p.add_argument("--scheduler", help="address of a running Dask scheduler, e.g. tcp://host:8786")
     p.set_defaults(func=cmd_sweep)
     return top
 
@@ -110,8 +121,12 @@ def _settings(spec: Spec, args) -> SamplerSettings:
     )
 
 
+EXIT_USAGE = 2
+"""Exit status for bad input (spec, options, output folder), before anything is computed."""
 EXIT_DIAGNOSTICS = 3
 """Exit status of ``sample`` and ``run`` when the sampler's diagnostics failed (results are still written)."""
+EXIT_FAILED_JOBS = 4
+"""Exit status of ``sweep`` when some jobs failed (the others' results are written; a rerun retries the failed)."""
 
 
 def _diagnostics_status(diagnostics: dict[str, float]) -> int:
@@ -135,13 +150,18 @@ def cmd_sample(args) -> int:
     x, y, xt, _ = spec.data()
     print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={len(y)}, temperature={temperature}, "
           f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws, sampler={cfg.name}")
-    post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=not args.no_progress, sampler=cfg)
-    path = post.save(out / "posterior.nc")
-    summary = post.summary()
-    text = str(summary)
-    (out / "summary.txt").write_text(text + "\n")
+    with outputs.output_folder(out) as stage:
+        post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=not args.no_progress,
+                                sampler=cfg)
+        post.save(stage.path("posterior.nc"))
+        summary = post.summary()
+        text = str(summary)
+        stage.path("summary.txt").write_text(text + "\n")
+        ran = dataclasses.replace(spec, temperature=temperature, sampler=spec.sampler.replace(
+            **json.loads(post.tree.attrs["settings"])), network=dataclasses.replace(spec.network, width=net.widths[0]))
+        stage.path("spec.toml").write_text(ran.to_toml())
     print(text)
-    print(f"wrote {path}")
+    print(f"wrote {out}/: posterior.nc, summary.txt, spec.toml")
     return _diagnostics_status(summary.diagnostics())
 
 
@@ -181,19 +201,29 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .pipeline import sweep
+    from .executors import InProcess, executor_from_options
+    from .sweeps import sweep
 
     spec, _, temperature = _setup(args)
     out = args.out or Path("runs") / f"{spec.name}-sweep"
     cfg = _settings(spec, args)
-    ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths, temperature=temperature,
+    executor = executor_from_options(args.executor, args.workers, args.scheduler,
+                                     spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
+    ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths,
+               temperature=None if args.temperatures else temperature, temperatures=args.temperatures,
+               executor=None if isinstance(executor, InProcess) else executor,
                progress_bar=not args.no_progress, **cfg.to_dict())
-    print(ds[["accuracy_theory"]].to_dataframe().to_string())
-    print(ds[["accuracy_gp"]].to_dataframe().to_string())
-    if "accuracy_sampled" in ds:
-        print(ds[["accuracy_sampled", "accuracy_sampled_se"]].to_dataframe().to_string())
-        print(ds[["check_value", "check_mcse", "check_gap"]].to_dataframe().to_string())
-    print(f"wrote {out}/sweep.nc, accuracy_vs_width.png" + (", finite_size.png" if "accuracy_sampled" in ds else ""))
+    for names in (["accuracy_theory", "accuracy_validation_theory"], ["accuracy_gp"],
+                  ["best_temperature_theory", "accuracy_theory_at_best"],
+                  ["accuracy_sampled", "accuracy_sampled_se", "verdict"], ["check_value", "check_mcse", "check_gap"]):
+        if all(n in ds for n in names):
+            print(ds[names].to_dataframe().to_string())
+    print(f"wrote {out}/sweep.nc and figures")
+    failed = json.loads(ds.attrs["failed_jobs"])
+    if failed:
+        print(f"WARNING: {len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
+              "finished; run the sweep again to retry them.", file=sys.stderr)
+        return EXIT_FAILED_JOBS
     return 0
 
 
@@ -208,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     numpyro.set_host_device_count(max(4, getattr(args, "chains", None) or 0, os.cpu_count() or 1))
     try:
         return args.func(args)
-    except ValueError as err:
+    except (ValueError, FolderBusyError) as err:
         print(f"bayes-attn {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

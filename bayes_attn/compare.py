@@ -55,7 +55,9 @@ def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
 
 
 def accuracy(mean: np.ndarray, y: np.ndarray) -> float:
-    """Fraction of examples where ``sign(mean)`` equals the label ``y`` (±1)."""
+    """Fraction of examples where ``sign(mean)`` equals the label ``y`` (±1, checked)."""
+    y = _checks.signs("y", y)
+    mean = _checks.array("mean", mean, shape=y.shape)
     return float(np.mean(np.sign(mean) == y))
 
 
@@ -340,14 +342,15 @@ def compare(
     Args:
         theory: from :func:`bayes_attn.solve_theory`.
         posterior: from :func:`bayes_attn.sample_posterior`, sampled with ``x_test``.
-        x_test: ``[P_test, T, N0]``, the inputs of ``f_test``; y_test: labels ``[P_test]``.
+        x_test: ``[P_test, T, N0]``, the inputs of ``f_test``; y_test: labels ``[P_test]``,
+            ±1 (the comparison reports classification accuracies).
         rtol: relative tolerance of each check (5% by default).
         n_sigma: MC standard errors beyond the noise floor that make a difference significant.
         gp: the GP limit of the same problem (computed if not given).
     """
     net = theory.net
     x_test = net.check_inputs(x_test, "x_test")
-    y_test = _checks.labels("y_test", y_test, x_test.shape[0])
+    y_test = _checks.signs("y_test", y_test, x_test.shape[0])
     _checks.positive("rtol", rtol)
     _checks.positive("n_sigma", n_sigma)
     other = posterior.net

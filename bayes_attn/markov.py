@@ -104,6 +104,14 @@ class MarkovTask:
         xt, yt = self.sample(self.n_test, rng)
         return x, y, xt, yt
 
+    def validation(self) -> tuple[np.ndarray, np.ndarray]:
+        """A validation set of ``n_test`` sequences, drawn after the training and test sets from ``seed``
+        (so it leaves them unchanged): for choices such as the temperature, never made on the test set."""
+        rng = np.random.default_rng(self.seed)
+        self.sample(self.n_train, rng)
+        self.sample(self.n_test, rng)
+        return self.sample(self.n_test, rng)
+
     # ----- heads -------------------------------------------------------------
     def _blocks(self, feature: np.ndarray, position: np.ndarray, off: tuple[np.ndarray, np.ndarray] | None = None):
         F = self.feature_dim

@@ -33,7 +33,7 @@ from numpyro.infer import MCMC, NUTS, init_to_sample
 from . import _checks, _io, gp
 from .network import Network, kernel_diag_from_xi, kernel_from_C, order_parameter_labels, path_kernel_from_xi
 from .precision import x64
-from .samplers import Options, SamplerSettings, get, prepare
+from .samplers import Options, SamplerSettings, get, memory, prepare
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
@@ -103,6 +103,9 @@ def sample_posterior(
     with x64(cfg.dtype == "float64"):
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
         model, args = smp.build(inputs)
+        latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
+        memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
+                            f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
         kernel = NUTS(model, target_accept_prob=cfg.target_accept, max_tree_depth=cfg.max_tree_depth,
                       init_strategy=init_to_sample)
         mcmc = MCMC(

@@ -24,7 +24,10 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from . import _checks
 from .markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
 from .samplers import SamplerSettings
+from .samplers.settings import check_keys
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,16 @@ class NetworkSpec:
     random_strength: float = 1.0
     random_seed: int = 1
     readout: str = "last"
+
+    def __post_init__(self):
+        _checks.positive_int("width", self.width)
+        _checks.positive_int("random_seed", self.random_seed, minimum=0)
+        for name in ("beta", "random_strength"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+        for i, v in enumerate(self.variances if isinstance(self.variances, tuple) else [self.variances]):
+            _checks.positive(f"variances[{i}]" if isinstance(self.variances, tuple) else "variances", v)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,12 @@ class Spec:
     network: NetworkSpec = field(default_factory=NetworkSpec)
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     compare: CompareSpec = field(default_factory=lambda: FIG2C_COMPARE)
+    cluster: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        check_name(self.name)
+        if not isinstance(self.cluster, dict):
+            raise ValueError(f"[cluster] must be a table, got {self.cluster!r}")
 
     def net(self, width: int | None = None) -> Network:
         """The network, at ``width`` if given."""
@@ -100,6 +120,10 @@ class Spec:
         """Training and test data ``(x, y, x_test, y_test)``."""
         return self.task.generate()
 
+    def validation(self) -> tuple[np.ndarray, np.ndarray]:
+        """Validation set ``(x_val, y_val)``, disjoint from training and test data."""
+        return self.task.validation()
+
     def to_toml(self) -> str:
         """The spec as TOML text (round-trips through :func:`load_spec`)."""
         lines = [f'name = "{self.name}"', f"temperature = {self.temperature!r}", ""]
@@ -110,6 +134,10 @@ class Spec:
                 lines.append('kind = "markov"')
             for k, v in dataclasses.asdict(obj).items():
                 lines.append(f"{k} = {_toml_value(v)}")
+            lines.append("")
+        if self.cluster:
+            lines.append("[cluster]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in self.cluster.items()]
             lines.append("")
         return "\n".join(lines)
 
@@ -126,49 +154,108 @@ def _toml_value(v) -> str:
     return repr(v)
 
 
-def _section(cls, name: str, table: dict, convert: dict | None = None):
+def _check_type(where: str, value, hint):
+    """``value`` converted to the annotated type ``hint``, or a ``ValueError`` naming ``where``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in args:
+            try:
+                return _check_type(where, value, option)
+            except ValueError as err:
+                errors.append(err)
+        raise ValueError(f"{where} must be {' or '.join(_describe(a) for a in args)}, got {value!r}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
+        return tuple(_check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} must be a table, got {value!r}")
+        return {_check_type(f"{where} key", k, args[0]): _check_type(f"{where}[{k!r}]", v, args[1]) for k, v in value.items()}
+    raise TypeError(f"no check for the annotation {hint!r} of {where}")  # a field type this module does not know
+
+
+def _describe(hint) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+        return f"a list of {len(args)} {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a table"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def _section(cls, name: str, table):
+    """An instance of the dataclass ``cls`` from the spec table ``[name]``, every field's type checked."""
     if not isinstance(table, dict):
         raise ValueError(f"[{name}] must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = set(table) - known
     if unknown:
         raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
-    values = dict(table)
-    for key, fn in (convert or {}).items():
-        if key in values:
-            values[key] = fn(values[key])
-    return cls(**values)
+    values = {k: _check_type(f"{name}.{k}", v, hints[k]) for k, v in table.items()}
+    try:
+        return cls(**values)
+    except ValueError as err:
+        raise ValueError(f"[{name}] {err}") from err
 
 
-def _sampler_section(table) -> SamplerSettings:
-    if not isinstance(table, dict):
-        raise ValueError(f"[sampler] must be a table, got {table!r}")
-    return SamplerSettings.from_dict(table, "[sampler]")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
-def _tuple(v):
-    return tuple(_tuple(e) for e in v) if isinstance(v, list) else v
+def check_name(name: str) -> str:
+    """A spec name is used in file and folder names: letters, digits, ``_.+-``, not starting with a dot."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
+        raise ValueError(f"name must be 1-100 letters, digits or '_.+-' not starting with '.' or '-' "
+                         f"(it names output folders), got {name!r}")
+    return name
 
 
 def spec_from_dict(data: dict) -> Spec:
     """Build and check a :class:`Spec` from a parsed TOML table."""
-    known = {"name", "temperature", "task", "network", "sampler", "compare"}
+    known = {"name", "temperature", "task", "network", "sampler", "compare", "cluster"}
     unknown = set(data) - known
     if unknown:
         raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+    for section in ("task", "network", "sampler", "compare", "cluster"):
+        if not isinstance(data.get(section, {}), dict):
+            raise ValueError(f"[{section}] must be a table, got {data[section]!r}")
     task = dict(data.get("task", {}))
     kind = task.pop("kind", "markov")
     _checks.choice("task.kind", kind, ("markov",))
+    sampler = data.get("sampler", {})
+    check_keys(sampler, "[sampler]")  # renamed keys get their own message
     spec = Spec(
-        name=str(data.get("name", Spec.name)),
-        temperature=_checks.positive("temperature", data.get("temperature", Spec.temperature)),
-        task=_section(MarkovTask, "task", task, {"p_stay": tuple}),
-        network=_section(NetworkSpec, "network", data.get("network", {}), {"layers": _tuple, "variances": _tuple}),
-        sampler=_sampler_section(data.get("sampler", {})),
-        compare=_section(
-            CompareSpec, "compare", data.get("compare", {}),
-            {"gp_paths": lambda d: {k: tuple(v) for k, v in d.items()}, "widths": tuple, "sample_widths": tuple},
-        ),
+        name=check_name(_check_type("name", data.get("name", Spec.name), str)),
+        temperature=_checks.positive("temperature", _check_type("temperature", data.get("temperature", Spec.temperature), float)),
+        task=_section(MarkovTask, "task", task),
+        network=_section(NetworkSpec, "network", data.get("network", {})),
+        sampler=_section(SamplerSettings, "sampler", sampler),
+        compare=_section(CompareSpec, "compare", data.get("compare", {})),
+        cluster=dict(data.get("cluster", {})),
     )
     labels = spec.net().path_labels  # fail early on a bad network
     for name, paths in spec.compare.gp_paths.items():

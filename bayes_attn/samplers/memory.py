@@ -1,0 +1,78 @@
+"""A memory estimate before sampling, so that a run too big for the machine fails at once.
+
+The estimate counts, per chain, ``WORKING_COPIES`` copies of the latent vector
+(NUTS keeps position, momentum, gradient and the tree's end points; warm-up
+keeps the mass-matrix statistics), the stored draws, and the data. Shapes come
+from tracing the model abstractly (``jax.eval_shape``): nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import numpy as np
+from numpyro import handlers
+
+from .base import Options, SamplerInputs
+from .settings import SamplerSettings
+
+WORKING_COPIES = 30
+"""Latent-sized arrays per chain held while sampling (a generous bound; NumPyro's NUTS keeps about 10)."""
+
+HEADROOM = 0.8
+"""Fraction of the available memory a run may plan to use."""
+
+
+def latent_sizes(model: Callable, args: tuple, observables: Callable, inputs: SamplerInputs,
+                 options: Options) -> tuple[int, int]:
+    """``(latent, stored)``: numbers of sampled entries and of stored observables per draw (no allocation)."""
+
+    def shapes(key):
+        tr = handlers.trace(handlers.seed(model, key)).get_trace(*args)
+        z = {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]}
+        return z, observables(z, inputs, options)
+
+    z, obs = jax.eval_shape(shapes, jax.random.key(0))
+    count = lambda tree: sum(math.prod(a.shape) for a in jax.tree.leaves(tree))  # noqa: E731
+    return count(z), count(obs)
+
+
+def estimate_bytes(latent: int, stored: int, inputs: SamplerInputs, cfg: SamplerSettings, options: Options) -> int:
+    """Bytes a run needs: working copies and kept draws per chain, plus the data."""
+    item = np.dtype(cfg.dtype).itemsize
+    P = inputs.y.shape[0]
+    P_test = 0 if inputs.xi_test is None else inputs.xi_test.shape[0]
+    N1, N0 = inputs.net.widths[0], inputs.net.N0
+    per_draw = stored + P + P_test + (N1 * N0 if options.keep_weights else 0)
+    kept = cfg.num_samples // cfg.thinning
+    data = inputs.xi.size + (0 if inputs.xi_test is None else inputs.xi_test.size)
+    return item * (cfg.num_chains * (WORKING_COPIES * latent + kept * per_draw) + data)
+
+
+def available_bytes() -> int | None:
+    """Memory free for this process: the accelerator's limit on GPU/TPU, else Linux ``MemAvailable``."""
+    device = jax.devices()[0]
+    if device.platform != "cpu":
+        stats = device.memory_stats() or {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(need: int, available: int | None, what: str) -> None:
+    """Raise ``ValueError`` when ``need`` bytes exceed :data:`HEADROOM` of ``available``."""
+    if available is not None and need > HEADROOM * available:
+        raise ValueError(
+            f"{what} needs about {need / 2**30:.3g} GiB but {available / 2**30:.3g} GiB are available: "
+            "use a smaller width, fewer chains or draws, thinning, float32, or the 'wishart' sampler "
+            "(its cost does not grow with width)"
+        )

@@ -1,0 +1,370 @@
+"""Sweeps over width and temperature: many independent jobs, one table (paper Fig. 2c/2e).
+
+A sweep is a list of :class:`~bayes_attn.executors.Job` records, one per
+``(kind, width, temperature)`` with ``kind`` ``"theory"`` or ``"sample"``.
+Each job writes one netCDF file into ``OUT/widths/`` (atomically), tagged with
+a hash of everything it depends on; a rerun loads finished files instead of
+recomputing them (an interrupted sweep resumes), recomputes files made with
+other settings, and recomputes a corrupt file with a warning. The jobs run in
+this process or on Dask (``executor``): a sampling job's seed is
+:func:`~bayes_attn.executors.job_seed` of the sampler seed, width and
+temperature, so results do not depend on which worker ran a job or when.
+
+With several temperatures, the best temperature per width is chosen by the
+accuracy on the task's validation set (never the test set), separately for
+the finite-width theory and for the GP limit; ``sweep.nc`` stores the choice
+and the test accuracy there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+import tomllib
+import warnings
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from . import _checks, _io, figures, outputs
+from .compare import accuracy, compare, power_law_slope
+from .executors import Executor, Job, job_seed, run_jobs
+from .pipeline import gp_accuracies
+from .posterior import fingerprint, sample_posterior
+from .samplers import SamplerSettings
+from .spec import Spec, spec_from_dict
+from .theory import gp_limit, solve_theory
+
+CACHE_VERSION = 2
+"""Bumped when the per-job files change layout: older files are recomputed."""
+
+THEORY_VARS = ("U", "accuracy", "accuracy_validation", "action", "max_gradient", "hessian_min_eigenvalue", "Ua",
+               "converged")
+
+
+# ----------------------------------------------------------------------------
+# one job
+# ----------------------------------------------------------------------------
+def _key(*parts) -> str:
+    """Hash of everything a job's result depends on."""
+    text = json.dumps([CACHE_VERSION, *parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _theory_key(spec: Spec, T: float) -> str:
+    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), T)
+
+
+def _sample_key(spec: Spec, T: float, settings: SamplerSettings) -> str:
+    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), T, settings.to_dict(),
+                spec.compare.rtol, spec.compare.n_sigma)
+
+
+def _finished(path: Path, key: str) -> xr.Dataset | None:
+    """A job's result made with the same settings, or ``None`` (missing, made otherwise, or corrupt)."""
+    if not path.exists():
+        return None
+    try:
+        ds = _io.load_dataset(path)
+    except _io.CorruptFileError as err:
+        warnings.warn(f"{err}; recomputing it", RuntimeWarning, stacklevel=2)
+        return None
+    if ds.attrs.get("settings_key") != key:
+        print(f"{path} was made with other settings: recomputing it", file=sys.stderr)
+        return None
+    return ds
+
+
+def _tag(N: int, T: float) -> str:
+    return f"N{N}-T{T!r}"
+
+
+def theory_job(spec: Spec, N: int, T: float, folder: Path) -> Path:
+    """Theory at width ``N`` and temperature ``T``: ``folder/theory-N..-T...nc`` (test and validation accuracy)."""
+    path = folder / f"theory-{_tag(N, T)}.nc"
+    key = _theory_key(spec, T)
+    if _finished(path, key) is not None:
+        return path
+    t0 = time.perf_counter()
+    x, y, xt, yt = spec.data()
+    xv, yv = spec.validation()
+    t = solve_theory(spec.net(N), x, y, temperature=T)
+    ds = t.to_dataset()
+    ds["accuracy"] = accuracy(t.predict(xt)[0], yt)
+    ds["accuracy_validation"] = accuracy(t.predict(xv)[0], yv)
+    ds["converged"] = bool(t.converged)
+    ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0)
+    return _io.save(ds, path)
+
+
+def sample_job(spec: Spec, N: int, T: float, folder: Path, settings: SamplerSettings, progress_bar: bool) -> Path:
+    """Sampling at width ``N``, temperature ``T``, compared with the theory: ``folder/sampled-N..-T...nc``."""
+    path = folder / f"sampled-{_tag(N, T)}.nc"
+    key = _sample_key(spec, T, settings)
+    if _finished(path, key) is not None:
+        return path
+    t0 = time.perf_counter()
+    x, y, xt, yt = spec.data()
+    net = spec.net(N)
+    theory = solve_theory(net, x, y, temperature=T)
+    gp = gp_limit(net, x, y, temperature=T)
+    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
+    post.save(folder / f"posterior-{_tag(N, T)}.nc")
+    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
+    ds = comp.to_dataset()
+    chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
+    ds["accuracy_per_chain"] = ("chain", [accuracy(m, yt) for m in chain_means])
+    ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0, sampler_settings=post.tree.attrs["settings"])
+    return _io.save(ds, path)
+
+
+def run_job(job: Job) -> str:
+    """Run one sweep job (a module-level function, so that Dask workers can run it); returns its file."""
+    p = job.params
+    spec = spec_from_dict(tomllib.loads(p["spec"]))
+    folder = Path(p["folder"])
+    if p["kind"] == "theory":
+        return str(theory_job(spec, p["width"], p["temperature"], folder))
+    settings = spec.sampler.replace(seed=job.seed)
+    return str(sample_job(spec, p["width"], p["temperature"], folder, settings, p.get("progress_bar", False)))
+
+
+def sweep_jobs(spec: Spec, folder: Path, widths, sample_widths, temperatures, *, progress_bar: bool = False) -> list[Job]:
+    """The jobs of a sweep: theory at ``widths × temperatures``, sampling at ``sample_widths × temperatures``.
+
+    A sampling job's seed is ``job_seed(spec.sampler.seed, kind="sample", width=N, temperature=T)``.
+    """
+    common = {"spec": spec.to_toml(), "folder": str(folder)}
+    jobs = [Job(f"theory-{_tag(N, T)}", common | {"kind": "theory", "width": N, "temperature": T}, 0)
+            for T in temperatures for N in widths]
+    for T in temperatures:
+        for N in sample_widths:
+            seed = job_seed(spec.sampler.seed, kind="sample", width=N, temperature=T)
+            params = common | {"kind": "sample", "width": N, "temperature": T, "progress_bar": progress_bar}
+            jobs.append(Job(f"sample-{_tag(N, T)}", params, seed))
+    return jobs
+
+
+# ----------------------------------------------------------------------------
+# gathering
+# ----------------------------------------------------------------------------
+def _theory_table(files: dict[tuple[int, float], Path], widths, temperatures) -> xr.Dataset:
+    rows = []
+    for T in temperatures:
+        per_width = []
+        for N in widths:
+            t = _io.load_dataset(files[N, T])
+            if not bool(t["converged"]):
+                warnings.warn(f"the theory at N={N}, temperature={T} did not converge (max |dS/dU| = "
+                              f"{float(t['max_gradient']):.2g}): its numbers are not a solution", RuntimeWarning,
+                              stacklevel=3)
+            per_width.append(t[list(THEORY_VARS)].assign(seconds=t.attrs["seconds"]))
+        rows.append(xr.concat(per_width, dim=xr.DataArray(widths, dims="width", name="width"), coords="minimal",
+                              compat="override"))
+    th = xr.concat(rows, dim=xr.DataArray(temperatures, dims="temperature", name="temperature"), coords="minimal",
+                   compat="override")
+    return th.rename({v: f"{v}_theory" for v in ("U", "accuracy", "accuracy_validation", "converged")}).rename(
+        seconds="theory_seconds")
+
+
+def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Dataset:
+    """Per-width comparisons gathered along ``sample_width``."""
+    sw = xr.DataArray(sample_widths, dims="sample_width", name="sample_width")
+    keep = ["U_sampled", "U_mcse", "U_theory", "check_value", "check_mcse", "check_noise_floor", "check_gap",
+            "check_passed", "accuracy"]
+    s = xr.concat([d[keep] for d in sampled], dim=sw, coords="minimal", compat="override")
+    out = s[["U_sampled", "U_mcse", "check_value", "check_mcse", "check_noise_floor", "check_gap", "check_passed"]]
+    out["U_theory_at_sample_width"] = s["U_theory"]
+    out["accuracy_sampled"] = s["accuracy"].sel(predictor="sampled", drop=True)
+    out["accuracy_sampled_se"] = ("sample_width", [
+        float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] > 1 else np.nan
+        for d in sampled
+    ])
+    settings = [json.loads(d.attrs["sampler_settings"]) for d in sampled]
+    out["sampler_seed"] = ("sample_width", [s["seed"] for s in settings])
+    out["chain_method"] = ("sample_width", [s["chain_method"] for s in settings])
+    out["verdict"] = ("sample_width", [d.attrs["verdict"] for d in sampled])
+    out["sample_seconds"] = ("sample_width", [d.attrs["seconds"] for d in sampled])
+    return out
+
+
+def _slopes(ds: xr.Dataset) -> dict[str, float]:
+    """Fitted power-law slopes of the noise-corrected gaps against 1/N (see :func:`power_law_slope`)."""
+    out = {}
+    inv = 1.0 / ds["sample_width"].values
+    for name, key in (("U (relative Frobenius)", "U"), ("predictor mean (relative L2)", "mean")):
+        c = ds.sel(check=name)
+        slope, se, used = power_law_slope(inv, c["check_gap"].values, c["check_mcse"].values, c["check_noise_floor"].values)
+        out |= {f"slope_{key}": slope, f"slope_{key}_se": se, f"slope_{key}_points": int(used.sum())}
+    return out
+
+
+def _failures(outcomes) -> list[dict]:
+    failed = [{"job": o.job.name, "error": o.error} for o in outcomes if not o.ok]
+    for f in failed:
+        print(f"job {f['job']} failed: {f['error']}", file=sys.stderr)
+    return failed
+
+
+def _provenance(spec: Spec, data, validation) -> dict:
+    x, y, xt, yt = data
+    return {"spec": spec.to_toml(), "name": spec.name, "sampler_settings": json.dumps(spec.sampler.to_dict()),
+            "data_fingerprint": json.dumps({"train": fingerprint(np.c_[x.reshape(len(y), -1), y]),
+                                            "test": fingerprint(np.c_[xt.reshape(len(yt), -1), yt]),
+                                            "validation": fingerprint(np.c_[validation[0].reshape(len(validation[1]), -1),
+                                                                            validation[1]])}),
+            "path_names": json.dumps(spec.compare.path_names), "n_train": int(len(y))}
+
+
+def _check_widths(name: str, widths) -> list[int]:
+    return sorted({_checks.positive_int(name, w) for w in widths})
+
+
+def _check_temperatures(temperatures) -> list[float]:
+    temps = sorted({_checks.positive("temperatures", t) for t in temperatures})
+    if not temps:
+        raise ValueError("temperatures must hold at least one positive number")
+    return temps
+
+
+# ----------------------------------------------------------------------------
+# the sweeps
+# ----------------------------------------------------------------------------
+def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, temperature: float | None = None,
+          temperatures=None, executor: Executor | None = None, progress_bar: bool = True, **sampler) -> xr.Dataset:
+    """Theory at ``widths`` and sampling at ``sample_widths``, at one temperature or a grid; writes ``sweep.nc``.
+
+    Args:
+        spec: the run specification; ``widths``/``sample_widths`` default to its ``[compare]`` lists.
+        temperature: one temperature (default: the spec's); ``temperatures``: a grid instead, with the
+            best temperature per width chosen on the validation set (``sample_widths`` must then be among
+            ``widths``).
+        executor: where the jobs run (:mod:`bayes_attn.executors`; default: this process).
+        **sampler: :class:`~bayes_attn.samplers.SamplerSettings` overrides.
+
+    Per-job results go to ``out/widths/`` as they finish (a rerun resumes);
+    ``sweep.nc`` and the figures replace the previous ones together when the
+    sweep ends. Failed jobs are listed in ``sweep.nc`` (``failed_jobs``) and
+    the finished ones are kept; the table then covers what finished.
+    """
+    out = Path(out)
+    widths = _check_widths("widths", widths or spec.compare.widths)
+    sample_widths = _check_widths("sample_widths", spec.compare.sample_widths if sample_widths is None else sample_widths)
+    if temperature is not None and temperatures is not None:
+        raise ValueError("give temperature or temperatures, not both")
+    temps = _check_temperatures([spec.temperature if temperature is None else temperature]
+                                if temperatures is None else temperatures)
+    if len(temps) > 1 and not set(sample_widths) <= set(widths):
+        raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
+    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**sampler))
+    data, validation = spec.data(), spec.validation()
+    with outputs.output_folder(out) as stage:
+        folder = stage.folder / "widths"
+        folder.mkdir(exist_ok=True)
+        jobs = sweep_jobs(spec, folder, widths, sample_widths, temps, progress_bar=progress_bar and executor is None)
+        outcomes = run_jobs(run_job, jobs, executor, progress=progress_bar)
+        failed = _failures(outcomes)
+        done = {(o.job.params["kind"], o.job.params["width"], o.job.params["temperature"]): Path(o.value)
+                for o in outcomes if o.ok}
+        ds = _assemble(spec, done, widths, sample_widths, temps, data, validation)
+        ds.attrs.update(_provenance(spec, data, validation), failed_jobs=json.dumps(failed))
+        stage.record.update(failed_jobs=failed, jobs=len(jobs))
+        _io.save(ds, stage.path("sweep.nc"))
+        _sweep_figures(ds, spec, stage)
+    return ds
+
+
+def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, validation) -> xr.Dataset:
+    """``sweep.nc``'s table from the finished jobs (widths with a failed job at some temperature are left out)."""
+    x, y, xt, yt = data
+    widths = [N for N in widths if all(("theory", N, T) in done for T in temps)]
+    sample_widths = [N for N in sample_widths if all(("sample", N, T) in done for T in temps)]
+    gps = {T: gp_limit(spec.net(widths[0] if widths else spec.network.width), x, y, temperature=T) for T in temps}
+    gp_acc = [gp_accuracies(spec, gps[T], xt, yt) for T in temps]
+    gp_val = [accuracy(gps[T].predict(validation[0])[0], validation[1]) for T in temps]
+    ds = xr.Dataset(
+        {"accuracy_gp": (("temperature", "gp_model"), [list(a.values()) for a in gp_acc]),
+         "accuracy_gp_validation": ("temperature", gp_val)},
+        coords={"gp_model": list(gp_acc[0]), "temperature": temps},
+    )
+    if widths:
+        ds = ds.merge(_theory_table({(N, T): done["theory", N, T] for N in widths for T in temps}, widths, temps))
+    if sample_widths:
+        per_T = [_sampled_table([_io.load_dataset(done["sample", N, T]) for N in sample_widths], sample_widths)
+                 for T in temps]
+        ds = ds.merge(xr.concat(per_T, dim=xr.DataArray(temps, dims="temperature", name="temperature"),
+                                coords="minimal", compat="override"))
+    if len(temps) == 1:
+        ds = ds.squeeze("temperature")  # keeps ``temperature`` as a scalar coordinate
+        if sample_widths:
+            ds.attrs.update(_slopes(ds))
+        ds.attrs["temperature"] = temps[0]
+        return ds
+    if widths:
+        best = ds["accuracy_validation_theory"].idxmax("temperature")
+        ds["best_temperature_theory"] = best
+        ds["accuracy_theory_at_best"] = ds["accuracy_theory"].sel(temperature=best)
+    i = int(np.argmax(gp_val))
+    ds["best_temperature_gp"] = temps[i]
+    ds["accuracy_gp_at_best"] = ds["accuracy_gp"].isel(temperature=i)
+    ds.attrs["temperatures"] = json.dumps(temps)
+    return ds
+
+
+def best_temperature_view(ds: xr.Dataset) -> xr.Dataset:
+    """A one-temperature view of a temperature-grid sweep: every width at its best temperature (theory's choice)."""
+    if "temperature" not in ds.dims:
+        return ds
+    best = ds["best_temperature_theory"]
+    view = ds.drop_dims("temperature").assign(
+        accuracy_theory=ds["accuracy_theory"].sel(temperature=best),
+        U_theory=ds["U_theory"].sel(temperature=best),
+        accuracy_gp=ds["accuracy_gp"].sel(temperature=float(ds["best_temperature_gp"])),
+    )
+    if "sample_width" in ds.dims:
+        at = best.sel(width=ds["sample_width"]).rename(width="sample_width")
+        for v in ("U_sampled", "U_mcse", "accuracy_sampled", "accuracy_sampled_se"):
+            view[v] = ds[v].sel(temperature=at)
+    return view
+
+
+def _sweep_figures(ds: xr.Dataset, spec: Spec, stage: outputs.Staging) -> None:
+    if "width" not in ds.dims:
+        return
+    view = best_temperature_view(ds).assign_attrs(path_names=spec.compare.path_names)
+    figures.sweep_accuracy(view, stage.path("accuracy_vs_width.png"))
+    if "sample_width" in ds.dims and "temperature" not in ds.dims:
+        figures.finite_size(view, stage.path("finite_size.png"))
+
+
+def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperature: float | None = None,
+                progress_bar: bool = True, **sampler) -> xr.Dataset:
+    """Theory against sampling along ``P = alpha N`` (the limit the theory is exact in, THEORY.md §4).
+
+    At each width ``N`` the task gets ``P = round(alpha N)`` training sequences
+    (the test set is unchanged); writes ``alpha_sweep.nc`` with the gaps of
+    every check along ``sample_width`` and their fitted slopes. Resumable like :func:`sweep`.
+    """
+    out = Path(out)
+    alpha = _checks.positive("alpha", alpha)
+    widths = _check_widths("widths", widths)
+    T = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
+    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**sampler))
+    with outputs.output_folder(out) as stage:
+        sampled, n_train = [], []
+        for N in widths:
+            P = max(2, int(round(alpha * N)))
+            s = dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=P))
+            settings = spec.sampler.replace(seed=job_seed(spec.sampler.seed, kind="sample", width=N, temperature=T))
+            path = sample_job(s, N, T, stage.folder / "widths", settings, progress_bar)
+            sampled.append(_io.load_dataset(path))
+            n_train.append(P)
+        ds = _sampled_table(sampled, widths).assign_coords(n_train=("sample_width", n_train))
+        ds.attrs.update(_slopes(ds), alpha=float(alpha), temperature=T, name=spec.name, spec=spec.to_toml())
+        _io.save(ds, stage.path("alpha_sweep.nc"))
+    return ds
+

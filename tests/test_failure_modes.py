@@ -1,0 +1,257 @@
+"""Trustworthy verdicts and files: what a hostile but realistic user runs into.
+
+One test (or more) per failure mode of README's "Reproducibility and failure
+modes": verdicts, provenance, one writer per folder, writability checks,
+labels, non-converged theory points, interrupted and corrupted runs, spec
+types, stale temporaries, seeds and chain methods, checksums, output names and
+memory estimates.
+"""
+
+import json
+import tomllib
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import bayes_attn as ba
+from bayes_attn import cli, outputs, sweeps
+from bayes_attn.compare import accuracy
+from bayes_attn.samplers import memory
+from bayes_attn.spec import load_spec, spec_from_dict
+from test_pipeline_cli import TINY
+
+THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}
+
+
+def _spec_file(tmp_path, data=TINY):
+    path = tmp_path / "tiny.toml"
+    path.write_text(spec_from_dict(data).to_toml())
+    return path
+
+
+def _forbid(monkeypatch, *names):
+    def fail(*a, **k):
+        raise AssertionError("computation started")
+
+    for module, name in names:
+        monkeypatch.setattr(module, name, fail)
+
+
+# 1. verdict -----------------------------------------------------------------
+def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsys):
+    path = _spec_file(tmp_path)
+    out = tmp_path / "run"
+    status = cli.main(["run", str(path), "--out", str(out), "--width", "8", "--temperature", "0.2", "--samples", "30",
+                       "--warmup", "20", "--chains", "3", "--seed", "3", "--no-progress"])
+    assert status == cli.EXIT_DIAGNOSTICS
+    assert "WARNING: the sampler's diagnostics failed" in capsys.readouterr().err
+    comp = xr.open_dataset(out / "comparison.nc")
+    assert comp.attrs["verdict"] == "inconclusive"
+    comp.close()
+    assert "INCONCLUSIVE" in (out / "report.md").read_text()
+    assert json.loads((out / "manifest.json").read_text())["verdict"] == "inconclusive"
+
+    # 2. provenance: the folder's spec.toml is the run that wrote it
+    ran = load_spec(out / "spec.toml")
+    assert (ran.network.width, ran.temperature) == (8, 0.2)
+    s = ran.sampler
+    assert (s.num_samples, s.num_warmup, s.num_chains, s.seed, s.name) == (30, 20, 3, 3, "collapsed")
+    assert s.chain_method in ("parallel", "vectorized", "sequential")  # resolved, not "auto"
+    post = ba.load_posterior(out / "posterior.nc")
+    assert json.loads(post.tree.attrs["settings"]) == s.to_dict()
+    versions = json.loads(post.tree.attrs["versions"])
+    assert versions["numpyro"] and versions["jax"] and versions["bayes_attn"]
+
+
+def test_sweep_records_its_provenance(tmp_path):
+    spec = spec_from_dict(TINY)
+    ds = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False, thinning=2, target_accept=0.9)
+    saved = xr.open_dataset(tmp_path / "sw" / "sweep.nc")
+    settings = json.loads(saved.attrs["sampler_settings"])
+    assert (settings["thinning"], settings["target_accept"], settings["name"]) == (2, 0.9, "collapsed")
+    assert load_spec_text(saved.attrs["spec"]).sampler.thinning == 2
+    assert set(json.loads(saved.attrs["data_fingerprint"])) == {"train", "test", "validation"}
+    assert "numpyro" in json.loads(saved.attrs["versions"])
+    # the seed of every sampled width is stored, derived from the sampler seed, width and temperature
+    seed = int(saved["sampler_seed"].sel(sample_width=3))
+    assert seed == ba.executors.job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
+    assert str(saved["chain_method"].sel(sample_width=3).values) in ("parallel", "vectorized", "sequential")
+    assert bool(saved["converged_theory"].all())
+    saved.close()
+    assert ds.attrs["failed_jobs"] == "[]"
+
+
+def load_spec_text(text):
+    return spec_from_dict(tomllib.loads(text))
+
+
+# 3. one writer per folder ---------------------------------------------------------------------------
+def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
+    path = _spec_file(tmp_path, THEORY_ONLY)
+    out = tmp_path / "sw"
+    _forbid(monkeypatch, (sweeps, "solve_theory"), (sweeps, "gp_limit"))
+    with outputs.hold(out):
+        assert cli.main(["sweep", str(path), "--out", str(out)]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "is in use by another run" in err and "pid" in err
+    assert not (out / "sweep.nc").exists()
+
+
+# 4. outputs checked before computing ------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["file", "under_file", "proc"])
+def test_unwritable_output_fails_before_sampling(tmp_path, capsys, monkeypatch, where):
+    path = _spec_file(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub", "proc": "/proc/bayes_attn_out"}[where]
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"))
+    for command in ("sample", "run"):
+        assert cli.main([command, str(path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "out" in err and ("existing file" in err or "cannot write" in err), err
+
+
+# 5. labels ------------------------------------------------------------------------------------------
+def test_classification_needs_plus_minus_one_labels(tiny):
+    net, x, y, xt = tiny
+    with pytest.raises(ValueError, match=r"y must be classification labels \+1/-1.*2\*y - 1"):
+        accuracy(np.ones(4), np.array([0.0, 1.0, 1.0, 0.0]))
+    theory = ba.solve_theory(net, x, y, temperature=0.5)
+    post = ba.sample_posterior(net, x, y, temperature=0.5, x_test=xt, sampler="wishart", num_chains=1,
+                               num_warmup=20, num_samples=20, progress_bar=False)
+    with pytest.raises(ValueError, match="y_test must be classification labels"):
+        ba.compare(theory, post, xt, (np.arange(len(xt)) % 2).astype(float))
+    # regression targets stay allowed for the theory and the sampler themselves
+    ba.solve_theory(net, x, 0.3 * y + 0.1, temperature=0.5)
+
+
+# 6. non-converged theory points are flagged every time ---------------------------------------------------
+def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatch):
+    spec = spec_from_dict(THEORY_ONLY)
+    real = sweeps.solve_theory
+    with monkeypatch.context() as m:
+        m.setattr(sweeps, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
+        with pytest.warns(RuntimeWarning, match="did not converge"):
+            sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+    _forbid(monkeypatch, (sweeps, "solve_theory"))
+    with pytest.warns(RuntimeWarning, match=r"theory at N=3, temperature=0.1 did not converge"):
+        ds = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)  # resumed from files: still flagged
+    assert not bool(ds["converged_theory"].sel(width=3))
+    assert "converged_theory" in xr.open_dataset(tmp_path / "sw" / "sweep.nc")
+
+
+# 7. an interrupted run leaves the previous run's files as they were --------------------------------------------
+def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
+    spec = spec_from_dict(THEORY_ONLY)
+    out = tmp_path / "sw"
+    sweeps.sweep(spec, out, progress_bar=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
+    assert json.loads((out / "manifest.json").read_text())["files"] == sorted(
+        n for n in before if n != "manifest.json")
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweeps, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.sweep(spec, out, temperature=0.3, progress_bar=False)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
+    assert after == before
+    assert not list(out.glob(".staging-*"))
+    assert (out / "widths" / "theory-N3-T0.3.nc").exists()  # the cache of the interrupted run may stay
+
+
+def test_replacing_run_removes_files_the_new_run_does_not_write(tmp_path):
+    out = tmp_path / "o"
+    with outputs.output_folder(out) as stage:
+        stage.path("a.txt").write_text("1")
+        stage.path("b.txt").write_text("1")
+    with outputs.output_folder(out) as stage:
+        stage.path("a.txt").write_text("2")
+    assert (out / "a.txt").read_text() == "2" and not (out / "b.txt").exists()
+    with pytest.raises(ValueError, match="plain file name"):
+        stage.path("../escape.txt")  # 13. output names cannot leave the folder
+
+
+# 8. a corrupt cache entry is recomputed ------------------------------------------------------------------
+def test_truncated_cache_file_is_recomputed_with_a_warning(tmp_path):
+    spec = spec_from_dict(THEORY_ONLY)
+    first = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+    cached = tmp_path / "sw" / "widths" / "theory-N30-T0.1.nc"
+    cached.write_bytes(cached.read_bytes()[:3000])
+    with pytest.warns(RuntimeWarning, match="truncated or corrupted.*recomputing"):
+        again = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+    xr.testing.assert_allclose(again["U_theory"], first["U_theory"], rtol=1e-12)
+
+
+# 9. spec types, with the field's name -------------------------------------------------------------------------
+@pytest.mark.parametrize("change, match", [
+    ({"network": {"beta": "x"}}, "network.beta must be a number"),
+    ({"task": {"p_stay": 0.7}}, "task.p_stay must be a list of 2 numbers"),
+    ({"compare": {"widths": 10}}, "compare.widths must be a list of integers"),
+    ({"task": {"seed": 1.5}}, "task.seed must be an integer"),
+    ({"task": 5}, r"\[task\] must be a table"),
+    ({"network": {"random_seed": -5}}, r"\[network\] random_seed must be an integer >= 0"),
+    ({"sampler": {"seed": "0"}}, "sampler.seed must be an integer"),
+    ({"temperature": "hot"}, "temperature must be a number"),
+    ({"name": "../../escape"}, "name must be"),  # 13. names cannot leave the output folder
+    ({"name": ".hidden"}, "name must be"),
+])
+def test_spec_type_errors_name_the_field(change, match):
+    with pytest.raises(ValueError, match=match):
+        spec_from_dict(TINY | change)
+
+
+# 10. stale temporaries ----------------------------------------------------------------------------------------
+def test_stale_temporaries_are_removed(tmp_path, capsys):
+    out = tmp_path / "t"
+    (out / "widths").mkdir(parents=True)
+    (out / "widths" / "tmpab12.nc.tmp").write_bytes(b"\0" * 1000)
+    (out / ".staging-xyz").mkdir()
+    (out / ".staging-xyz" / "theory.nc").write_bytes(b"\0")
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
+    assert "removed 2 temporary" in capsys.readouterr().err
+    assert not list(out.rglob("*.tmp")) and not list(out.glob(".staging-*"))
+
+
+# 11. same seed and chain method, same draws, from the library and the command ------------------------------------
+def test_same_seed_same_draws_from_library_and_command(tmp_path):
+    path = _spec_file(tmp_path)
+    spec = load_spec(path)
+    x, y, xt, _ = spec.data()
+    assert cli.main(["sample", str(path), "--out", str(tmp_path / "s"), "--chain-method", "sequential", "--seed", "7",
+                     "--no-progress"]) in (0, cli.EXIT_DIAGNOSTICS)
+    from_cli = ba.load_posterior(tmp_path / "s" / "posterior.nc")
+    lib = ba.sample_posterior(spec.net(), x, y, temperature=spec.temperature, x_test=xt, progress_bar=False,
+                              sampler=spec.sampler.replace(seed=7, chain_method="sequential"))
+    for v in ("U", "f_test"):
+        np.testing.assert_array_equal(from_cli.tree["posterior"][v].values, lib.tree["posterior"][v].values)
+    assert json.loads(from_cli.tree.attrs["settings"])["chain_method"] == "sequential"
+
+
+# 12. checksums: corruption is an error, not new numbers -------------------------------------------------------
+def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
+    net, x, y, _ = tiny
+    theory = ba.solve_theory(net, x, y, temperature=0.5)
+    path = theory.save(tmp_path / "theory.nc")
+    raw = bytearray(path.read_bytes())
+    at = raw.find(np.ascontiguousarray(x[5, 2]).tobytes())  # the training inputs, stored in the file
+    assert at > 0
+    raw[at + 3] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="truncated or corrupted"):
+        ba.load_theory(path)
+
+
+# 14. a memory estimate before sampling ---------------------------------------------------------------------
+def test_memory_estimate_refuses_a_run_too_big_before_compiling(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * 2**30)
+    spec = spec_from_dict(TINY)
+    x, y, xt, _ = spec.data()
+    with pytest.raises(ValueError, match=r"needs about .* GiB but 8 GiB are available"):
+        ba.sample_posterior(spec.net(100_000), x, y, temperature=0.1, sampler="collapsed", progress_bar=False)
+    assert cli.main(["sample", str(_spec_file(tmp_path)), "--width", "100000", "--out", str(tmp_path / "s")]) == 2
+    assert "needs about" in capsys.readouterr().err
+    # the estimate grows with the latent dimension; the wishart sampler's does not grow with width
+    ba.sample_posterior(spec.net(100_000), x, y, temperature=0.1, sampler="wishart", num_chains=1, num_warmup=5,
+                        num_samples=5, progress_bar=False)
