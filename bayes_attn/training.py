@@ -1,0 +1,563 @@
+"""The gradient-descent transformer of the one-shot image task (THEORY.md §6, paper Fig. 3).
+
+The model has the architecture of §1 with *learned* query/key maps, trained
+end to end by gradient descent (optax). Attention of every layer is computed
+from the bare input ``x0``; there is no residual, MLP or normalisation:
+
+    z        = V0 x0                                     (per token, [d])
+    Omega_h  = softmax_s( (Q_h x_t)·(K_h x_s) / sqrt(d_qk) )   (s key, t query)
+    z       <- sum_h V_h z Omega_h / sqrt(H)             (every layer)
+    f(x0)    = a · mean_t z_t
+
+After training, :func:`to_network` gives the same function as a
+:class:`~bayes_attn.network.Network` (frozen ``W = K^T Q / sqrt(d_qk)``) with
+rescaled :class:`~bayes_attn.network.Weights`, so that the theory, the samplers
+and :func:`trained_order_parameters` (the empirical ``U`` of §3) apply to it.
+
+Array layout: inputs ``x`` are ``[P, T, N0]``, labels ``y`` are ``[P]`` in ±1.
+Layers and heads are 0-based in code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from . import _checks
+from .network import Network, Weights, order_parameters_from_weights
+
+FORMAT = "bayes_attn.training.gd_model"
+FORMAT_VERSION = 1
+
+
+# ----- configuration ----------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of the gradient-descent model (defaults: the paper's, THEORY.md §6).
+
+    Args:
+        N0: token feature dimension (192 in the paper).
+        width: value width ``d`` (512).
+        d_qk: query/key dimension (128).
+        heads: heads per layer ``(H_1, ..., H_L)`` ((4, 4)).
+        qk_scale: factor on the usual query/key initialisation (0.1). With the
+            usual initialisation the attention starts so sharp that the loss
+            never leaves chance; 0 starts from uniform attention.
+    """
+
+    N0: int
+    width: int = 512
+    d_qk: int = 128
+    heads: tuple[int, ...] = (4, 4)
+    qk_scale: float = 0.1
+
+    def __post_init__(self):
+        for name in ("N0", "width", "d_qk"):
+            object.__setattr__(self, name, _checks.positive_int(name, getattr(self, name)))
+        heads = self.heads
+        if isinstance(heads, (int, np.integer)) or not isinstance(heads, Sequence) or len(heads) == 0:
+            raise ValueError(f"heads must be a non-empty tuple of heads per layer, got {heads!r}")
+        object.__setattr__(self, "heads", tuple(_checks.positive_int(f"heads[{i}]", h) for i, h in enumerate(heads)))
+        q = self.qk_scale
+        if isinstance(q, bool) or not isinstance(q, (int, float, np.integer, np.floating)) or not math.isfinite(q) or q < 0:
+            raise ValueError(f"qk_scale must be a finite number >= 0, got {q!r}")
+        object.__setattr__(self, "qk_scale", float(q))
+
+    @property
+    def L(self) -> int:
+        """Number of attention layers."""
+        return len(self.heads)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {**asdict(self), "heads": list(self.heads)}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings (defaults: the paper's, THEORY.md §6).
+
+    Args:
+        lr: AdamW learning rate (3e-4).
+        weight_decay: AdamW decoupled weight decay (5e-5).
+        batch: mini-batch size (128).
+        epochs: passes over the training set (10).
+        seed: seed of the initialisation and of the mini-batch permutations.
+    """
+
+    lr: float = 3e-4
+    weight_decay: float = 5e-5
+    batch: int = 128
+    epochs: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "lr", _checks.positive("lr", self.lr))
+        wd = self.weight_decay
+        if isinstance(wd, bool) or not isinstance(wd, (int, float, np.integer, np.floating)) or not math.isfinite(wd) or wd < 0:
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {wd!r}")
+        object.__setattr__(self, "weight_decay", float(wd))
+        object.__setattr__(self, "batch", _checks.positive_int("batch", self.batch))
+        object.__setattr__(self, "epochs", _checks.positive_int("epochs", self.epochs, minimum=0))
+        object.__setattr__(self, "seed", _checks.positive_int("seed", self.seed, minimum=0))
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+class Params(NamedTuple):
+    """Weights of the gradient-descent model (a pytree).
+
+    V0: ``[d, N0]``; Q, K: one array per layer, ``[H_l, d_qk, N0]``;
+    V: one array per layer, ``[H_l, d, d]`` (output, input); a: ``[d]``.
+    """
+
+    V0: jax.Array
+    Q: tuple[jax.Array, ...]
+    K: tuple[jax.Array, ...]
+    V: tuple[jax.Array, ...]
+    a: jax.Array
+
+
+@dataclass
+class History:
+    """Per-epoch record of :func:`train`.
+
+    loss: mean training MSE over the epoch's mini-batches (weighted by batch
+    size, measured while training); val_accuracy / val_se: accuracy on the
+    validation set after the epoch (empty without one); seconds: wall time.
+    """
+
+    loss: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
+    val_se: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict."""
+        return {k: [float(v) for v in vals] for k, vals in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> History:
+        return cls(**{k: [float(v) for v in d.get(k, [])] for k in ("loss", "val_accuracy", "val_se", "seconds")})
+
+
+class SavedModel(NamedTuple):
+    """What :func:`load_model` returns."""
+
+    params: Params
+    config: ModelConfig
+    train_config: TrainConfig | None
+    history: History | None
+
+
+# ----- the model --------------------------------------------------------------
+def init_params(config: ModelConfig, key: jax.Array, dtype=None) -> Params:
+    """Fan-in scaled normal initialisation (std ``1/sqrt(fan_in)``); Q and K times ``qk_scale``."""
+    if not isinstance(config, ModelConfig):
+        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
+    dtype = jnp.zeros(()).dtype if dtype is None else dtype
+    d, N0, dqk = config.width, config.N0, config.d_qk
+    keys = jax.random.split(key, 3 * config.L + 2)
+
+    def normal(k, shape, fan_in, scale=1.0):
+        return (scale / math.sqrt(fan_in)) * jax.random.normal(k, shape, dtype)
+
+    V0 = normal(keys[0], (d, N0), N0)
+    Q = tuple(normal(keys[1 + 3 * l], (H, dqk, N0), N0, config.qk_scale) for l, H in enumerate(config.heads))
+    K = tuple(normal(keys[2 + 3 * l], (H, dqk, N0), N0, config.qk_scale) for l, H in enumerate(config.heads))
+    V = tuple(normal(keys[3 + 3 * l], (H, d, d), d) for l, H in enumerate(config.heads))
+    a = normal(keys[-1], (d,), d)
+    return Params(V0, Q, K, V, a)
+
+
+def config_of(params: Params, qk_scale: float = 0.1) -> ModelConfig:
+    """The :class:`ModelConfig` matching the shapes of ``params`` (``qk_scale`` is not stored in them)."""
+    check_params(params)
+    return ModelConfig(
+        N0=int(params.V0.shape[1]),
+        width=int(params.V0.shape[0]),
+        d_qk=int(params.Q[0].shape[1]),
+        heads=tuple(int(q.shape[0]) for q in params.Q),
+        qk_scale=qk_scale,
+    )
+
+
+def check_params(params: Params, config: ModelConfig | None = None) -> Params:
+    """Validate the shapes of ``params`` (against ``config`` when given)."""
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be a training.Params, got {type(params).__name__}")
+    if not (len(params.Q) == len(params.K) == len(params.V)) or len(params.Q) == 0:
+        raise ValueError("params.Q, params.K and params.V must have one array per layer")
+    d, N0 = params.V0.shape
+    dqk = params.Q[0].shape[1]
+    for l, (q, k, v) in enumerate(zip(params.Q, params.K, params.V)):
+        H = q.shape[0]
+        if q.shape != (H, dqk, N0) or k.shape != (H, dqk, N0):
+            raise ValueError(f"params.Q[{l}] and params.K[{l}] must be [H, d_qk={dqk}, N0={N0}], got {q.shape}, {k.shape}")
+        if v.shape != (H, d, d):
+            raise ValueError(f"params.V[{l}] must be [H={H}, d={d}, d={d}], got {v.shape}")
+    if params.a.shape != (d,):
+        raise ValueError(f"params.a must be [d={d}], got {params.a.shape}")
+    if config is not None:
+        want = (config.width, config.N0, config.d_qk, config.heads)
+        got = (d, N0, dqk, tuple(q.shape[0] for q in params.Q))
+        if want != got:
+            raise ValueError(f"params do not match config: (width, N0, d_qk, heads) {got} vs {want}")
+    return params
+
+
+def attention(Q: jax.Array, K: jax.Array, x: jax.Array) -> jax.Array:
+    """``Omega[p, h, s, t]`` (key s, query t), softmax over keys: ``[P, H, T, T]`` from ``Q, K [H, d_qk, N0]``, ``x [P, T, N0]``."""
+    q = jnp.einsum("hkn,ptn->phtk", Q, x)
+    k = jnp.einsum("hkn,psn->phsk", K, x)
+    score = jnp.einsum("phtk,phsk->phst", q, k) / math.sqrt(Q.shape[1])
+    return jax.nn.softmax(score, axis=2)
+
+
+def forward(params: Params, x) -> jax.Array:
+    """Model output ``f(x)``: ``[P]`` from ``x [P, T, N0]``."""
+    x = jnp.asarray(x, dtype=params.V0.dtype)
+    z = jnp.einsum("dn,ptn->ptd", params.V0, x)  # [P, T, d]
+    for Q, K, V in zip(params.Q, params.K, params.V):
+        omega = attention(Q, K, x)
+        mixed = jnp.einsum("psi,phst->phti", z, omega)  # tokens mixed per head
+        z = jnp.einsum("hji,phti->ptj", V, mixed) / math.sqrt(V.shape[0])
+    return z.mean(axis=1) @ params.a
+
+
+_forward_jit = jax.jit(forward)
+
+
+def predict(params: Params, x, chunk: int = 512) -> np.ndarray:
+    """``forward`` in jitted chunks of ``chunk`` examples (the last one padded): ``[P]`` NumPy."""
+    check_params(params)
+    x = _checks.inputs("x", x, int(params.V0.shape[1]))
+    chunk = _checks.positive_int("chunk", chunk)
+    P = x.shape[0]
+    n = min(chunk, P)
+    out = []
+    for start in range(0, P, n):
+        xb = x[start : start + n]
+        m = xb.shape[0]
+        if m < n:
+            xb = np.concatenate([xb, np.zeros((n - m, *xb.shape[1:]), xb.dtype)])
+        out.append(np.asarray(_forward_jit(params, jnp.asarray(xb, params.V0.dtype)))[:m])
+    return np.concatenate(out).astype(np.float64)
+
+
+def accuracy_from_predictions(f, y) -> tuple[float, float]:
+    """``(accuracy, standard error)`` of ``sign(f)`` against ``y`` ±1 (``f >= 0`` predicts +1)."""
+    f = np.asarray(f, dtype=np.float64).ravel()
+    y = _check_pm1("y", y, f.shape[0])
+    return _proportion(np.where(f >= 0, 1.0, -1.0) == y)
+
+
+def accuracy(params: Params, x, y) -> tuple[float, float]:
+    """``(accuracy, se)`` of the model's sign on ``x [P, T, N0]`` with labels ``y [P]`` ±1; ``se = sqrt(acc(1-acc)/P)``."""
+    x = _checks.inputs("x", x, int(params.V0.shape[1]))
+    y = _check_pm1("y", y, x.shape[0])
+    return accuracy_from_predictions(predict(params, x), y)
+
+
+def correct(params: Params, x, y) -> np.ndarray:
+    """Per-example correctness (bool ``[P]``) of the model's sign."""
+    x = _checks.inputs("x", x, int(params.V0.shape[1]))
+    y = _check_pm1("y", y, x.shape[0])
+    return np.where(predict(params, x) >= 0, 1.0, -1.0) == y
+
+
+def _proportion(correct: np.ndarray) -> tuple[float, float]:
+    n = correct.size
+    if n == 0:
+        raise ValueError("accuracy needs at least one example")
+    acc = float(np.mean(correct))
+    return acc, math.sqrt(acc * (1.0 - acc) / n)
+
+
+def _check_pm1(name: str, y, P: int) -> np.ndarray:
+    y = _checks.labels(name, y, P)
+    if not np.all(np.abs(y) == 1):
+        raise ValueError(f"{name} must hold labels +1 or -1")
+    return y
+
+
+# ----- training ---------------------------------------------------------------
+def train(
+    params_or_config: Params | ModelConfig,
+    x,
+    y,
+    train_config: TrainConfig,
+    *,
+    x_val=None,
+    y_val=None,
+    progress_bar: bool = True,
+    augment: Callable[[int, np.random.Generator], tuple] | None = None,
+) -> tuple[Params, History]:
+    """Train by AdamW on the MSE to ±1 labels; returns ``(params, history)``.
+
+    Args:
+        params_or_config: starting :class:`Params`, or a :class:`ModelConfig`
+            (then initialised by :func:`init_params` with ``train_config.seed``).
+        x, y: training set ``[P, T, N0]`` and ``[P]`` (±1). May be ``None``
+            when ``augment`` supplies every epoch's set.
+        train_config: :class:`TrainConfig`.
+        x_val, y_val: optional validation set; its accuracy is recorded after every epoch.
+        progress_bar: print one line per epoch (loss, validation accuracy) to stderr.
+        augment: optional ``augment(epoch, rng) -> (x, y)`` giving a fresh training
+            set for an epoch (0-based ``epoch``; ``rng`` a NumPy Generator seeded by
+            ``(seed, epoch)``), e.g. fresh episodes with shifted patches. It is
+            called for every epoch except epoch 0 when ``x, y`` are given (epoch 0
+            then trains on ``x, y``). Sets may differ in size from epoch to epoch.
+
+    Mini-batches follow a permutation seeded by ``(seed, epoch)``; the last,
+    partial batch is padded and masked, so every step has the same shape.
+    """
+    if not isinstance(train_config, TrainConfig):
+        raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
+    if augment is not None and not callable(augment):
+        raise ValueError("augment must be a callable (epoch, rng) -> (x, y) or None")
+    if isinstance(params_or_config, ModelConfig):
+        params = init_params(params_or_config, jax.random.PRNGKey(train_config.seed))
+    elif isinstance(params_or_config, Params):
+        params = check_params(params_or_config)
+    else:
+        raise ValueError(f"params_or_config must be Params or ModelConfig, got {type(params_or_config).__name__}")
+    N0 = int(params.V0.shape[1])
+    dtype = params.V0.dtype
+    if x is None or y is None:
+        if augment is None:
+            raise ValueError("x and y are required unless augment supplies the training sets")
+        x = y = None
+    else:
+        x = _checks.inputs("x", x, N0)
+        y = _check_pm1("y", y, x.shape[0])
+    if (x_val is None) != (y_val is None):
+        raise ValueError("give both x_val and y_val or neither")
+    if x_val is not None:
+        x_val = _checks.inputs("x_val", x_val, N0)
+        y_val = _check_pm1("y_val", y_val, x_val.shape[0])
+
+    opt = optax.adamw(train_config.lr, weight_decay=train_config.weight_decay)
+    opt_state = opt.init(params)
+    B = train_config.batch
+
+    @jax.jit
+    def step(params, opt_state, xb, yb, mb):
+        def loss_fn(p):
+            f = forward(p, xb)
+            return jnp.sum(mb * (f - yb) ** 2) / jnp.sum(mb)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    history = History()
+    E = train_config.epochs
+    for epoch in range(E):
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([train_config.seed, epoch])
+        if augment is not None and (epoch > 0 or x is None):
+            xe, ye = _augmented(augment, epoch, rng, N0)
+        else:
+            xe, ye = x, y
+        P = xe.shape[0]
+        perm = rng.permutation(P)
+        pad = (-P) % B
+        idx = np.concatenate([perm, np.zeros(pad, dtype=perm.dtype)])
+        mask = np.concatenate([np.ones(P), np.zeros(pad)])
+        xd, yd = jnp.asarray(xe, dtype), jnp.asarray(ye, dtype)
+        total = 0.0
+        for start in range(0, P + pad, B):
+            ib = idx[start : start + B]
+            mb = mask[start : start + B]
+            params, opt_state, loss = step(params, opt_state, xd[ib], yd[ib], jnp.asarray(mb, dtype))
+            total += float(loss) * float(mb.sum())
+        history.loss.append(total / P)
+        line = f"epoch {epoch + 1}/{E}  loss {history.loss[-1]:.4f}"
+        if x_val is not None:
+            acc, se = accuracy(params, x_val, y_val)
+            history.val_accuracy.append(acc)
+            history.val_se.append(se)
+            line += f"  val_acc {acc:.3f} ± {se:.3f}"
+        history.seconds.append(time.perf_counter() - t0)
+        if progress_bar:
+            print(line + f"  ({history.seconds[-1]:.1f} s)", file=sys.stderr, flush=True)
+    return params, history
+
+
+def _augmented(augment, epoch: int, rng, N0: int):
+    out = augment(epoch, rng)
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise ValueError(f"augment must return a tuple (x, y), got {type(out).__name__}")
+    xe = _checks.inputs(f"augment(epoch={epoch}) x", out[0], N0)
+    return xe, _check_pm1(f"augment(epoch={epoch}) y", out[1], xe.shape[0])
+
+
+# ----- saving -----------------------------------------------------------------
+def save_model(path, params: Params, config: ModelConfig, train_config: TrainConfig | None = None, history: History | None = None) -> Path:
+    """Write weights and settings to one ``.npz`` file (atomically: temporary file, then rename).
+
+    Arrays ``V0``, ``Q{l}``, ``K{l}``, ``V{l}`` (1-based layers), ``a`` and a JSON
+    string ``meta`` with the configs and history.
+    """
+    if not isinstance(config, ModelConfig):
+        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
+    check_params(params, config)
+    if train_config is not None and not isinstance(train_config, TrainConfig):
+        raise ValueError(f"train_config must be a TrainConfig or None, got {type(train_config).__name__}")
+    if history is not None and not isinstance(history, History):
+        raise ValueError(f"history must be a History or None, got {type(history).__name__}")
+    meta = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "model_config": config.to_dict(),
+        "train_config": None if train_config is None else train_config.to_dict(),
+        "history": None if history is None else history.to_dict(),
+        "dtype": str(params.V0.dtype),
+    }
+    arrays = {"V0": np.asarray(params.V0), "a": np.asarray(params.a), "meta": np.array(json.dumps(meta))}
+    for l in range(config.L):
+        arrays[f"Q{l + 1}"] = np.asarray(params.Q[l])
+        arrays[f"K{l + 1}"] = np.asarray(params.K[l])
+        arrays[f"V{l + 1}"] = np.asarray(params.V[l])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_model(path) -> SavedModel:
+    """Read a file written by :func:`save_model`; ``ValueError`` if it is missing or not such a file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path must be an existing model file written by save_model, got {str(path)!r}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("format") != FORMAT:
+                raise ValueError(f"format is {meta.get('format')!r}, not {FORMAT!r}")
+            if meta.get("version") != FORMAT_VERSION:
+                raise ValueError(f"format version {meta.get('version')!r} is not {FORMAT_VERSION}")
+            config = ModelConfig(**{**meta["model_config"], "heads": tuple(meta["model_config"]["heads"])})
+            L = config.L
+            params = Params(
+                jnp.asarray(z["V0"]),
+                tuple(jnp.asarray(z[f"Q{l + 1}"]) for l in range(L)),
+                tuple(jnp.asarray(z[f"K{l + 1}"]) for l in range(L)),
+                tuple(jnp.asarray(z[f"V{l + 1}"]) for l in range(L)),
+                jnp.asarray(z["a"]),
+            )
+        check_params(params, config)
+        tc = None if meta.get("train_config") is None else TrainConfig(**meta["train_config"])
+        hist = None if meta.get("history") is None else History.from_dict(meta["history"])
+    except Exception as err:  # zip, JSON, key and shape errors alike
+        raise ValueError(f"{str(path)!r} is not a readable gradient-descent model file: {err}") from err
+    return SavedModel(params, config, tc, hist)
+
+
+# ----- the same network in bayes_attn.network terms ---------------------------
+def to_network(params: Params, config: ModelConfig, *, width: int | None = None, variances=1.0) -> tuple[Network, Weights | None]:
+    """The model as a :class:`Network` (readout ``"mean"``, ``W = K^T Q / sqrt(d_qk)``) and its :class:`Weights`.
+
+    ``Network.forward(weights, x)`` (either form) equals :func:`forward`. The
+    network divides by ``sqrt(N0)`` at ``V0``, ``sqrt(H_l N_l)`` at layer ``l``
+    and ``sqrt(Na)`` at the readout, this model by ``sqrt(H_l)`` only, and the
+    mean over query tokens of the (linear) last layer is its ``"mean"``
+    readout. So the weights are ``V0·sqrt(N0)``, ``V[l]·sqrt(d)``, ``a·sqrt(d)``.
+
+    ``width``: the widths of the returned network (for theory or sampling at
+    another ``N`` on the frozen attention); when it differs from
+    ``config.width`` no weights fit it and the second item is ``None``.
+    ``variances``: the network's prior variances (they do not enter the forward pass).
+    """
+    check_params(params, config)
+    d = config.width
+    width = d if width is None else _checks.positive_int("width", width)
+    net = Network.from_qk(
+        [np.asarray(q, dtype=np.float64) for q in params.Q],
+        [np.asarray(k, dtype=np.float64) for k in params.K],
+        width,
+        variances,
+        readout="mean",
+    )
+    if width != d:
+        return net, None
+    weights = Weights(
+        params.V0 * math.sqrt(config.N0),
+        tuple(V * math.sqrt(d) for V in params.V),
+        params.a * math.sqrt(d),
+    )
+    return net, weights
+
+
+class TrainedOrderParameters(NamedTuple):
+    """Empirical order parameters of trained weights (THEORY.md §3, §4).
+
+    U: ``U_1 = U``, ``[D, D]``; Us: ``[U_1, ..., U_L]`` (``U_l`` of size
+    ``H_l ... H_L``); Ua: ``|a|² / Na``. All in the normalisation of
+    :func:`to_network`'s weights.
+    """
+
+    U: np.ndarray
+    Us: list[np.ndarray]
+    Ua: float
+
+
+def trained_order_parameters(params: Params, config: ModelConfig) -> TrainedOrderParameters:
+    """``U[pi, pi'] = w_pi·w_pi' / N1`` with ``w_pi = a·V_L[h_L]···V_1[h_1] / sqrt(Na N_L···N_2)`` of the rescaled weights."""
+    net, weights = to_network(params, config)
+    Us, Ua = order_parameters_from_weights(weights.V, weights.a, net.widths)
+    Us = [np.asarray(u, dtype=np.float64) for u in Us]
+    return TrainedOrderParameters(Us[0], Us, float(Ua))
+
+
+# ----- pixel baseline ---------------------------------------------------------
+def nearest_neighbour_accuracy(images, y, *, positive_support: int = 0) -> tuple[float, float]:
+    """Nearest-neighbour (Euclidean, on the pixels as given) accuracy of 2-way 1-shot episodes.
+
+    Args:
+        images: ``[n, 3, ...]``: per episode support 0, support 1, query (any
+            trailing image shape, e.g. preprocessed ``[32, 32]``).
+        y: ``[n]`` ±1 targets; ``+1`` iff the query's class is that of support
+            ``positive_support`` (0 or 1).
+
+    The query is assigned the class of the nearer support (a tie goes to
+    support 0). Returns ``(accuracy, se)``.
+    """
+    im = _checks.array("images", images)
+    if im.ndim < 2 or im.shape[1] != 3 or im.shape[0] < 1:
+        raise ValueError(f"images must have shape (n, 3, ...) (support 0, support 1, query), got {im.shape}")
+    if positive_support not in (0, 1):
+        raise ValueError(f"positive_support must be 0 or 1, got {positive_support!r}")
+    y = _check_pm1("y", y, im.shape[0])
+    flat = im.reshape(im.shape[0], 3, -1)
+    d0 = np.sum((flat[:, 2] - flat[:, 0]) ** 2, axis=1)
+    d1 = np.sum((flat[:, 2] - flat[:, 1]) ** 2, axis=1)
+    nearest = np.where(d0 <= d1, 0, 1)
+    pred = np.where(nearest == positive_support, 1.0, -1.0)
+    return _proportion(pred == y)

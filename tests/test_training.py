@@ -1,0 +1,277 @@
+"""The gradient-descent model of Fig. 3 (training.py) and head pruning (pruning.py).
+
+Every fast path has a plain NumPy twin here: the forward pass, the order
+parameter over paths, head scores, the rescaled ablation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from bayes_attn import pruning, training
+from bayes_attn.training import ModelConfig, Params, TrainConfig
+
+SMALL = ModelConfig(N0=10, width=6, d_qk=4, heads=(2, 3), qk_scale=1.0)
+
+
+def small_model(seed=0, config=SMALL):
+    return training.init_params(config, jax.random.PRNGKey(seed))
+
+
+def small_x(P=7, T=5, N0=10, seed=3):
+    return np.random.default_rng(seed).normal(size=(P, T, N0))
+
+
+def numpy_forward(params: Params, x, removed=None):
+    """§6 forward written out with loops over heads; ``removed`` {layer: head} drops one head and
+    divides the layer by sqrt(H-1) instead of sqrt(H) (the hand-computed ablation)."""
+    removed = removed or {}
+    V0 = np.asarray(params.V0)
+    out = []
+    for xp in x:  # [T, N0]
+        z = xp @ V0.T  # [T, d]
+        for l, (Q, K, V) in enumerate(zip(params.Q, params.K, params.V)):
+            Q, K, V = map(np.asarray, (Q, K, V))
+            H = V.shape[0]
+            new = np.zeros((xp.shape[0], V.shape[1]))
+            for h in range(H):
+                if removed.get(l) == h:
+                    continue
+                score = (xp @ K[h].T) @ (xp @ Q[h].T).T / math.sqrt(Q.shape[1])  # [s, t]
+                om = np.exp(score - score.max(axis=0))
+                om /= om.sum(axis=0)
+                new += (om.T @ z) @ V[h].T  # token t gets sum_s om[s, t] z_s
+            z = new / math.sqrt(H - (1 if l in removed else 0))
+        out.append(z.mean(axis=0) @ np.asarray(params.a))
+    return np.array(out)
+
+
+# ----- the two implementations agree -------------------------------------------
+def test_forward_matches_numpy_and_network_token_and_path_forms():
+    params, x = small_model(), small_x()
+    f = np.asarray(training.forward(params, x))
+    assert f.dtype == np.float64
+    np.testing.assert_allclose(f, numpy_forward(params, x), rtol=1e-10, atol=1e-10)
+    net, weights = training.to_network(params, SMALL)
+    assert net.readout == "mean" and net.widths == (6, 6, 6) and net.heads == (2, 3)
+    np.testing.assert_allclose(np.asarray(net.forward(weights, x, form="token")), f, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(net.forward(weights, x, form="path")), f, rtol=0, atol=1e-10)
+    assert np.std(f) > 1e-3  # not a degenerate comparison
+
+
+def test_rescaling_factors_are_sqrt_N0_and_sqrt_width():
+    params = small_model()
+    _, w = training.to_network(params, SMALL)
+    np.testing.assert_allclose(np.asarray(w.V0), np.asarray(params.V0) * math.sqrt(10))
+    for Vn, Vg in zip(w.V, params.V):
+        np.testing.assert_allclose(np.asarray(Vn), np.asarray(Vg) * math.sqrt(6))
+    np.testing.assert_allclose(np.asarray(w.a), np.asarray(params.a) * math.sqrt(6))
+    net, none = training.to_network(params, SMALL, width=50)
+    assert none is None and net.widths == (50, 50, 50)
+
+
+def test_trained_order_parameters_match_a_loop_over_paths():
+    params = small_model(seed=1)
+    d = SMALL.width
+    V = [np.asarray(v) * math.sqrt(d) for v in params.V]  # network-normalised weights
+    a = np.asarray(params.a) * math.sqrt(d)
+    paths = list(itertools.product(range(2), range(3)))
+    w = np.array([a @ V[1][h2] @ V[0][h1] / math.sqrt(d * d) for h1, h2 in paths])  # w_pi, [D, N1]
+    U = w @ w.T / d
+    top = np.array([a @ V[1][h2] / math.sqrt(d) for h2 in range(3)])
+    op = training.trained_order_parameters(params, SMALL)
+    np.testing.assert_allclose(op.U, U, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(op.Us[0], U, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(op.Us[1], top @ top.T / d, rtol=1e-10, atol=1e-12)
+    assert op.Ua == pytest.approx(a @ a / d)
+
+
+# ----- training, saving ---------------------------------------------------------
+def linear_task(P, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(P, 5, 10))
+    w = np.linspace(-1, 1, 10)
+    return x, np.where(x.mean(axis=1) @ w >= 0, 1.0, -1.0)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    config = ModelConfig(N0=10, width=16, d_qk=4, heads=(2, 2), qk_scale=0.1)
+    tc = TrainConfig(lr=1e-2, weight_decay=0.0, batch=64, epochs=8, seed=0)
+    x, y = linear_task(600, 0)
+    xv, yv = linear_task(300, 1)
+    params, hist = training.train(config, x, y, tc, x_val=xv, y_val=yv, progress_bar=False)
+    return config, tc, params, hist, (xv, yv)
+
+
+def test_training_lowers_the_loss_and_beats_chance(trained):
+    config, tc, params, hist, (xv, yv) = trained
+    assert len(hist.loss) == tc.epochs and len(hist.val_accuracy) == tc.epochs
+    assert hist.loss[-1] < 0.6 * hist.loss[0]
+    acc, se = training.accuracy(params, xv, yv)
+    assert acc > 0.8 and acc - 5 * se > 0.5
+    assert se == pytest.approx(math.sqrt(acc * (1 - acc) / len(yv)))
+    assert hist.val_accuracy[-1] == acc
+
+
+def test_augment_gives_each_epoch_a_fresh_set():
+    seen = []
+
+    def augment(epoch, rng):
+        seen.append(epoch)
+        return linear_task(40 + epoch, int(rng.integers(1000)))
+
+    tc = TrainConfig(batch=16, epochs=3)
+    _, hist = training.train(SMALL, None, None, tc, progress_bar=False, augment=augment)
+    assert seen == [0, 1, 2] and len(hist.loss) == 3
+    with pytest.raises(ValueError, match="augment"):
+        training.train(SMALL, None, None, tc, progress_bar=False, augment=lambda e, r: "no")
+
+
+def test_progress_line_goes_to_stderr(capsys):
+    x, y = linear_task(20, 0)
+    training.train(SMALL, x, y, TrainConfig(batch=8, epochs=1), x_val=x, y_val=y)
+    err = capsys.readouterr().err
+    assert "epoch 1/1" in err and "val_acc" in err
+
+
+def test_save_load_round_trip_and_bad_files(trained, tmp_path):
+    config, tc, params, hist, (xv, _) = trained
+    path = training.save_model(tmp_path / "sub" / "model.npz", params, config, tc, hist)
+    saved = training.load_model(path)
+    assert saved.config == config and saved.train_config == tc and saved.history == hist
+    np.testing.assert_array_equal(np.asarray(training.forward(saved.params, xv)), np.asarray(training.forward(params, xv)))
+    assert [p.name for p in path.parent.iterdir()] == ["model.npz"]  # no temporary file left
+    with pytest.raises(ValueError, match="existing model file"):
+        training.load_model(tmp_path / "missing.npz")
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ValueError, match="not a readable"):
+        training.load_model(bad)
+
+
+def test_configs_name_the_bad_field():
+    with pytest.raises(ValueError, match="width"):
+        ModelConfig(N0=4, width=0)
+    with pytest.raises(ValueError, match=r"heads\[1\]"):
+        ModelConfig(N0=4, heads=(2, 0))
+    with pytest.raises(ValueError, match="qk_scale"):
+        ModelConfig(N0=4, qk_scale=-1.0)
+    with pytest.raises(ValueError, match="batch"):
+        TrainConfig(batch=0)
+    with pytest.raises(ValueError, match="weight_decay"):
+        TrainConfig(weight_decay=float("nan"))
+    with pytest.raises(ValueError, match="y must hold labels"):
+        training.accuracy(small_model(), small_x(), np.zeros(7))
+
+
+def test_nearest_neighbour_baseline():
+    rng = np.random.default_rng(0)
+    n = 50
+    s0, s1 = rng.normal(size=(n, 4, 4)), rng.normal(size=(n, 4, 4))
+    same0 = rng.random(n) < 0.5
+    query = np.where(same0[:, None, None], s0, s1) + 0.01 * rng.normal(size=(n, 4, 4))
+    images = np.stack([s0, s1, query], axis=1)
+    y = np.where(same0, 1.0, -1.0)
+    assert training.nearest_neighbour_accuracy(images, y) == (1.0, 0.0)
+    assert training.nearest_neighbour_accuracy(images, y, positive_support=1)[0] == 0.0
+    with pytest.raises(ValueError, match="images"):
+        training.nearest_neighbour_accuracy(images[:, :2], y)
+
+
+# ----- pruning ------------------------------------------------------------------
+def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
+    params = small_model()
+    same = pruning.ablate(params, SMALL, {})
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(same)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    x = small_x()
+    np.testing.assert_array_equal(np.asarray(training.forward(same, x)), np.asarray(training.forward(params, x)))
+    with pytest.raises(ValueError, match="all 2 heads of layer 0"):
+        pruning.ablate(params, SMALL, [(0, 0), (0, 1)])
+    with pytest.raises(ValueError, match="head of layer 1"):
+        pruning.ablate(params, SMALL, [(1, 3)])
+    with pytest.raises(ValueError, match="twice"):
+        pruning.ablate(params, SMALL, [(1, 0), (1, 0)])
+
+
+@pytest.mark.parametrize("layer,head", [(0, 1), (1, 0), (1, 2)])
+def test_ablating_one_head_equals_the_hand_computed_rescaled_forward(layer, head):
+    params, x = small_model(seed=2), small_x()
+    f = np.asarray(training.forward(pruning.ablate(params, SMALL, {layer: [head]}), x))
+    np.testing.assert_allclose(f, numpy_forward(params, x, removed={layer: head}), rtol=1e-10, atol=1e-10)
+    assert not np.allclose(f, numpy_forward(params, x))
+
+
+def loop_head_scores(U, heads):
+    paths = list(itertools.product(*[range(H) for H in heads]))
+    raw = [np.zeros(H) for H in heads]
+    for l, H in enumerate(heads):
+        for h in range(H):
+            for i, p in enumerate(paths):
+                for j, q in enumerate(paths):
+                    if p[l] == h or q[l] == h:
+                        raw[l][h] += abs(U[i, j])
+    top = max(r.max() for r in raw)
+    return [r / top for r in raw]
+
+
+def test_head_scores_by_hand_and_against_a_loop():
+    # one layer, two heads: head 0 sees (0,0), (0,1), (1,0) -> 1+2+2; head 1 sees (1,1), (0,1), (1,0) -> 4+2+2
+    (s,) = pruning.head_scores(np.array([[1.0, -2.0], [-2.0, 4.0]]), (2,))
+    np.testing.assert_allclose(s, [5 / 8, 1.0])
+    # 2x2 heads, U = diag(1, 2, 3, 4) on paths (1,1), (1,2), (2,1), (2,2)
+    s1, s2 = pruning.head_scores(np.diag([1.0, 2, 3, 4]), (2, 2))
+    np.testing.assert_allclose(s1, [3 / 7, 1.0])
+    np.testing.assert_allclose(s2, [4 / 7, 6 / 7])
+    rng = np.random.default_rng(0)
+    for heads in [(2, 3), (3, 2, 2)]:
+        D = math.prod(heads)
+        A = rng.normal(size=(D, D))
+        U = A @ A.T + 0.3 * rng.normal(size=(D, D))
+        for got, want in zip(pruning.head_scores(U, heads), loop_head_scores(U, heads)):
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+    with pytest.raises(ValueError, match="U must have shape"):
+        pruning.head_scores(np.eye(5), (2, 3))
+
+
+def test_spearman_p_values():
+    # exact enumeration (n = 4 <= 8): one-sided p = 1/4!, two-sided 2/4!
+    r = pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
+    assert r["rho"] == pytest.approx(1.0) and r["method"] == "exact"
+    assert r["p_value"] == pytest.approx(1 / 24)
+    assert pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided")["p_value"] == pytest.approx(2 / 24)
+    assert pruning.spearman([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1])["p_value"] == pytest.approx(1.0)
+    # per-layer lists are flattened; n = 9 > 8 uses seeded random permutations
+    r = pruning.spearman([[1, 2, 3], [4, 5, 6, 7, 8, 9]], [[1, 2, 3], [4, 5, 6, 7, 8, 9]], n_permutations=2000)
+    assert r["method"] == "permutation" and r["p_value"] == pytest.approx(1 / 2001)
+    assert pruning.spearman([1, 2, 3], [1, 1, 1])["rho"] is None
+
+
+def test_single_head_drops_and_cumulative_pruning():
+    params, x = small_model(seed=4), small_x(P=40)
+    y = np.where(np.asarray(training.forward(params, x)) >= 0, 1.0, -1.0)  # the full model is always right
+    d = pruning.single_head_drops(params, SMALL, x, y)
+    assert d.base_accuracy == 1.0 and [len(v) for v in d.drops] == [2, 3]
+    c = training.correct(pruning.ablate(params, SMALL, [(1, 2)]), x, y)
+    assert d.drops[1][2] == pytest.approx(1 - c.mean())
+    assert d.drop_se[1][2] == pytest.approx(np.std(1.0 - c, ddof=1) / math.sqrt(40))
+    order = pruning.all_heads(SMALL.heads)
+    cum = pruning.cumulative_pruning(params, SMALL, x, y, order)
+    assert cum["removed"] == [[0, 0], [1, 0], [1, 1]] and cum["skipped"] == [[0, 1], [1, 2]]
+    assert len(cum["accuracy"]) == 4 and cum["accuracy"][0] == 1.0
+    assert cum["accuracy"][1] == pytest.approx(d.accuracy[0][0])
+    scores = [np.array([0.2, 1.0]), np.array([0.5, 0.1, 0.3])]
+    assert pruning.ascending_order(scores) == [(1, 1), (0, 0), (1, 2), (1, 0), (0, 1)]
+    assert pruning.descending_order(scores) == [(0, 1), (1, 0), (1, 2), (0, 0), (1, 1)]
+    rep = pruning.pruning_report(params, SMALL, x, y, scores, n_random=3)
+    text = json.dumps(rep, allow_nan=False)
+    assert {"base_accuracy", "head_scores", "accuracy_drops", "spearman"} <= set(json.loads(text))
+    rnd = rep["cumulative"]["random"]
+    assert len(rnd["accuracy_mean"]) == 4 and rnd["accuracy_mean"][0] == 1.0
