@@ -30,7 +30,7 @@ import pandas as pd
 import xarray as xr
 
 from . import _checks, _io
-from .posterior import Posterior, fingerprint
+from .posterior import Posterior, data_fingerprint, fingerprint
 from .theory import Theory, gp_limit
 
 
@@ -179,6 +179,7 @@ class Comparison:
     sampler: str = ""
     checks: list[Check] = field(default_factory=list)
     diagnostics: dict[str, float] = field(default_factory=dict)
+    provenance: dict[str, str] = field(default_factory=dict)
 
     @property
     def U_zscores(self) -> np.ndarray:
@@ -322,7 +323,8 @@ class Comparison:
                 "check": [c.name for c in self.checks],
             },
             attrs={"width": self.width, "verdict": self.verdict, "agree": int(self.agree), "sampler": self.sampler,
-                   "inconclusive_reasons": "; ".join(self.inconclusive_reasons), **self.diagnostics},
+                   "inconclusive_reasons": "; ".join(self.inconclusive_reasons), **self.diagnostics,
+                   **self.provenance},
         )
         return ds
 
@@ -419,4 +421,7 @@ def compare(
         sampler=str(tree.attrs.get("sampler", "")),
         checks=checks,
         diagnostics=summary.diagnostics() | {"draws": float(posterior.num_draws)},
+        provenance={"sampler_settings": str(tree.attrs.get("settings", "")), "temperature": theory.temperature,
+                    "x_test_fingerprint": fingerprint(x_test),
+                    "train_fingerprint": data_fingerprint(theory.x_train, theory.y_train)},
     )

@@ -130,7 +130,7 @@ def sample_posterior(
     tree = Posterior.from_draws(
         net, draws, sample_stats(extra), x, y, temperature,
         sampler=cfg.name, settings=json.dumps(settings_record), seconds=seconds, num_warmup=cfg.num_warmup,
-        seed=cfg.seed, dtype=cfg.dtype,
+        seed=cfg.seed, dtype=cfg.dtype, versions=json.dumps(_io.versions()),
         **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}),
     ).tree
     return Posterior(tree, net)
@@ -139,6 +139,11 @@ def sample_posterior(
 def fingerprint(x: np.ndarray) -> str:
     """Short hash of an input array, to check later which inputs draws belong to."""
     return hashlib.sha1(np.ascontiguousarray(x, dtype=np.float64).tobytes()).hexdigest()[:16]
+
+
+def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
+    """Short hash of a data set: inputs ``[P, ...]`` and labels ``[P]`` together."""
+    return fingerprint(np.c_[np.reshape(x, (len(y), -1)), y])
 
 
 def sample_stats(extra: dict) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ from . import _checks, _io, figures, outputs
 from .compare import accuracy, compare, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
 from .pipeline import gp_accuracies
-from .posterior import fingerprint, sample_posterior
+from .posterior import data_fingerprint, sample_posterior
 from .samplers import SamplerSettings
 from .spec import Spec, spec_from_dict
 from .theory import gp_limit, solve_theory
@@ -213,10 +213,8 @@ def _failures(outcomes) -> list[dict]:
 def _provenance(spec: Spec, data, validation) -> dict:
     x, y, xt, yt = data
     return {"spec": spec.to_toml(), "name": spec.name, "sampler_settings": json.dumps(spec.sampler.to_dict()),
-            "data_fingerprint": json.dumps({"train": fingerprint(np.c_[x.reshape(len(y), -1), y]),
-                                            "test": fingerprint(np.c_[xt.reshape(len(yt), -1), yt]),
-                                            "validation": fingerprint(np.c_[validation[0].reshape(len(validation[1]), -1),
-                                                                            validation[1]])}),
+            "data_fingerprint": json.dumps({"train": data_fingerprint(x, y), "test": data_fingerprint(xt, yt),
+                                            "validation": data_fingerprint(*validation)}),
             "path_names": json.dumps(spec.compare.path_names), "n_train": int(len(y))}
 
 
