@@ -218,6 +218,15 @@ def _provenance(spec: Spec, data, validation) -> dict:
             "path_names": json.dumps(spec.compare.path_names), "n_train": int(len(y))}
 
 
+def _with_sampler(spec: Spec, overrides: dict) -> Spec:
+    """The spec with sampler overrides; ``chain_method="auto"`` becomes ``"sequential"``, which every
+    worker can run (one device suffices), so a job's draws do not depend on where it ran."""
+    settings = spec.sampler.replace(**overrides)
+    if settings.chain_method == "auto":
+        settings = settings.replace(chain_method="sequential")
+    return dataclasses.replace(spec, sampler=settings)
+
+
 def _check_widths(name: str, widths) -> list[int]:
     return sorted({_checks.positive_int(name, w) for w in widths})
 
@@ -258,7 +267,7 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
                                 if temperatures is None else temperatures)
     if len(temps) > 1 and not set(sample_widths) <= set(widths):
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
-    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**sampler))
+    spec = _with_sampler(spec, sampler)
     data, validation = spec.data(), spec.validation()
     with outputs.output_folder(out) as stage:
         folder = stage.folder / "widths"
@@ -351,7 +360,7 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     alpha = _checks.positive("alpha", alpha)
     widths = _check_widths("widths", widths)
     T = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
-    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**sampler))
+    spec = _with_sampler(spec, sampler)
     with outputs.output_folder(out) as stage:
         sampled, n_train = [], []
         for N in widths:

@@ -1,0 +1,666 @@
+"""Run independent jobs in this process or on Dask, with retries and a progress line.
+
+A :class:`Job` is a name, JSON settings and a seed; ``fn(job)`` is a
+module-level (picklable) function that does the work, typically writing one
+result file and returning its path. :func:`run_jobs` runs the jobs on an
+executor and returns one :class:`Outcome` per job, in job order: a job that
+raises (or whose worker keeps dying) is reported as failed and the others
+finish.
+
+Executors (chosen by the caller, or by :func:`executor_from_options`):
+
+- :class:`InProcess` — one job after another in this process (the default;
+  imports nothing from Dask);
+- :class:`DaskLocal` — a ``distributed.LocalCluster`` of worker processes on
+  this machine;
+- :class:`DaskScheduler` — the workers of an existing Dask scheduler;
+- :class:`DaskJobqueue` — a dask-jobqueue cluster (SLURM, PBS, ...).
+
+On Dask a job that raises is rerun up to ``retries`` times; a job whose worker
+process dies (killed, out of memory, ``os._exit``) is rerun on another worker,
+and reported as failed (``KilledWorker``) once ``retries + 1`` workers died
+running it. At most as many jobs as the workers have free threads (and free
+resources) are handed to the scheduler at a time, so that a dying worker can
+only be blamed for the job it was running. Each call starts and stops its own
+cluster: give :func:`run_jobs` all the jobs of a sweep at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import shlex
+import sys
+import time
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TextIO
+
+__all__ = [
+    "JOBQUEUE_CLASSES",
+    "DaskJobqueue",
+    "DaskLocal",
+    "DaskScheduler",
+    "Executor",
+    "InProcess",
+    "Job",
+    "Outcome",
+    "executor_from_options",
+    "job_seed",
+    "run_jobs",
+]
+
+JOBQUEUE_CLASSES = ("SLURMCluster", "PBSCluster", "SGECluster", "LSFCluster", "HTCondorCluster", "OARCluster",
+                    "MoabCluster")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
+_BLAS_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_TRACEBACK_FRAMES = 5
+
+
+def _canonical(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be JSON-serialisable (str, int, float, bool, None, lists, dicts): {exc}"
+                         ) from None
+
+
+def _check_int(value: Any, what: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def job_seed(base_seed: int, **params: Any) -> int:
+    """A seed in ``[0, 2**31)`` from ``base_seed`` and a job's ``params``.
+
+    SHA-256 of the canonical JSON (sorted keys) of both: the same on every
+    machine, process and Python version, whatever order jobs run in. Values
+    count as JSON sees them: ``100`` and ``100.0`` give different seeds.
+    """
+    _check_int(base_seed, "base_seed")
+    text = _canonical({"base_seed": base_seed, "params": params}, "job_seed params")
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One unit of work: a unique, filesystem-safe ``name`` (e.g. ``"sample-N100-T0.01"``),
+    JSON-serialisable ``params`` and its ``seed``."""
+
+    name: str
+    params: Mapping[str, Any]
+    seed: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name) or len(self.name) > 200:
+            raise ValueError(f"Job name must be 1-200 characters from letters, digits and ._=+- (not starting with "
+                             f"one of ._=+-), got {self.name!r}")
+        if not isinstance(self.params, Mapping) or not all(isinstance(k, str) for k in self.params):
+            raise ValueError(f"Job params must be a mapping with string keys, got {self.params!r}")
+        _canonical(dict(self.params), f"params of job {self.name!r}")
+        object.__setattr__(self, "params", dict(self.params))  # a copy: the caller's dict may change later
+        _check_int(self.seed, f"seed of job {self.name!r}", 0)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.seed, _canonical(self.params, "params")))
+
+    @classmethod
+    def seeded(cls, name: str, params: Mapping[str, Any], base_seed: int) -> Job:
+        """A job whose seed is :func:`job_seed` ``(base_seed, **params)``."""
+        return cls(name, params, job_seed(base_seed, **params))
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a job ended.
+
+    ``value``: what ``fn(job)`` returned (``None`` if it failed); ``error``:
+    ``"Type: message"`` and the innermost frames of the traceback;
+    ``seconds``: run time of the last attempt (for a job whose worker died,
+    from submission until it was given up); ``worker``: the Dask worker's
+    address (``None`` in-process); ``attempts``: runs started (worker deaths
+    and retries included; ``None`` where the scheduler could not be asked).
+    """
+
+    job: Job
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    seconds: float = 0.0
+    worker: str | None = None
+    attempts: int | None = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class InProcess:
+    """Run the jobs one by one in this process (no retries)."""
+
+
+def _check_retries(retries: Any) -> None:
+    _check_int(retries, "retries", 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DaskLocal:
+    """A ``distributed.LocalCluster`` of ``workers`` processes with ``threads_per_worker`` threads each.
+
+    Each worker process starts with one BLAS/OpenMP thread
+    (``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``), with
+    ``JAX_ENABLE_X64=1`` if ``x64``, and ``JAX_COMPILATION_CACHE_DIR`` if
+    ``compilation_cache`` is given (a folder the workers share, so that each
+    program compiles once); ``env`` adds or overrides variables. See
+    :meth:`worker_env`. XLA's own threads are left alone: XLA's single-thread
+    flag (``--xla_cpu_multi_thread_eigen=false``) changes floating-point results,
+    and a job must give the same numbers on a worker as in this process.
+    A worker that dies is
+    restarted; ``retries`` bounds both reruns of a job that raised and the
+    worker deaths a job may cause (``distributed.scheduler.allowed-failures``).
+    Keep ``threads_per_worker`` at 1 for JAX jobs (JAX's 64-bit switch is
+    process-wide).
+    """
+
+    workers: int
+    threads_per_worker: int = 1
+    retries: int = 2
+    env: Mapping[str, str] | None = None
+    x64: bool = False
+    compilation_cache: str | os.PathLike | None = None
+
+    def __post_init__(self) -> None:
+        _check_int(self.workers, "workers", 1)
+        _check_int(self.threads_per_worker, "threads_per_worker", 1)
+        _check_retries(self.retries)
+        if self.env is not None and not (isinstance(self.env, Mapping) and all(isinstance(k, str) for k in self.env)):
+            raise ValueError(f"env must be a mapping of variable names to values, got {self.env!r}")
+
+    def worker_env(self) -> dict[str, str]:
+        """The environment variables each worker process gets (on top of this process's)."""
+        env = dict(_BLAS_ONE_THREAD)
+        if self.x64:
+            env["JAX_ENABLE_X64"] = "1"
+        if self.compilation_cache is not None:
+            env["JAX_COMPILATION_CACHE_DIR"] = os.fspath(os.path.abspath(os.path.expanduser(self.compilation_cache)))
+        env.update({k: str(v) for k, v in (self.env or {}).items()})
+        return env
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """Start the cluster; yield a connected ``distributed.Client``; close both afterwards.
+
+        The worker variables are set in this process's environment while the
+        cluster runs, so that worker processes (also those restarted after a
+        crash) start with them: NumPy's BLAS, and JAX when the main module
+        imports it, load before Dask applies a worker's own ``env``. Dask itself
+        sets its ``distributed.nanny.pre-spawn-environ`` here the same way.
+        This process's environment is restored afterwards.
+        """
+        import dask
+        from distributed import Client, LocalCluster
+
+        env = self.worker_env()
+        if self.compilation_cache is not None:
+            os.makedirs(env["JAX_COMPILATION_CACHE_DIR"], exist_ok=True)
+        dask_pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_restored_environ({*dask_pre, *env}))
+            os.environ.update(env)  # must win over values in this process's environment
+            with dask.config.set({"distributed.scheduler.allowed-failures": self.retries,
+                                  "distributed.nanny.pre-spawn-environ": {**dask_pre, **env}}):
+                cluster = stack.enter_context(LocalCluster(
+                    n_workers=self.workers, threads_per_worker=self.threads_per_worker, processes=True,
+                    dashboard_address=":0", env=env))
+            yield stack.enter_context(Client(cluster))
+
+
+@dataclasses.dataclass(frozen=True)
+class DaskScheduler:
+    """The workers of a running Dask scheduler at ``address`` (e.g. ``"tcp://10.0.0.1:8786"``).
+
+    ``retries`` bounds reruns of a job that raised; how many worker deaths a
+    job may cause is that scheduler's ``distributed.scheduler.allowed-failures``
+    (set where it was started). The workers need this package and the job's
+    dependencies installed, and their environment set where they were started.
+    """
+
+    address: str
+    retries: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.address, str) or not self.address.strip():
+            raise ValueError(f"address must be a scheduler address such as 'tcp://host:8786', got {self.address!r}")
+        _check_retries(self.retries)
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """Yield a ``distributed.Client`` connected to the scheduler; close it afterwards."""
+        from distributed import Client
+
+        with Client(self.address) as client:
+            yield client
+
+
+@dataclasses.dataclass(frozen=True)
+class DaskJobqueue:
+    """A dask-jobqueue cluster: ``getattr(dask_jobqueue, cls)(**options)`` scaled to ``workers`` Dask workers.
+
+    ``cls`` is one of :data:`JOBQUEUE_CLASSES`; ``options`` are its keyword
+    arguments (``queue``, ``cores``, ``memory``, ``walltime``,
+    ``job_extra_directives``, ...); unknown ones are refused here, before
+    anything starts. A worker runs as many jobs at once as it has threads
+    (``cores / processes``): for JAX jobs that each use several cores, ask
+    the batch system for them (SLURM: ``job_cpu = 4``) and set ``cores = 1``.
+
+    ``env`` is exported in each batch job's script (``job_script_prologue``)
+    before the worker starts. ``resources`` is what each job needs, e.g.
+    ``{"GPU": 1}``: each worker is started with ``--resources GPU=1`` (unless
+    ``worker_extra_args`` already has ``--resources``) and jobs are submitted
+    with ``resources={"GPU": 1}``, so that one job at a time runs per GPU;
+    request the GPU itself from the batch system (SLURM:
+    ``job_extra_directives = ["--gres=gpu:1"]``).
+    """
+
+    cls: str
+    options: Mapping[str, Any]
+    workers: int
+    retries: int = 2
+    env: Mapping[str, str] | None = None
+    resources: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.cls not in JOBQUEUE_CLASSES:
+            raise ValueError(f"cls (cluster class) must be one of {', '.join(JOBQUEUE_CLASSES)}; got {self.cls!r}")
+        _check_int(self.workers, "workers", 1)
+        _check_retries(self.retries)
+        if not isinstance(self.options, Mapping):
+            raise ValueError(f"options must be a mapping of {self.cls} keyword arguments, got {self.options!r}")
+        if self.resources is not None:
+            _check_resources(self.resources)
+        if self.env is not None and not (isinstance(self.env, Mapping) and all(isinstance(k, str) for k in self.env)):
+            raise ValueError(f"env must be a mapping of variable names to values, got {self.env!r}")
+        valid = _jobqueue_options(self.cls)
+        bad = sorted(k for k in self.options if k not in valid)
+        if bad:
+            raise ValueError(f"unknown {self.cls} option(s) {', '.join(map(repr, bad))}; valid options: "
+                             f"{', '.join(sorted(valid))}")
+
+    def cluster_options(self) -> dict[str, Any]:
+        """The keyword arguments the cluster class is called with (``options`` plus ``env`` and ``resources``)."""
+        options = dict(self.options)
+        if self.env:
+            prologue = list(options.get("job_script_prologue") or [])
+            prologue += [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
+            options["job_script_prologue"] = prologue
+        if self.resources:
+            args = list(options.get("worker_extra_args") or [])
+            if "--resources" not in args and not any(str(a).startswith("--resources=") for a in args):
+                args += ["--resources", ",".join(f"{k}={v:g}" for k, v in self.resources.items())]
+            options["worker_extra_args"] = args
+        return options
+
+    def make_cluster(self) -> Any:
+        """The cluster, not yet scaled (``.job_script()`` shows what it would submit); close it after use."""
+        import dask
+        import dask_jobqueue
+
+        with dask.config.set({"distributed.scheduler.allowed-failures": self.retries}):
+            return getattr(dask_jobqueue, self.cls)(**self.cluster_options())
+
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """Start the cluster and ask for ``workers`` workers; yield a ``distributed.Client``; close both afterwards."""
+        from distributed import Client
+
+        with self.make_cluster() as cluster:
+            cluster.scale(n=self.workers)
+            _say(f"{self.cls}: asked for {self.workers} worker(s); job script:\n{cluster.job_script()}")
+            with Client(cluster) as client:
+                yield client
+
+
+Executor = InProcess | DaskLocal | DaskScheduler | DaskJobqueue
+
+
+def _check_resources(resources: Any) -> None:
+    if not isinstance(resources, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            for k, v in resources.items()):
+        raise ValueError(f"resources must map resource names to positive amounts, e.g. {{'GPU': 1}}; got {resources!r}")
+
+
+def _jobqueue_options(cls: str) -> set[str]:
+    """Keyword arguments a dask-jobqueue cluster class accepts (its own and its job class's)."""
+    import inspect
+
+    try:
+        import dask_jobqueue
+    except ImportError as exc:
+        raise ValueError(f"cluster class {cls!r} needs dask-jobqueue (pip install 'bayes_attn[dask]')") from exc
+    klass = getattr(dask_jobqueue, cls)
+    names: set[str] = set()
+    for c in (klass, *klass.job_cls.__mro__):
+        if "__init__" in vars(c):
+            names |= {p.name for p in inspect.signature(c.__init__).parameters.values()
+                      if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    return names - {"self", "scheduler", "name", "n_workers", "job_cls", "loop", "asynchronous"}
+
+
+def executor_from_options(executor: str = "local", workers: int | None = None, scheduler: str | None = None,
+                          cluster: Mapping[str, Any] | None = None) -> Executor:
+    """The executor for command-line style options.
+
+    - ``executor="local"``: :class:`InProcess` (``workers``, ``scheduler`` and
+      ``cluster`` must not be given);
+    - ``executor="dask"`` with ``scheduler``: :class:`DaskScheduler`;
+    - ``executor="dask"`` with ``cluster`` (a ``[cluster]`` table: ``class``,
+      ``workers``, optional ``retries``, ``env`` and ``resources`` tables, the
+      rest cluster options such as ``queue``, ``cores``, ``memory``,
+      ``walltime``): :class:`DaskJobqueue`, ``workers`` overriding the table's;
+    - ``executor="dask"`` alone: :class:`DaskLocal` with ``workers`` processes
+      (default: the CPUs this process may use).
+    """
+    if executor not in ("local", "dask"):
+        raise ValueError(f"executor must be 'local' or 'dask', got {executor!r}")
+    if workers is not None:
+        _check_int(workers, "workers", 1)
+    if executor == "local":
+        given = [n for n, v in (("workers", workers), ("scheduler", scheduler), ("cluster", cluster)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} given with executor='local' (which runs in this process); "
+                             f"use executor='dask'")
+        return InProcess()
+    if scheduler is not None and cluster is not None:
+        raise ValueError("scheduler and cluster are exclusive: connect to a running scheduler, or start a cluster")
+    if scheduler is not None:
+        if workers is not None:
+            raise ValueError("workers cannot be given with scheduler: the running scheduler has its own workers")
+        return DaskScheduler(scheduler)
+    if cluster is not None:
+        if not isinstance(cluster, Mapping):
+            raise ValueError(f"cluster must be a table (mapping), got {cluster!r}")
+        options = dict(cluster)
+        cls = options.pop("class", None)
+        if cls is None:
+            raise ValueError(f"cluster table needs 'class', one of {', '.join(JOBQUEUE_CLASSES)}")
+        n = options.pop("workers", None)
+        n = workers if workers is not None else n
+        if n is None:
+            raise ValueError("cluster table needs 'workers' (or give workers)")
+        extra = {k: options.pop(k) for k in ("retries", "env", "resources") if k in options}
+        return DaskJobqueue(cls, options, n, **extra)
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return DaskLocal(workers)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+def run_jobs(fn: Callable[[Job], Any], jobs: Iterable[Job], executor: Executor | None = None, *,
+             progress: bool = True) -> list[Outcome]:
+    """Run ``fn(job)`` for each job on ``executor`` (default :class:`InProcess`); outcomes in job order.
+
+    ``fn`` must be a module-level function (it is pickled to the workers).
+    A progress line (finished/failed/total, elapsed) and each failure go to
+    stderr unless ``progress`` is false; Dask runs also print the dashboard
+    address.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable taking a Job, got {fn!r}")
+    jobs = list(jobs)
+    bad = [j for j in jobs if not isinstance(j, Job)]
+    if bad:
+        raise ValueError(f"jobs must be Job instances, got {bad[0]!r}")
+    names = [j.name for j in jobs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"jobs must have unique names; repeated: {', '.join(dup)}")
+    executor = InProcess() if executor is None else executor
+    if not isinstance(executor, InProcess | DaskLocal | DaskScheduler | DaskJobqueue):
+        raise ValueError(f"executor must be InProcess, DaskLocal, DaskScheduler or DaskJobqueue, got {executor!r}")
+    if not jobs:
+        return []
+    line = _Progress(len(jobs), sys.stderr if progress else None)
+    try:
+        if isinstance(executor, InProcess):
+            return _run_in_process(fn, jobs, line)
+        return _run_dask(fn, jobs, executor, line)
+    finally:
+        line.close()
+
+
+def _run_in_process(fn: Callable[[Job], Any], jobs: list[Job], line: _Progress) -> list[Outcome]:
+    outcomes = []
+    for job in jobs:
+        line.update(running=1)
+        start = time.perf_counter()
+        try:
+            value = fn(job)
+        except Exception as exc:
+            tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # without this function's frame
+            out = Outcome(job, False, error=_describe(exc, tb), seconds=time.perf_counter() - start)
+        else:
+            out = Outcome(job, True, value, seconds=time.perf_counter() - start)
+        line.finished(out)
+        outcomes.append(out)
+    return outcomes
+
+
+def _attempt(fn: bytes, job: Job) -> tuple[Any, float, str | None]:
+    """One attempt at a job, on a worker: ``(value, seconds, worker address)``.
+
+    ``fn`` comes pickled (cloudpickle), so that a worker unable to import it
+    fails this job with the ``ImportError`` rather than its connection.
+    """
+    import pickle
+
+    start = time.perf_counter()
+    try:
+        value = pickle.loads(fn)(job)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            exc.bayes_attn_attempt = (time.perf_counter() - start, _worker_address())
+        raise
+    return value, time.perf_counter() - start, _worker_address()
+
+
+def _check_workers_import(client: Any, module: str) -> None:
+    """Raise a clear error if the workers cannot import ``module`` (a task referring to a module a worker
+    cannot import breaks that worker's connection, and the job would wait for ever)."""
+    try:
+        client.run(exec, f"import {module}")
+    except ImportError as exc:
+        raise ImportError(f"the Dask workers cannot import {module} ({exc}): install this package where they run"
+                          ) from exc
+
+
+def _worker_address() -> str | None:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except Exception:
+        return None
+
+
+def _task_attempts(dask_scheduler: Any, keys: list[str], retries: int) -> dict[str, tuple[int, int]]:
+    """On the scheduler: per task, (worker deaths while it was assigned, reruns after it raised)."""
+    out = {}
+    for key in keys:
+        ts = dask_scheduler.tasks.get(key)
+        if ts is not None:
+            out[key] = (int(ts.suspicious), retries - int(ts.retries))
+    return out
+
+
+def _capacity(client: Any, resources: Mapping[str, float] | None) -> tuple[int, int]:
+    """(jobs the workers can run at once, number of workers)."""
+    workers = client.scheduler_info()["workers"].values()
+    total = 0
+    for w in workers:
+        slots = int(w.get("nthreads", 1))
+        for name, need in (resources or {}).items():
+            slots = min(slots, math.floor(float(w.get("resources", {}).get(name, 0)) / need))
+        total += slots
+    return total, len(workers)
+
+
+def _run_dask(fn: Callable[[Job], Any], jobs: list[Job], executor: Any, line: _Progress) -> list[Outcome]:
+    import cloudpickle
+    from distributed import wait
+
+    payload = cloudpickle.dumps(fn)
+    resources = dict(executor.resources) if getattr(executor, "resources", None) else None
+    retries = executor.retries
+    with executor.client() as client:
+        _say(f"Dask dashboard: {client.dashboard_link or 'not available'}")
+        checked = False
+        token = uuid.uuid4().hex[:8]
+        outcomes: list[Outcome | None] = [None] * len(jobs)
+        pending = deque(range(len(jobs)))
+        running: dict[Any, int] = {}
+        submitted: dict[int, float] = {}
+        warned = False
+        while pending or running:
+            if pending:
+                capacity, n_workers = _capacity(client, resources)
+                if n_workers and not checked:
+                    _check_workers_import(client, __name__)
+                    checked = True
+                if n_workers and not capacity and not running and not warned:
+                    _say(f"no worker offers the resources {resources}; waiting")
+                    warned = True
+                # no more jobs than the workers can run at once: the scheduler would queue the others on
+                # busy workers, and a worker that dies counts against every job it holds (allowed-failures)
+                while pending and len(running) < capacity:
+                    i = pending.popleft()
+                    submitted[i] = time.monotonic()
+                    fut = client.submit(_attempt, payload, jobs[i], key=f"{jobs[i].name}-{token}", retries=retries,
+                                        resources=resources, pure=False)
+                    running[fut] = i
+            line.update(running=len(running))
+            if running:
+                with contextlib.suppress(TimeoutError):
+                    wait(list(running), timeout=1.0, return_when="FIRST_COMPLETED")
+            else:
+                time.sleep(1.0)
+            done = [f for f in running if f.done()]
+            if not done:
+                continue
+            try:
+                tries = client.run_on_scheduler(_task_attempts, keys=[f.key for f in done], retries=retries)
+            except Exception:
+                tries = {}
+            for fut in done:
+                i = running.pop(fut)
+                out = _outcome(fut, jobs[i], tries.get(fut.key), time.monotonic() - submitted[i])
+                fut.release()
+                outcomes[i] = out
+                line.finished(out)
+        return outcomes  # type: ignore[return-value]
+
+
+def _outcome(fut: Any, job: Job, tries: tuple[int, int] | None, since_submit: float) -> Outcome:
+    """The outcome of a finished future."""
+    from distributed import KilledWorker
+
+    deaths, reruns = tries if tries is not None else (None, None)
+    if fut.status == "finished":
+        value, seconds, worker = fut.result()
+        attempts = None if tries is None else deaths + reruns + 1
+        return Outcome(job, True, value, seconds=seconds, worker=worker, attempts=attempts)
+    if fut.status != "error":  # cancelled or lost: the client lost the scheduler, or the job was cancelled
+        return Outcome(job, False, error=f"CancelledError: the job's future is {fut.status!r}",
+                       seconds=since_submit, attempts=None)
+    exc = fut.exception()
+    if isinstance(exc, KilledWorker):
+        last = getattr(exc, "last_worker", None)
+        attempts = None if tries is None else deaths + reruns
+        return Outcome(job, False, error=_describe(exc, None), seconds=since_submit,
+                       worker=getattr(last, "address", None), attempts=attempts)
+    seconds, worker = getattr(exc, "bayes_attn_attempt", (since_submit, None))
+    attempts = None if tries is None else deaths + reruns + 1
+    return Outcome(job, False, error=_describe(exc, fut.traceback()), seconds=seconds, worker=worker,
+                   attempts=attempts)
+
+
+def _describe(exc: BaseException, tb: Any) -> str:
+    """``"Type: message"`` and the innermost frames of the traceback."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    frames = [f for f in (traceback.extract_tb(tb) if tb is not None else [])
+              if not (f.name == "_attempt" and os.path.basename(f.filename) == "executors.py")][-_TRACEBACK_FRAMES:]
+    if frames:
+        text += "\nTraceback (innermost calls last):\n" + "".join(traceback.format_list(frames)).rstrip()
+    return text
+
+
+@contextlib.contextmanager
+def _restored_environ(keys: Iterable[str]) -> Iterator[None]:
+    """Restore these environment variables (set or unset) on exit."""
+    before = {k: os.environ.get(k) for k in keys}
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+class _Progress:
+    """The progress line on ``stream``: redrawn in place on a terminal, one line per finished job elsewhere."""
+
+    def __init__(self, total: int, stream: TextIO | None) -> None:
+        self.total, self.stream = total, stream
+        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+        self.done = self.failed = self.running = 0
+        self.start = time.monotonic()
+        self.drawn = False
+
+    def text(self) -> str:
+        elapsed = int(time.monotonic() - self.start)
+        return (f"jobs: {self.done}/{self.total} finished, {self.failed} failed, {self.running} running, "
+                f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d} elapsed")
+
+    def update(self, running: int) -> None:
+        self.running = running
+        if self.tty:
+            self.stream.write("\r" + self.text() + "\033[K")
+            self.stream.flush()
+            self.drawn = True
+
+    def finished(self, out: Outcome) -> None:
+        self.done += 1
+        self.failed += not out.ok
+        self.running = max(self.running - 1, 0)
+        if self.stream is None:
+            return
+        if self.tty and self.drawn:
+            self.stream.write("\r\033[K")
+        if not out.ok:
+            first = (out.error or "").splitlines()[0] if out.error else ""
+            self.stream.write(f"job {out.job.name} failed: {first}\n")
+        if self.tty:
+            self.stream.write(self.text() + "\033[K")
+        else:
+            self.stream.write(self.text() + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and (self.drawn or self.done):
+            self.stream.write("\n")
+            self.stream.flush()

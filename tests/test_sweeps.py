@@ -1,0 +1,75 @@
+"""Sweeps as job records: the same sweep.nc in this process and on Dask; temperature grids; failed jobs."""
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from bayes_attn import cli, sweeps
+from bayes_attn.executors import DaskLocal, Job
+from bayes_attn.spec import spec_from_dict
+from test_pipeline_cli import TINY
+
+SMALL = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": [3]}}
+
+
+def _values(ds: xr.Dataset) -> xr.Dataset:
+    """What must not depend on where the jobs ran (timings and settings text aside)."""
+    return ds.drop_vars([v for v in ds.data_vars if v.endswith("seconds")]).drop_attrs()
+
+
+def test_dask_sweep_equals_in_process_sweep(tmp_path):
+    spec = spec_from_dict(SMALL)
+    here = sweeps.sweep(spec, tmp_path / "here", progress_bar=False)
+    there = sweeps.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False)
+    xr.testing.assert_identical(_values(there), _values(here))
+    assert float(here["sample_seconds"].sel(sample_width=3)) > 0
+
+
+def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
+    spec = spec_from_dict(SMALL)
+    temps = [0.01, 0.3, 3.0]
+    ds = sweeps.sweep(spec, tmp_path / "grid", temperatures=temps, sample_widths=[], progress_bar=False)
+    assert list(ds["temperature"].values) == temps
+    for N in (3, 30):
+        val = ds["accuracy_validation_theory"].sel(width=N).values
+        best = float(ds["best_temperature_theory"].sel(width=N))
+        assert best == temps[int(np.argmax(val))]  # argmax of validation accuracy, first among ties
+        assert float(ds["accuracy_theory_at_best"].sel(width=N)) == float(ds["accuracy_theory"].sel(width=N, temperature=best))
+    assert float(ds["best_temperature_gp"]) == temps[int(np.argmax(ds["accuracy_gp_validation"].values))]
+    assert (tmp_path / "grid" / "accuracy_vs_width.png").exists()
+    with pytest.raises(ValueError, match="sample_widths must be among widths"):
+        sweeps.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
+
+
+def test_job_seeds_do_not_depend_on_the_folder():
+    spec = spec_from_dict(SMALL)
+    a = sweeps.sweep_jobs(spec, "/a", [3], [3, 30], [0.1])
+    b = sweeps.sweep_jobs(spec, "/elsewhere", [3], [3, 30], [0.1])
+    assert [j.seed for j in a] == [j.seed for j in b]
+    samples = [j for j in a if j.params["kind"] == "sample"]
+    assert len({j.seed for j in samples}) == 2  # different widths, different chains
+
+
+def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "tiny.toml"
+    path.write_text(spec_from_dict(SMALL).to_toml())
+    real = sweeps.run_job
+
+    def flaky(job: Job):
+        if job.name.startswith("theory-N30"):
+            raise RuntimeError("solver exploded")
+        return real(job)
+
+    monkeypatch.setattr(sweeps, "run_job", flaky)
+    status = cli.main(["sweep", str(path), "--out", str(tmp_path / "sw"), "--sample-widths", "--no-progress"])
+    assert status == cli.EXIT_FAILED_JOBS
+    assert "theory-N30-T0.1" in capsys.readouterr().err
+    ds = xr.open_dataset(tmp_path / "sw" / "sweep.nc")
+    failed = json.loads(ds.attrs["failed_jobs"])
+    assert [f["job"] for f in failed] == ["theory-N30-T0.1"] and "solver exploded" in failed[0]["error"]
+    assert list(ds["width"].values) == [3]  # the finished width is there
+    ds.close()
+    monkeypatch.setattr(sweeps, "run_job", real)
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "sw"), "--sample-widths", "--no-progress"]) == 0
