@@ -201,7 +201,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .executors import InProcess, executor_from_options
+    from .executors import DaskLocal, InProcess, executor_from_options
     from .sweeps import sweep
 
     spec, _, temperature = _setup(args)
@@ -209,6 +209,9 @@ def cmd_sweep(args) -> int:
     cfg = _settings(spec, args)
     executor = executor_from_options(args.executor, args.workers, args.scheduler,
                                      spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
+    if isinstance(executor, DaskLocal):  # workers share compiled programs across jobs and reruns
+        executor = dataclasses.replace(executor, compilation_cache=out / ".jax-cache",
+                                       env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
     ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths,
                temperature=None if args.temperatures else temperature, temperatures=args.temperatures,
                executor=None if isinstance(executor, InProcess) else executor,

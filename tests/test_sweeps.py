@@ -73,3 +73,20 @@ def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monke
     ds.close()
     monkeypatch.setattr(sweeps, "run_job", real)
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "sw"), "--sample-widths", "--no-progress"]) == 0
+
+
+def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
+    import tomllib
+
+    from bayes_attn.executors import DaskJobqueue, executor_from_options
+
+    data = SMALL | {"cluster": {"class": "SLURMCluster", "workers": 3, "queue": "normal", "cores": 1,
+                                "memory": "4GB", "walltime": "01:00:00", "env": {"JAX_PLATFORMS": "cpu"}}}
+    spec = spec_from_dict(data)
+    assert spec_from_dict(tomllib.loads(spec.to_toml())) == spec
+    ex = executor_from_options("dask", cluster=spec.cluster)
+    assert isinstance(ex, DaskJobqueue) and ex.workers == 3 and ex.cls == "SLURMCluster"
+    script = ex.make_cluster().job_script()
+    assert "#SBATCH -p normal" in script and "export JAX_PLATFORMS=cpu" in script
+    with pytest.raises(ValueError, match="cluster"):
+        spec_from_dict(SMALL | {"cluster": 5})
