@@ -11,7 +11,8 @@ kernels) → theory (:func:`solve_theory`) | posterior (:func:`sample_posterior`
 :mod:`samplers`) → :func:`compare` → reports and figures.
 """
 
-from . import markov, samplers
+from . import samplers
+from .tasks import markov
 from .compare import Comparison, compare
 from .network import Network, Weights
 from .posterior import Posterior, Summary, load_posterior, sample_posterior

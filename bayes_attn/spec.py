@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _checks
-from .markov import FIG2C_LAYERS, MarkovTask
+from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
@@ -42,7 +42,7 @@ from .samplers.settings import check_keys
 
 @dataclass(frozen=True)
 class NetworkSpec:
-    """Heads per layer (names from :data:`bayes_attn.markov.HEADS`) and priors."""
+    """Heads per layer (names from :data:`bayes_attn.tasks.markov.HEADS`) and priors."""
 
     layers: tuple[tuple[str, ...], ...] = FIG2C_LAYERS
     width: int = 10

@@ -1,6 +1,7 @@
-"""Image data of the one-shot classification task (THEORY.md §6, paper Fig. 3).
+"""The paper's tasks (THEORY.md §6).
 
-:mod:`.images`: Omniglot / one-shot runs / digits readers, :class:`ImageSet`
+:mod:`.markov`: the hidden-Markov-chain task and its heads (paper Fig. 2).
+The one-shot image task (paper Fig. 3): :mod:`.images`: Omniglot / one-shot runs / digits readers, :class:`ImageSet`
 and class splits; :mod:`.episodes`: balanced 2-way 1-shot episodes and the
 :class:`Tokenizer` that turns them into the tokens ``x0``.
 """

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _checks
-from .network import Network
+from .. import _checks
+from ..network import Network
 
 HEADS = ("same_token", "different_token", "uniform", "random")
 
