@@ -32,7 +32,7 @@ whatever the caller's JAX default; results are NumPy float64.
 
 from .objective import Problem, action, action_gradient, gp_order_parameters, make_problem
 from .newton import NewtonResult, NewtonSolver
-from .result import Theory, load_theory
+from .result import Theory, head_scores, load_theory
 from .solve import gp_limit, solve_theory
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "action_gradient",
     "gp_limit",
     "gp_order_parameters",
+    "head_scores",
     "load_theory",
     "make_problem",
     "solve_theory",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,7 +20,32 @@ from ..network import Network, kernel_from_xi
 from ..precision import float64
 from .objective import gp_order_parameters
 
-__all__ = ["Theory", "load_theory"]
+__all__ = ["Theory", "head_scores", "load_theory"]
+
+
+def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
+    """Head scores from ``U [D, D]`` (THEORY.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over all heads = 1.
+
+    View ``|U|`` as a tensor ``[H_1..H_L, H_1..H_L]``; for layer ``l`` let
+    ``M[h, h']`` be its sum over all indices but the row's and the column's
+    ``h_l``. Then ``score[l][h] = M[h, :].sum() + M[:, h].sum() - M[h, h]``
+    (entries through ``h`` on both sides counted once). A low score marks a
+    prunable head. Raises ``ValueError`` for a wrong shape or ``U = 0``.
+    """
+    if isinstance(heads, (int, np.integer)) or not isinstance(heads, Sequence) or len(heads) == 0:
+        raise ValueError(f"heads must be a non-empty list of heads per layer, got {heads!r}")
+    heads = tuple(_checks.positive_int(f"heads[{i}]", h) for i, h in enumerate(heads))
+    D = math.prod(heads)
+    A = np.abs(_checks.array("U", U, shape=(D, D))).reshape(heads + heads)
+    L = len(heads)
+    raw = []
+    for l in range(L):
+        M = A.sum(axis=tuple(i for i in range(2 * L) if i not in (l, L + l)))
+        raw.append(M.sum(axis=1) + M.sum(axis=0) - np.diag(M))
+    top = max(float(r.max()) for r in raw)
+    if top <= 0:
+        raise ValueError("U must not be zero: head scores are normalised by the largest one")
+    return [r / top for r in raw]
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,18 +141,8 @@ class Theory:
         return w, np.abs(V.T @ self.y_train) / np.linalg.norm(self.y_train)
 
     def head_scores(self) -> list[np.ndarray]:
-        """Head scores (THEORY.md §4): one array ``[H_l]`` per layer, max over all heads = 1."""
-        A = np.abs(self.U)
-        paths = np.asarray(self.net.paths)  # [D, L]
-        raw = []
-        for l, H in enumerate(self.net.heads):
-            s = np.empty(H)
-            for h in range(H):
-                r = paths[:, l] == h
-                s[h] = A[r[:, None] | r[None, :]].sum()
-            raw.append(s)
-        top = max(s.max() for s in raw)
-        return [s / top if top > 0 else s for s in raw]
+        """Head scores (THEORY.md §4) of this ``U``: one array ``[H_l]`` per layer, max over all heads = 1."""
+        return head_scores(self.U, self.net.heads)
 
     # ----- files --------------------------------------------------------------
     def to_dataset(self):
