@@ -1,0 +1,378 @@
+"""The one-shot image task end to end: paper Fig. 3 (THEORY.md §6).
+
+Pure steps, each small, and :func:`prune`, the whole job:
+
+1. :func:`datasets`: read the images and split the classes into four
+   disjoint sets — ``gd_train`` (with rotations as new classes when asked),
+   ``theory_train``, ``validation``, ``test`` — plus the OOD sets.
+2. :func:`evaluation_episodes`: the fixed episodes and their tokens ``x0``
+   ``[n, T, N0]`` (``P`` theory-training episodes, validation, test, OOD);
+   :func:`gd_episodes`: fresh shifted training episodes of one epoch.
+3. :func:`train_model`: gradient descent on fresh episodes every epoch
+   (``model.npz``), its test and OOD accuracy and the pixel baseline.
+4. :func:`temperature_scan` (:mod:`bayes_attn.oneshot_scan`): theory at every
+   width × temperature and the GP limit per temperature on the frozen
+   query/key; temperature chosen on the *validation* episodes.
+5. :func:`sample_widths`: the posterior (``[sampler]``) at the chosen temperatures.
+6. :func:`prune`: head scores from the theory's ``U`` at ``score_width``,
+   ``score_temperature``; single-head drops and cumulative pruning of the
+   gradient-descent model on the test episodes; files and figures.
+
+**Temperature choice.** The paper chose ``T`` per width by *test* accuracy.
+Here it is chosen by accuracy on separate validation episodes drawn from a
+fourth alphabet (default Tagalog, :data:`~bayes_attn.oneshot_spec.ONESHOT_SPLIT`),
+disjoint from the gradient-descent, theory-training and test classes, so
+that validation episodes are new classes like the test episodes, and the
+test accuracy at the chosen ``T`` is an honest estimate. (Episodes of the
+theory-training alphabet would reuse the ``P`` training episodes' images and
+classes and favour memorisation.)
+
+Symbols (THEORY.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
+training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
+``T`` (``temperature``) the likelihood variance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _checks, figures_oneshot, oneshot_results, pruning, training
+from .oneshot_scan import Scan, predictor_mean, sample_widths, temperature_scan
+from .oneshot_spec import OneShotSpec, load_oneshot_spec
+from .tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
+from .theory import gp_limit, head_scores, solve_theory
+from .training import ModelConfig, Params
+
+__all__ = [
+    "EpisodeSet",
+    "ImageSets",
+    "OneShotSpec",
+    "Scan",
+    "TrainedModel",
+    "datasets",
+    "evaluation_episodes",
+    "gd_episodes",
+    "load_oneshot_spec",
+    "predictor_mean",
+    "prune",
+    "sample_widths",
+    "temperature_scan",
+    "tokenizer",
+    "train_model",
+]
+
+SEED_TAGS = {"theory_train": 1, "validation": 2, "test": 3, "ood/all_runs": 4, "ood/digits": 5, "gd_train": 6}
+"""Every episode set draws from its own seed ``SeedSequence([task.seed, tag])``."""
+
+
+def _log(progress_bar: bool, msg: str) -> None:
+    if progress_bar:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _check_spec(spec) -> OneShotSpec:
+    if not isinstance(spec, OneShotSpec):
+        raise ValueError(f"spec must be a OneShotSpec (see load_oneshot_spec), got {type(spec).__name__}")
+    return spec
+
+
+def episode_seed(spec: OneShotSpec, tag: str, *extra: int) -> int:
+    """The seed of the episode set ``tag`` (a key of :data:`SEED_TAGS`), with ``extra`` entropy (e.g. an epoch)."""
+    return int(np.random.SeedSequence([spec.task.seed, SEED_TAGS[tag], *extra]).generate_state(1)[0])
+
+
+# ----- 1. images ---------------------------------------------------------------
+class ImageSets(NamedTuple):
+    """The class-disjoint image sets (``gd_train`` with rotations when asked) and the OOD sets by name."""
+
+    gd_train: ImageSet
+    theory_train: ImageSet
+    validation: ImageSet
+    test: ImageSet
+    ood: dict[str, ImageSet]
+
+
+def datasets(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> ImageSets:
+    """Read, split and augment the images of ``spec.task``.
+
+    ``data_dir`` (default ``spec.task.data_dir``, relative to the current
+    directory) holds the zip files; ``kind = "digits"`` needs it only for the
+    ``all_runs`` OOD set. Omniglot is split by alphabet, digits by class name.
+    """
+    task = _check_spec(spec).task
+    folder = Path(task.data_dir if data_dir is None else data_dir)
+    if task.kind == "omniglot":
+        parts = split_by_group(read_omniglot(folder, task.files, task.size), task.split)
+    else:
+        digits = read_digits(task.size)
+        index = {n: i for i, n in enumerate(digits.class_names)}
+        bad = [n for names in task.split.values() for n in names if n not in index]
+        if bad:
+            raise ValueError(f"task.split names unknown digit classes {bad}; known: {list(index)}")
+        parts = {p: digits.subset([index[n] for n in names]) for p, names in task.split.items()}
+    gd = parts["gd_train"].with_rotations() if task.rotations else parts["gd_train"]
+    ood = {}
+    for name in task.ood:
+        ood[name] = read_omniglot_runs(folder, task.size, task.runs_file) if name == "all_runs" else read_digits(task.size)
+    return ImageSets(gd, parts["theory_train"], parts["validation"], parts["test"], ood)
+
+
+# ----- 2. episodes and tokens --------------------------------------------------
+class EpisodeSet(NamedTuple):
+    """Episodes with their tokens: ``x`` ``[n, T, N0]`` float64 and targets ``y`` ``[n]`` ±1."""
+
+    episodes: Episodes
+    x: np.ndarray
+    y: np.ndarray
+
+
+def tokenizer(spec: OneShotSpec) -> Tokenizer:
+    """The frozen :class:`Tokenizer` of ``spec.task`` (its label embeddings are seeded by ``task.seed``)."""
+    t = _check_spec(spec).task
+    return Tokenizer(size=t.size, patch=t.patch, channels=t.channels, label_scale=t.label_scale, seed=t.seed)
+
+
+def _episode_set(spec: OneShotSpec, images: ImageSet, n: int, tag: str, *extra: int, shift: int = 0,
+                 within_group: bool = False) -> EpisodeSet:
+    ep = make_episodes(images, n, seed=episode_seed(spec, tag, *extra), shift=shift, within_group=within_group)
+    return EpisodeSet(ep, tokenizer(spec)(ep), ep.y)
+
+
+def evaluation_episodes(spec: OneShotSpec, sets: ImageSets) -> dict[str, EpisodeSet]:
+    """The fixed episode sets: ``theory_train`` (``P`` episodes), ``validation``, ``test`` and ``ood/<name>``.
+
+    OOD ``all_runs`` episodes take both classes from one run (``within_group=True``:
+    classes of different runs may be the same character).
+    """
+    t = _check_spec(spec).task
+    out = {
+        "theory_train": _episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train"),
+        "validation": _episode_set(spec, sets.validation, t.n_validation, "validation"),
+        "test": _episode_set(spec, sets.test, t.n_test, "test"),
+    }
+    for name, images in sets.ood.items():
+        out[f"ood/{name}"] = _episode_set(spec, images, t.n_ood, f"ood/{name}", within_group=name == "all_runs")
+    return out
+
+
+def gd_episodes(spec: OneShotSpec, sets: ImageSets, epoch: int) -> EpisodeSet:
+    """``task.n_gd_train`` fresh gradient-descent episodes of ``epoch``, images shifted by up to ``task.shift``."""
+    epoch = _checks.positive_int("epoch", epoch, minimum=0)
+    t = _check_spec(spec).task
+    return _episode_set(spec, sets.gd_train, t.n_gd_train, "gd_train", epoch, shift=t.shift)
+
+
+# ----- 3. the gradient-descent model -------------------------------------------
+class TrainedModel(NamedTuple):
+    """The trained model and what was measured on it.
+
+    metrics: ``test`` / ``validation`` ``{"accuracy", "se"}``, ``nn_baseline``
+    (pixel nearest neighbour on the same test episodes), ``ood`` ``{name:
+    {"accuracy", "se", "nn_accuracy", "nn_se"}}``, ``train_seconds``, ``reused``.
+    """
+
+    params: Params
+    config: ModelConfig
+    history: training.History | None
+    metrics: dict
+
+
+def _write_text(path: Path, text: str) -> Path:
+    """Write ``text`` atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, obj) -> Path:
+    """Write ``obj`` as indented JSON, atomically."""
+    return _write_text(Path(path), json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _saved_model(spec: OneShotSpec, out: Path):
+    """The model in ``out`` when it was trained with the same settings, else ``None``."""
+    try:
+        meta = json.loads((out / "model.json").read_text())
+        if meta.get("training_hash") != spec.training_hash():
+            return None, None
+        saved = training.load_model(out / "model.npz")
+    except (OSError, ValueError):
+        return None, None
+    return saved, meta
+
+
+def _accuracy_se(correct: np.ndarray) -> dict:
+    acc = float(np.mean(correct))
+    return {"accuracy": acc, "se": math.sqrt(acc * (1 - acc) / correct.size)}
+
+
+def train_model(
+    spec: OneShotSpec,
+    out: str | os.PathLike,
+    *,
+    sets: ImageSets | None = None,
+    evaluation: dict[str, EpisodeSet] | None = None,
+    data_dir: str | os.PathLike | None = None,
+    retrain: bool = False,
+    progress_bar: bool = True,
+) -> TrainedModel:
+    """Train the gradient-descent model of THEORY.md §6, or load ``out/model.npz`` made with the same settings.
+
+    Every epoch trains on fresh shifted episodes (:func:`gd_episodes`); the
+    validation accuracy is recorded per epoch. Writes ``model.npz`` and
+    ``model.json`` (settings, their hash, history, wall time). Returns the
+    model with its test accuracy ± se, the pixel nearest-neighbour baseline on
+    the same test episodes and the OOD accuracies.
+    """
+    spec, out = _check_spec(spec), Path(out)
+    sets = datasets(spec, data_dir) if sets is None else sets
+    evaluation = evaluation_episodes(spec, sets) if evaluation is None else evaluation
+    config = spec.model_config
+    saved, meta = (None, None) if retrain else _saved_model(spec, out)
+    if saved is not None:
+        params, history, seconds = saved.params, saved.history, float(meta.get("train_seconds", float("nan")))
+        _log(progress_bar, f"reusing {out / 'model.npz'} (same training settings)")
+    else:
+        val = evaluation["validation"]
+        t0 = time.perf_counter()
+        params, history = training.train(
+            config, None, None, spec.training, x_val=val.x, y_val=val.y, progress_bar=progress_bar,
+            augment=lambda epoch, rng: gd_episodes(spec, sets, epoch)[1:],
+        )
+        seconds = time.perf_counter() - t0
+        training.save_model(out / "model.npz", params, config, spec.training, history)
+        write_json(out / "model.json", {"training_hash": spec.training_hash(), "settings": spec.training_settings(),
+                                        "history": history.to_dict(), "train_seconds": seconds})
+    metrics = {"train_seconds": seconds, "reused": saved is not None}
+    for name in ("test", "validation"):
+        s = evaluation[name]
+        metrics[name] = _accuracy_se(training.correct(params, s.x, s.y))
+    test = evaluation["test"]
+    acc, se = training.nearest_neighbour_accuracy(test.episodes.images, test.y)
+    metrics["nn_baseline"] = {"accuracy": acc, "se": se}
+    metrics["ood"] = {}
+    for key, s in evaluation.items():
+        if key.startswith("ood/"):
+            nn, nn_se = training.nearest_neighbour_accuracy(s.episodes.images, s.y)
+            metrics["ood"][key[4:]] = {**_accuracy_se(training.correct(params, s.x, s.y)), "nn_accuracy": nn, "nn_se": nn_se}
+    return TrainedModel(params, config, history, metrics)
+
+
+# ----- 6. the whole job ----------------------------------------------------------
+def _top_paths(U: np.ndarray, labels: list[str]) -> list[str]:
+    """The two paths of largest ``U[π, π]`` and the one of smallest (for the path-kernel figure)."""
+    order = np.argsort(-np.diag(U), kind="stable")
+    return [labels[i] for i in (*order[:2], order[-1])]
+
+
+def prune(
+    spec: OneShotSpec,
+    out: str | os.PathLike,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    retrain: bool = False,
+    progress_bar: bool = True,
+) -> dict:
+    """Paper Fig. 3 end to end; returns the ``pruning.json`` dict.
+
+    Trains (or reuses) the model, scans the theory over widths × temperatures
+    (validation-chosen ``T``), samples at ``theory.sample_widths``, reads the
+    head scores off the theory's ``U`` at ``(score_width, score_temperature)``,
+    prunes the gradient-descent model on the test episodes (single-head drops,
+    cumulative pruning), and writes into ``out``: ``model.npz``,
+    ``model.json``, ``spec.toml``, ``pruning.json`` (``base_accuracy``,
+    ``base_se``, ``head_scores``, ``accuracy_drops``, ``drop_se``,
+    ``spearman``, ``cumulative``, ``nn_baseline``, ``ood``, ``model``,
+    ``temperatures``, ``trained_head_scores``, ``trained_spearman``, …),
+    ``oneshot.nc``, ``report.md`` and the figures of
+    :data:`bayes_attn.oneshot_results.FIGURES`.
+    """
+    spec, out = _check_spec(spec), Path(out)
+    if not isinstance(retrain, bool):
+        raise ValueError(f"retrain must be a bool, got {retrain!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_text(out / "spec.toml", spec.to_toml())
+    clock, seconds = time.perf_counter(), {}
+
+    def lap(name):
+        nonlocal clock
+        seconds[name] = time.perf_counter() - clock
+        clock = time.perf_counter()
+
+    sets = datasets(spec, data_dir)
+    ev = evaluation_episodes(spec, sets)
+    lap("data and episodes")
+    model = train_model(spec, out, sets=sets, evaluation=ev, retrain=retrain, progress_bar=progress_bar)
+    lap("training" + (" (reused model)" if model.metrics["reused"] else ""))
+    th = spec.theory
+    net, _ = training.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
+    tr, val, te = ev["theory_train"], ev["validation"], ev["test"]
+    scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
+    lap("theory scan")
+    sampled, _ = sample_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)
+    lap("sampling")
+    key = (th.score_width, th.score_temperature)
+    score_theory = scan.theories.get(key) or solve_theory(net.with_width(th.score_width), tr.x, tr.y,
+                                                          temperature=th.score_temperature)
+    scores = head_scores(score_theory.U, model.config.heads)
+    report = pruning.pruning_report(model.params, model.config, te.x, te.y, scores,
+                                    n_random=spec.pruning.n_random, seed=spec.pruning.seed)
+    trained = training.trained_order_parameters(model.params, model.config)
+    trained_scores = head_scores(trained.U, model.config.heads)
+    report |= {
+        "nn_baseline": model.metrics["nn_baseline"],
+        "ood": model.metrics["ood"],
+        "model": {k: model.metrics[k] for k in ("test", "validation", "train_seconds", "reused")},
+        "score_width": th.score_width,
+        "score_temperature": th.score_temperature,
+        "trained_head_scores": [s.tolist() for s in trained_scores],
+        "trained_spearman": pruning.spearman(trained_scores, report["accuracy_drops"], seed=spec.pruning.seed),
+        "temperatures": {"choice": scan.dataset.attrs["temperature_choice"],
+                         "finite_width": {str(int(N)): float(T) for N, T in zip(scan.dataset["width"].values,
+                                                                                  scan.dataset["best_temperature"].values)},
+                         "gp": float(scan.dataset["gp_best_temperature"])},
+    }
+    lap("head scores and pruning")
+    write_json(out / "pruning.json", report)
+    U = {"score": score_theory.U, "trained": trained.U}
+    attrs = {"name": spec.name, "gd_accuracy": model.metrics["test"]["accuracy"], "gd_se": model.metrics["test"]["se"],
+             "gd_width": model.config.width, "nn_accuracy": model.metrics["nn_baseline"]["accuracy"],
+             "nn_se": model.metrics["nn_baseline"]["se"], "score_width": th.score_width,
+             "score_temperature": th.score_temperature, "training_hash": spec.training_hash()}
+    ds = oneshot_results.results_dataset(scan.dataset, sampled, report, U, model.config.heads, attrs)
+    oneshot_results.save_dataset(ds, out / "oneshot.nc")
+    oneshot_results.draw_figures(out)
+    gp = gp_limit(score_theory.net, tr.x, tr.y, temperature=th.score_temperature)
+    figures_oneshot.path_kernels(score_theory, gp, _top_paths(score_theory.U, score_theory.net.path_labels),
+                                 out / "path_kernels.png", max_examples=120)
+    lap("files and figures")
+    _write_text(out / "report.md", oneshot_results.report_markdown(spec.name, report, ds, seconds))
+    _log(progress_bar, f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures")
+    return report

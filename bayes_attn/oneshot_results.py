@@ -1,0 +1,149 @@
+"""Result files of the one-shot job (paper Fig. 3): ``oneshot.nc``, ``report.md`` and the figures.
+
+Pure functions of results already computed by :mod:`bayes_attn.oneshot`;
+:func:`draw_figures` redraws every figure from the files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from . import _io, figures_oneshot
+
+FIGURES = {
+    "accuracy_vs_width.png": "(a) test accuracy vs N: theory, GP, sampled; GD model and pixel baseline",
+    "score_vs_drop.png": "(b) head score vs accuracy drop, Spearman ρ and p",
+    "cumulative_pruning.png": "(c) accuracy vs heads removed: ascending, descending, random",
+    "order_parameters.png": "(d) U: theory | sampled | trained weights",
+    "path_kernels.png": "(e) path kernels C[π,π] and GP vs renormalised kernel",
+}
+
+
+def results_dataset(scan: xr.Dataset, sampled: xr.Dataset, report: Mapping, U: Mapping[str, np.ndarray],
+                    heads: Sequence[int], attrs: Mapping) -> xr.Dataset:
+    """One dataset of everything numeric: the scan, the sampling, ``U`` theory/sampled/trained, head scores, drops.
+
+    ``U``: ``{"theory": …, "sampled": …, "trained": …, "score": …}`` ``[D, D]`` each
+    (``sampled`` may be absent); ``attrs``: scalars for the figures and the
+    record (``gd_accuracy``, ``gd_width``, ``nn_accuracy``, …).
+    """
+    head = [f"L{l + 1}H{h + 1}" for l, H in enumerate(heads) for h in range(H)]
+
+    def flat(per_layer):
+        return np.array([np.nan if v is None else float(v) for layer in per_layer for v in layer])
+
+    cum = report["cumulative"]
+    ds = xr.merge([scan, sampled], compat="override", join="outer")
+    ds = ds.assign({f"U_{name}": (("path", "path_"), np.asarray(m)) for name, m in U.items()})
+    ds = ds.assign(
+        head_score=(("head",), flat(report["head_scores"])),
+        head_score_trained=(("head",), flat(report["trained_head_scores"])),
+        accuracy_drop=(("head",), flat(report["accuracy_drops"])),
+        accuracy_drop_se=(("head",), flat(report["drop_se"])),
+        pruned_ascending=(("step",), np.asarray(cum["ascending"]["accuracy"])),
+        pruned_descending=(("step",), np.asarray(cum["descending"]["accuracy"])),
+        pruned_random_mean=(("step",), np.asarray(cum["random"]["accuracy_mean"])),
+        pruned_random_std=(("step",), np.asarray(cum["random"]["accuracy_std"])),
+    )
+    ds = ds.assign_coords(head=head, head_layer=("head", [l + 1 for l, H in enumerate(heads) for _ in range(H)]),
+                          step=np.arange(len(cum["ascending"]["accuracy"])))
+    ds.attrs.update({**scan.attrs, **sampled.attrs, **{k: v for k, v in attrs.items() if v is not None},
+                     "base_accuracy": float(report["base_accuracy"]), "base_se": float(report["base_se"]),
+                     "spearman_rho": np.nan if report["spearman"]["rho"] is None else float(report["spearman"]["rho"]),
+                     "spearman_p": np.nan if report["spearman"]["p_value"] is None else float(report["spearman"]["p_value"])})
+    return ds
+
+
+def save_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
+    """Write ``ds`` to netCDF atomically (:func:`bayes_attn._io.save`)."""
+    return _io.save(ds, path)
+
+
+def draw_figures(out: str | os.PathLike) -> list[Path]:
+    """Figures (a)–(d) from ``out/oneshot.nc`` and ``out/pruning.json`` (no recomputation)."""
+    out = Path(out)
+    ds = _io.load_dataset(out / "oneshot.nc")
+    report = json.loads((out / "pruning.json").read_text())
+    paths = [
+        figures_oneshot.accuracy_vs_width(ds, out / "accuracy_vs_width.png"),
+        figures_oneshot.score_vs_drop(report, out / "score_vs_drop.png"),
+        figures_oneshot.cumulative_pruning(report, out / "cumulative_pruning.png"),
+    ]
+    mats = {}
+    if "sample_width" in ds.dims and ds.sizes["sample_width"]:
+        N = int(ds["sample_width"][0])
+        T = float(ds["temperature_sampled"][0])
+        mats[f"theory U, N = {N}, T = {T:g}"] = ds["U_theory"].isel(sample_width=0).values
+        mats[f"sampled U (posterior mean), N = {N}, T = {T:g}"] = ds["U_sampled"].isel(sample_width=0).values
+    else:
+        mats[f"theory U, N = {ds.attrs['score_width']}, T = {ds.attrs['score_temperature']:g}"] = ds["U_score"].values
+    mats[f"trained weights U (GD model, width {int(ds.attrs['gd_width'])})"] = ds["U_trained"].values
+    paths.append(figures_oneshot.order_parameters(mats, list(ds["path"].values), out / "order_parameters.png",
+                                                  "Order parameter U over attention paths (each panel its own scale)"))
+    return paths
+
+
+def _pm(d: Mapping | None, key: str = "accuracy", se: str = "se") -> str:
+    return "n/a" if not d else f"{d[key]:.3f} ± {d[se]:.3f}"
+
+
+def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping[str, float]) -> str:
+    """``report.md``: the numbers of Fig. 3 in tables."""
+    lines = [f"# One-shot image classification (paper Fig. 3): `{name}`", ""]
+    m = report["model"]
+    lines += [
+        "## Gradient-descent model", "",
+        "| set | model | pixel nearest neighbour |", "|---|---|---|",
+        f"| test ({int(ds.attrs['n_test'])} episodes) | {_pm(m['test'])} | {_pm(report['nn_baseline'])} |",
+        f"| validation | {_pm(m['validation'])} | |",
+    ]
+    for k, v in report["ood"].items():
+        lines.append(f"| OOD {k} | {_pm(v)} | {v['nn_accuracy']:.3f} ± {v['nn_se']:.3f} |")
+    lines += ["", "## Theory and sampling on the frozen attention", "",
+              f"Temperature chosen per width on validation episodes ({ds.attrs['temperature_choice']}); "
+              "test accuracy at that temperature.", "",
+              "| N | chosen T | validation | test (theory) | sampled | agreement with theory |", "|---|---|---|---|---|---|"]
+    sw = list(ds["sample_width"].values) if "sample_width" in ds.dims else []
+    for i, N in enumerate(ds["width"].values):
+        s, a = "", ""
+        if N in sw:
+            j = sw.index(N)
+            s = f"{float(ds['accuracy_sampled'][j]):.3f} ± {float(ds['accuracy_sampled_se'][j]):.3f}"
+            a = f"{float(ds['agreement'][j]):.3f}"
+        lines.append(f"| {N} | {float(ds['best_temperature'][i]):g} | {float(ds['accuracy_theory_validation'][i]):.3f} "
+                     f"| {float(ds['accuracy_theory'][i]):.3f} ± {float(ds['accuracy_theory_se'][i]):.3f} | {s} | {a} |")
+    lines.append(f"| GP | {float(ds['gp_best_temperature']):g} | {float(ds['accuracy_gp_validation']):.3f} "
+                 f"| {float(ds['accuracy_gp']):.3f} ± {float(ds['accuracy_gp_se']):.3f} | | |")
+    if sw:
+        lines += ["", "Sampling diagnostics: " + ", ".join(
+            f"N = {N}: max R-hat(U) {float(ds['rhat_U'][j]):.3f}, {int(ds['divergences'][j])} divergences, "
+            f"{float(ds['mean_steps'][j]):.0f} leapfrog steps/draw, {float(ds['sampling_seconds'][j]):.0f} s"
+            for j, N in enumerate(sw))]
+    lines += ["", f"Theory solves not converged: {int((~ds['converged'].values.astype(bool)).sum())} of "
+              f"{ds['converged'].size}.", "",
+              "## Head scores and pruning (test episodes, no retraining)", "",
+              f"Head scores from the theory's U at N = {report['score_width']}, T = {report['score_temperature']}.", "",
+              "| head | score (theory U) | score (trained U) | drop ± se |", "|---|---|---|---|"]
+    for l, layer in enumerate(report["head_scores"]):
+        for h, s in enumerate(layer):
+            d, se = report["accuracy_drops"][l][h], report["drop_se"][l][h]
+            ds_ = "n/a" if d is None else f"{d:+.3f} ± {se:.3f}"
+            lines.append(f"| L{l + 1}H{h + 1} | {s:.3f} | {report['trained_head_scores'][l][h]:.3f} | {ds_} |")
+    sp, tsp = report["spearman"], report["trained_spearman"]
+    fmt = lambda r: "n/a" if r["rho"] is None else f"ρ = {r['rho']:.3f}, p = {r['p_value']:.3g} ({r['alternative']}, {r['method']})"
+    cum = report["cumulative"]
+    lines += ["", f"Spearman (theory score vs drop): {fmt(sp)}.", f"Spearman (trained-weights score vs drop): {fmt(tsp)}.",
+              "", "Cumulative pruning, accuracy after k heads removed:", "",
+              "| k | ascending | descending | random mean ± sd |", "|---|---|---|---|"]
+    r = cum["random"]
+    for k, (a, d) in enumerate(zip(cum["ascending"]["accuracy"], cum["descending"]["accuracy"])):
+        lines.append(f"| {k} | {a:.3f} | {d:.3f} | {r['accuracy_mean'][k]:.3f} ± {r['accuracy_std'][k]:.3f} |")
+    lines += ["", "## Wall time", "", *[f"- {k}: {v:.0f} s" for k, v in seconds.items()], "",
+              "## Figures", "", *[f"- `{f}`: {d}" for f, d in FIGURES.items()], ""]
+    return "\n".join(lines)

@@ -1,0 +1,258 @@
+"""Theory scan and sampling on the frozen attention of the one-shot model (THEORY.md §4, §5, §6).
+
+:func:`temperature_scan` solves the theory at every width × temperature and
+evaluates the GP limit per temperature; the temperature of each width (and,
+separately, of the GP limit) is the grid value of best accuracy on
+*validation* episodes, and the test accuracy is reported at that choice.
+:func:`sample_widths` samples the posterior at the chosen temperatures.
+
+Predictions use :func:`predictor_mean`, the theory's predictor mean of §4
+written through the path inputs ``xi`` ``[P, D, N0]`` (computed once per
+episode set): ``mean(x*) = k*ᵀ G⁻¹ Y = Σ_π xi_π(x*) · v_π`` with
+``v = s0² / (N0 D) · Σ_ν α_ν U xi(x_ν)``, ``α = G⁻¹ Y``, ``G = K(U) + T I``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+import xarray as xr
+
+from . import _checks
+from .network import Network, kernel_from_xi
+from .oneshot_spec import OneShotSpec
+from .posterior import Posterior, sample_posterior
+from .precision import float64
+from .theory import Theory, solve_theory
+
+__all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "sign_accuracy", "temperature_scan"]
+
+
+def path_inputs(net: Network, x) -> np.ndarray:
+    """``xi_pi(x)`` of every path (THEORY.md §2), float64 NumPy ``[P, D, N0]``."""
+    with float64():
+        return np.asarray(net.xi(net.check_inputs(x)))
+
+
+def predictor_mean(U, temperature: float, xi_train, y_train, xi, *, s0sq: float = 1.0) -> np.ndarray:
+    """Predictor mean ``k*ᵀ G⁻¹ Y`` (THEORY.md §4) at path inputs ``xi`` ``[P*, D, N0]``: ``[P*]``.
+
+    ``U`` ``[D, D]``; ``xi_train`` ``[P, D, N0]``, ``y_train`` ``[P]``;
+    ``G = K(U) + temperature·I``; ``s0sq``: the prior variance of ``V0``.
+    Equals ``Theory.predict(x*)[0]`` for the theory's ``U``.
+    """
+    xi_train = _checks.array("xi_train", xi_train, ndim=3)
+    P, D, N0 = xi_train.shape
+    xi = _checks.array("xi", xi, shape=(None, D, N0))
+    U = _checks.array("U", U, shape=(D, D))
+    y = _checks.labels("y_train", y_train, P)
+    temperature = _checks.positive("temperature", temperature)
+    with float64():
+        K = np.asarray(kernel_from_xi(U, xi_train, xi_train, s0sq))
+    alpha = scipy.linalg.cho_solve(scipy.linalg.cho_factor(K + temperature * np.eye(P), lower=True), y)
+    v = (s0sq / (N0 * D)) * np.einsum("b,bei,de->di", alpha, xi_train, U)
+    return np.einsum("pdi,di->p", xi, v)
+
+
+def sign_accuracy(f, y) -> tuple[float, float]:
+    """``(accuracy, se)`` of ``sign(f)`` (``f >= 0`` predicts +1) against ``y`` ±1."""
+    y = _checks.signs("y", y)
+    f = _checks.array("f", f, shape=y.shape)
+    acc = float(np.mean(np.where(f >= 0, 1.0, -1.0) == y))
+    return acc, float(np.sqrt(acc * (1 - acc) / y.size))
+
+
+class Scan(NamedTuple):
+    """Result of :func:`temperature_scan`.
+
+    dataset: ``accuracy_validation`` / ``accuracy_test`` ``[width, temperature]``,
+    ``gp_accuracy_validation`` / ``gp_accuracy_test`` ``[temperature]``,
+    ``U_scan`` ``[width, temperature, path, path_]``, ``converged``,
+    ``iterations``, ``solve_seconds``; at the chosen temperatures
+    ``best_temperature`` ``[width]``, ``accuracy_theory`` (± ``accuracy_theory_se``)
+    ``[width]``, ``gp_best_temperature``, ``accuracy_gp`` (± ``accuracy_gp_se``).
+    theories: the solved :class:`Theory` per ``(width, temperature)``.
+    """
+
+    dataset: xr.Dataset
+    theories: dict[tuple[int, float], Theory]
+
+    def best_temperature(self, width: int) -> float:
+        """The validation-chosen temperature of ``width``."""
+        return float(self.dataset["best_temperature"].sel(width=width))
+
+    def theory(self, width: int, temperature: float | None = None) -> Theory:
+        """The theory at ``width`` and ``temperature`` (default: the chosen one)."""
+        T = self.best_temperature(width) if temperature is None else float(temperature)
+        return self.theories[(int(width), T)]
+
+
+def choose(accuracy, eligible=None) -> int:
+    """Index of the best ``accuracy`` ``[n_T]`` (ties: the first, i.e. the lowest temperature of an ascending grid).
+
+    ``eligible`` (bool ``[n_T]``): only these count, unless none is.
+    """
+    acc = np.asarray(accuracy, dtype=np.float64)
+    if eligible is not None and np.any(eligible):
+        acc = np.where(eligible, acc, -np.inf)
+    return int(np.argmax(acc))
+
+
+def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test, y_test, *,
+                     progress_bar: bool = True) -> Scan:
+    """Theory at every ``spec.theory.widths`` × ``temperatures`` and the GP limit per temperature.
+
+    Args:
+        net: the frozen network (any width; ``with_width`` gives each ``N``).
+        x, y: the ``P`` training episodes ``[P, T, N0]``, ``[P]`` ±1.
+        x_val, y_val: validation episodes (choose the temperature).
+        x_test, y_test: test episodes (reported at the chosen temperature only;
+            never used for a choice).
+
+    For each width the temperatures are solved from the highest down, each
+    warm-started from the previous solution when that converged. The chosen
+    temperature maximises validation accuracy among converged solutions
+    (ties: the lowest temperature); the GP limit chooses its own.
+    """
+    if not isinstance(spec, OneShotSpec):
+        raise ValueError(f"spec must be a OneShotSpec, got {type(spec).__name__}")
+    if not isinstance(net, Network):
+        raise ValueError(f"net must be a Network, got {type(net).__name__}")
+    x = net.check_inputs(x, "x")
+    y = _checks.signs("y", y, x.shape[0])
+    x_val, x_test = net.check_inputs(x_val, "x_val"), net.check_inputs(x_test, "x_test")
+    y_val = _checks.signs("y_val", y_val, x_val.shape[0])
+    y_test = _checks.signs("y_test", y_test, x_test.shape[0])
+    th = spec.theory
+    widths, temps = list(th.widths), sorted(th.temperatures)
+    xi, xi_val, xi_test = path_inputs(net, x), path_inputs(net, x_val), path_inputs(net, x_test)
+    s0 = net.variances[0]
+    nW, nT, D = len(widths), len(temps), net.D
+    acc_val, acc_test = np.zeros((nW, nT)), np.zeros((nW, nT))
+    converged, iterations, seconds = np.zeros((nW, nT), bool), np.zeros((nW, nT), int), np.zeros((nW, nT))
+    U_scan = np.zeros((nW, nT, D, D))
+    theories: dict[tuple[int, float], Theory] = {}
+    for i, N in enumerate(widths):
+        net_N, init = net.with_width(N), "gp"
+        for j in reversed(range(nT)):
+            T = temps[j]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                t = solve_theory(net_N, x, y, temperature=T, init=init)
+            ok = bool(t.converged and t.is_minimum)
+            init = list(t.order_parameters) if ok else init
+            theories[(N, T)] = t
+            converged[i, j], iterations[i, j], seconds[i, j], U_scan[i, j] = ok, t.iterations, t.solve_seconds, t.U
+            acc_val[i, j] = sign_accuracy(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
+            acc_test[i, j] = sign_accuracy(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+            if progress_bar:
+                print(f"theory N={N} T={T:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
+                      f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}", file=sys.stderr, flush=True)
+    gp_val, gp_test = np.zeros(nT), np.zeros(nT)
+    for j, T in enumerate(temps):
+        gp_val[j] = sign_accuracy(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
+        gp_test[j] = sign_accuracy(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+    best = np.array([choose(acc_val[i], converged[i]) for i in range(nW)])
+    gp_best = choose(gp_val)
+    n = y_test.size
+    at_best = acc_test[np.arange(nW), best]
+    ds = xr.Dataset(
+        {
+            "accuracy_validation": (("width", "temperature"), acc_val),
+            "accuracy_test": (("width", "temperature"), acc_test),
+            "converged": (("width", "temperature"), converged),
+            "iterations": (("width", "temperature"), iterations),
+            "solve_seconds": (("width", "temperature"), seconds),
+            "U_scan": (("width", "temperature", "path", "path_"), U_scan),
+            "gp_accuracy_validation": (("temperature",), gp_val),
+            "gp_accuracy_test": (("temperature",), gp_test),
+            "best_temperature": (("width",), np.asarray(temps)[best]),
+            "accuracy_theory": (("width",), at_best),
+            "accuracy_theory_se": (("width",), np.sqrt(at_best * (1 - at_best) / n)),
+            "accuracy_theory_validation": (("width",), acc_val[np.arange(nW), best]),
+            "gp_best_temperature": ((), temps[gp_best]),
+            "accuracy_gp": ((), gp_test[gp_best]),
+            "accuracy_gp_se": ((), np.sqrt(gp_test[gp_best] * (1 - gp_test[gp_best]) / n)),
+            "accuracy_gp_validation": ((), gp_val[gp_best]),
+        },
+        coords={"width": widths, "temperature": temps, "path": net.path_labels, "path_": net.path_labels},
+        attrs={"n_train": int(x.shape[0]), "n_validation": int(x_val.shape[0]), "n_test": int(n),
+               "temperature_choice": "argmax of validation accuracy over converged solutions (ties: lowest T)"},
+    )
+    return Scan(ds, theories)
+
+
+def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: Scan, *,
+                  progress_bar: bool = True) -> tuple[xr.Dataset, dict[int, Posterior]]:
+    """Sample the posterior (``spec.sampler``) at each ``spec.theory.sample_widths`` and its chosen temperature.
+
+    Returns a dataset over ``sample_width``: ``accuracy_sampled`` (± se) of the
+    sign of the posterior mean of ``f_test``, ``agreement`` (fraction of test
+    signs equal to the theory's at the same width and temperature),
+    ``U_sampled`` (posterior mean) and ``U_theory`` ``[sample_width, path, path_]``,
+    ``rhat_U`` (largest R-hat over the entries of ``U``), ``divergences``,
+    ``mean_steps``, ``sampling_seconds``; and the posteriors by width.
+    """
+    x = net.check_inputs(x, "x")
+    x_test = net.check_inputs(x_test, "x_test")
+    y_test = _checks.signs("y_test", y_test, x_test.shape[0])
+    xi, xi_test = path_inputs(net, x), path_inputs(net, x_test)
+    rows, posteriors = [], {}
+    for N in spec.theory.sample_widths:
+        T = scan.best_temperature(N)
+        t0 = time.perf_counter()
+        post = sample_posterior(net.with_width(N), x, y, temperature=T, x_test=x_test, sampler=spec.sampler,
+                                progress_bar=progress_bar)
+        seconds = time.perf_counter() - t0
+        posteriors[N] = post
+        f = np.asarray(post.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
+        theory_mean = predictor_mean(scan.theory(N).U, T, xi, y, xi_test, s0sq=net.variances[0])
+        stats = post.tree["posterior"]
+        rows.append({
+            "temperature_sampled": T,
+            "accuracy_sampled": sign_accuracy(f, y_test),
+            "agreement": float(np.mean((f >= 0) == (theory_mean >= 0))),
+            "U_sampled": post.order_parameter(1),
+            "U_theory": scan.theory(N).U,
+            "rhat_U": _max_rhat(stats["U"]),
+            "divergences": int(post.tree["sample_stats"]["diverging"].sum()),
+            "mean_steps": float(post.tree["sample_stats"]["n_steps"].mean()),
+            "sampling_seconds": seconds,
+        })
+        if progress_bar:
+            print(f"sampled N={N} T={T:g}: accuracy {rows[-1]['accuracy_sampled'][0]:.3f}, "
+                  f"agreement with theory {rows[-1]['agreement']:.3f}, {seconds:.0f} s", file=sys.stderr, flush=True)
+    sw = list(spec.theory.sample_widths)
+    D, labels = net.D, net.path_labels
+    ds = xr.Dataset(
+        {
+            "temperature_sampled": (("sample_width",), np.array([r["temperature_sampled"] for r in rows], float)),
+            "accuracy_sampled": (("sample_width",), np.array([r["accuracy_sampled"][0] for r in rows], float)),
+            "accuracy_sampled_se": (("sample_width",), np.array([r["accuracy_sampled"][1] for r in rows], float)),
+            "agreement": (("sample_width",), np.array([r["agreement"] for r in rows], float)),
+            "U_sampled": (("sample_width", "path", "path_"), np.array([r["U_sampled"] for r in rows]).reshape(-1, D, D)),
+            "U_theory": (("sample_width", "path", "path_"), np.array([r["U_theory"] for r in rows]).reshape(-1, D, D)),
+            "rhat_U": (("sample_width",), np.array([r["rhat_U"] for r in rows], float)),
+            "divergences": (("sample_width",), np.array([r["divergences"] for r in rows], int)),
+            "mean_steps": (("sample_width",), np.array([r["mean_steps"] for r in rows], float)),
+            "sampling_seconds": (("sample_width",), np.array([r["sampling_seconds"] for r in rows], float)),
+        },
+        coords={"sample_width": sw, "path": labels, "path_": labels},
+        attrs={"sampler": spec.sampler.name, "num_chains": spec.sampler.num_chains,
+               "num_samples": spec.sampler.num_samples, "num_warmup": spec.sampler.num_warmup},
+    )
+    return ds, posteriors
+
+
+def _max_rhat(U: xr.DataArray) -> float:
+    """Largest split R-hat over the entries of ``U`` ``[chain, draw, path, path_]`` (NaN with one chain)."""
+    if U.sizes["chain"] < 2:
+        return float("nan")
+    import arviz_stats as azs
+
+    return float(np.nanmax(np.asarray(azs.rhat(U).values)))

@@ -1,0 +1,411 @@
+"""Run specification of the one-shot image task (THEORY.md §6, paper Fig. 3).
+
+A TOML file in ``models/`` names the data, the gradient-descent model and its
+training, the theory scan (widths × temperatures), the sampling and the
+pruning. Every section is a frozen dataclass that checks itself in
+``__post_init__``, so library users get the same errors as spec files;
+:meth:`OneShotSpec.from_dict` adds a type check of every field that names it.
+
+Example (every key has a default; see ``models/omniglot_oneshot.toml``)::
+
+    name = "omniglot_oneshot"
+
+    [task]                  # TaskSpec: data, split, episodes
+    kind = "omniglot"
+    channels = 1
+    rotations = true
+    shift = 2
+
+    [model]                 # ModelConfig fields but N0 (= channels·patch²)
+    width = 128
+    heads = [4, 4]
+
+    [training]              # TrainConfig fields
+    epochs = 8
+
+    [theory]                # TheorySpec: scan, head scores, sampling widths
+    widths = [10, 100, 1000]
+
+    [sampler]               # SamplerSettings fields
+    name = "wishart"
+
+    [pruning]               # PruningSpec
+    n_random = 10
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _checks
+from .samplers import SamplerSettings
+from .samplers.settings import check_keys
+from .tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
+from .training import ModelConfig, TrainConfig
+
+KINDS = ("omniglot", "digits")
+OOD_SETS = ("all_runs", "digits")
+PARTS = ("gd_train", "theory_train", "validation", "test")
+"""The four disjoint class sets: gradient-descent training, theory/sampling
+training (the ``P`` episodes), validation (chooses the temperature) and test."""
+
+ONESHOT_SPLIT: dict[str, tuple[str, ...]] = {
+    "gd_train": tuple(a for a in DEFAULT_SPLIT["gd_train"] if a != "Tagalog"),
+    "theory_train": DEFAULT_SPLIT["theory_train"],
+    "validation": ("Tagalog",),
+    "test": DEFAULT_SPLIT["test"],
+}
+""":data:`~bayes_attn.tasks.DEFAULT_SPLIT` with a fourth, validation alphabet:
+Tagalog (17 characters) moves out of ``gd_train`` (179 characters left)."""
+
+DIGITS_SPLIT: dict[str, tuple[str, ...]] = {
+    "gd_train": ("digit0", "digit1", "digit2", "digit3"),
+    "theory_train": ("digit4", "digit5"),
+    "validation": ("digit6", "digit7"),
+    "test": ("digit8", "digit9"),
+}
+"""Class split of scikit-learn's digits (one group: split by class name)."""
+
+DEFAULT_DATA_DIR = "../shared/data/omniglot"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def check_name(name) -> str:
+    """A run name names files and folders: 1-100 letters, digits or ``_.+-``, not starting with ``.`` or ``-``."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
+        raise ValueError(f"name must be 1-100 letters, digits or '_.+-' not starting with '.' or '-', got {name!r}")
+    return name
+
+
+def _positive_ints(name: str, values, minimum: int = 1) -> tuple[int, ...]:
+    if isinstance(values, (str, int)) or not isinstance(values, (tuple, list)) or not values:
+        raise ValueError(f"{name} must be a non-empty list of integers, got {values!r}")
+    out = tuple(_checks.positive_int(f"{name}[{i}]", v, minimum=minimum) for i, v in enumerate(values))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} repeats a value: {list(out)}")
+    return out
+
+
+# ----- sections ----------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskSpec:
+    """Data, class split and episodes (THEORY.md §6).
+
+    Args:
+        kind: ``"omniglot"`` (zip files in ``data_dir``) or ``"digits"`` (scikit-learn's, no files).
+        data_dir: folder of the zip files, relative to the current directory
+            (a caller's ``data_dir`` argument overrides it).
+        files: the Omniglot zips read (default the two "small" background sets).
+        runs_file: the one-shot runs zip (``all_runs``, an OOD set).
+        size, patch, channels, label_scale: images ``size×size``, cut into
+            ``patch×patch`` tokens of ``N0 = channels·patch²`` features (paper 32, 8, 3).
+        split: part → alphabets (omniglot) or class names (digits), for the
+            parts of :data:`PARTS`; default :data:`ONESHOT_SPLIT` / :data:`DIGITS_SPLIT`.
+        rotations: add 90°/180°/270° rotations as new classes to ``gd_train`` only.
+        shift: random translation (pixels) of gradient-descent training images.
+        n_gd_train: fresh gradient-descent episodes per epoch.
+        n_theory_train: ``P``, the theory/sampling training episodes.
+        n_validation, n_test, n_ood: validation, test and per-OOD-set episodes.
+        ood: out-of-distribution sets, among :data:`OOD_SETS` (``all_runs``:
+            the 20 one-shot runs, both classes of an episode from one run).
+        seed: seed of every episode draw.
+    """
+
+    kind: str = "omniglot"
+    data_dir: str = DEFAULT_DATA_DIR
+    files: tuple[str, ...] = OMNIGLOT_SMALL_FILES
+    runs_file: str = OMNIGLOT_RUNS_FILE
+    size: int = 32
+    patch: int = 8
+    channels: int = 1
+    label_scale: float = 1.0
+    split: dict[str, tuple[str, ...]] | None = None
+    rotations: bool = True
+    shift: int = 2
+    n_gd_train: int = 20000
+    n_theory_train: int = 600
+    n_validation: int = 1000
+    n_test: int = 1000
+    n_ood: int = 1000
+    ood: tuple[str, ...] = ("all_runs", "digits")
+    seed: int = 0
+
+    def __post_init__(self):
+        _checks.choice("task.kind", self.kind, KINDS)
+        for name in ("data_dir", "runs_file"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"task.{name} must be a non-empty string, got {getattr(self, name)!r}")
+        if isinstance(self.files, str) or not self.files or not all(isinstance(f, str) and f for f in self.files):
+            raise ValueError(f"task.files must be a non-empty list of zip file names, got {self.files!r}")
+        object.__setattr__(self, "files", tuple(self.files))
+        for name in ("size", "patch", "channels", "n_gd_train", "n_theory_train", "n_validation", "n_test", "n_ood"):
+            _checks.positive_int(f"task.{name}", getattr(self, name), minimum=2 if name.startswith("n_") else 1)
+            if name.startswith("n_") and getattr(self, name) % 2:
+                raise ValueError(f"task.{name} must be even (balanced episodes), got {getattr(self, name)}")
+        if self.size % self.patch:
+            raise ValueError(f"task.size ({self.size}) must be a multiple of task.patch ({self.patch})")
+        _checks.positive_int("task.shift", self.shift, minimum=0)
+        if self.shift >= self.size:
+            raise ValueError(f"task.shift must be smaller than task.size={self.size}, got {self.shift}")
+        _checks.positive_int("task.seed", self.seed, minimum=0)
+        if isinstance(self.label_scale, bool) or not isinstance(self.label_scale, (int, float)) or self.label_scale < 0:
+            raise ValueError(f"task.label_scale must be a number >= 0, got {self.label_scale!r}")
+        if not isinstance(self.rotations, bool):
+            raise ValueError(f"task.rotations must be true or false, got {self.rotations!r}")
+        if isinstance(self.ood, str) or not all(o in OOD_SETS for o in self.ood) or len(set(self.ood)) != len(self.ood):
+            raise ValueError(f"task.ood must list distinct sets among {list(OOD_SETS)}, got {self.ood!r}")
+        object.__setattr__(self, "ood", tuple(self.ood))
+        if self.kind == "digits" and "digits" in self.ood:
+            raise ValueError("task.ood cannot hold 'digits' when task.kind is 'digits' (it is not out of distribution)")
+        split = (ONESHOT_SPLIT if self.kind == "omniglot" else DIGITS_SPLIT) if self.split is None else self.split
+        if not isinstance(split, dict) or set(split) != set(PARTS):
+            raise ValueError(f"task.split must be a table with exactly the parts {list(PARTS)}, got {split!r}")
+        seen: dict[str, str] = {}
+        for part in PARTS:
+            names = split[part]
+            if isinstance(names, str) or not names or not all(isinstance(n, str) for n in names):
+                raise ValueError(f"task.split.{part} must be a non-empty list of names, got {names!r}")
+            for n in names:
+                if n in seen:
+                    raise ValueError(f"task.split: {n!r} is in both {seen[n]!r} and {part!r}; the parts must be disjoint")
+                seen[n] = part
+        object.__setattr__(self, "split", {p: tuple(split[p]) for p in PARTS})
+
+    @property
+    def N0(self) -> int:
+        """Features per token, ``channels·patch²``."""
+        return self.channels * self.patch**2
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The gradient-descent model: :class:`~bayes_attn.training.ModelConfig` without ``N0``."""
+
+    width: int = 128
+    d_qk: int = 32
+    heads: tuple[int, ...] = (4, 4)
+    qk_scale: float = 0.1
+
+    def __post_init__(self):
+        heads = self.heads
+        if isinstance(heads, (str, int)) or not isinstance(heads, (tuple, list)):
+            raise ValueError(f"heads must be a non-empty list of heads per layer, got {heads!r}")
+        object.__setattr__(self, "heads", tuple(heads))
+        self.config(1)  # ModelConfig's checks
+
+    def config(self, N0: int) -> ModelConfig:
+        """The :class:`ModelConfig` for tokens of ``N0`` features."""
+        return ModelConfig(N0=N0, width=self.width, d_qk=self.d_qk, heads=tuple(self.heads), qk_scale=self.qk_scale)
+
+
+@dataclass(frozen=True)
+class TheorySpec:
+    """Theory scan, head scores and sampling widths (THEORY.md §4, §6).
+
+    Args:
+        widths: ``N`` of the scan (all widths equal ``N``).
+        temperatures: the temperature grid; each width (and the GP limit)
+            gets the grid value of best *validation* accuracy.
+        score_width, score_temperature: where the head scores are read off
+            the theory's ``U`` (paper: 10 and 0.5).
+        sample_widths: widths sampled with ``[sampler]`` at their chosen
+            temperature; each must be in ``widths``.
+        variances: prior variances of the theory network (one for all).
+    """
+
+    widths: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
+    temperatures: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 0.5, 1.0, 1.5)
+    score_width: int = 10
+    score_temperature: float = 0.5
+    sample_widths: tuple[int, ...] = (10, 100)
+    variances: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "widths", _positive_ints("theory.widths", self.widths))
+        object.__setattr__(self, "sample_widths", tuple(self.sample_widths) and _positive_ints("theory.sample_widths", self.sample_widths))
+        if isinstance(self.temperatures, (str, int, float)) or not self.temperatures:
+            raise ValueError(f"theory.temperatures must be a non-empty list of positive numbers, got {self.temperatures!r}")
+        temps = tuple(_checks.positive(f"theory.temperatures[{i}]", t) for i, t in enumerate(self.temperatures))
+        if len(set(temps)) != len(temps):
+            raise ValueError(f"theory.temperatures repeats a value: {list(temps)}")
+        object.__setattr__(self, "temperatures", temps)
+        _checks.positive_int("theory.score_width", self.score_width)
+        object.__setattr__(self, "score_temperature", _checks.positive("theory.score_temperature", self.score_temperature))
+        object.__setattr__(self, "variances", _checks.positive("theory.variances", self.variances))
+        missing = [w for w in self.sample_widths if w not in self.widths]
+        if missing:
+            raise ValueError(f"theory.sample_widths must be among theory.widths {list(self.widths)}, got {missing}")
+
+
+@dataclass(frozen=True)
+class PruningSpec:
+    """Random pruning orders (the reference curve) and their seed."""
+
+    n_random: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        _checks.positive_int("pruning.n_random", self.n_random, minimum=2)
+        _checks.positive_int("pruning.seed", self.seed, minimum=0)
+
+
+SECTIONS = {"task": TaskSpec, "model": ModelSpec, "training": TrainConfig, "theory": TheorySpec,
+            "sampler": SamplerSettings, "pruning": PruningSpec}
+
+
+@dataclass(frozen=True)
+class OneShotSpec:
+    """A whole Fig. 3 run: data, model, training, theory scan, sampling, pruning."""
+
+    name: str = "omniglot_oneshot"
+    task: TaskSpec = field(default_factory=TaskSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    training: TrainConfig = field(default_factory=TrainConfig)
+    theory: TheorySpec = field(default_factory=TheorySpec)
+    sampler: SamplerSettings = field(default_factory=lambda: SamplerSettings(num_chains=2, num_warmup=200, num_samples=200))
+    pruning: PruningSpec = field(default_factory=PruningSpec)
+
+    def __post_init__(self):
+        check_name(self.name)
+        for key, cls in SECTIONS.items():
+            if not isinstance(getattr(self, key), cls):
+                raise ValueError(f"{key} must be a {cls.__name__}, got {type(getattr(self, key)).__name__}")
+
+    @property
+    def model_config(self) -> ModelConfig:
+        """The gradient-descent :class:`ModelConfig` (``N0`` from the task's tokens)."""
+        return self.model.config(self.task.N0)
+
+    def training_settings(self) -> dict:
+        """Everything the trained model depends on (a JSON-ready dict; ``data_dir`` and evaluation sets excluded)."""
+        t = dataclasses.asdict(self.task)
+        for k in ("data_dir", "n_theory_train", "n_validation", "n_test", "n_ood", "ood"):
+            t.pop(k)
+        t["split"] = {"gd_train": list(t["split"]["gd_train"])}
+        return {"task": t, "model": dataclasses.asdict(self.model), "training": self.training.to_dict()}
+
+    def training_hash(self) -> str:
+        """Short hash of :meth:`training_settings`, stored with the model to reuse it only when they match."""
+        text = json.dumps(self.training_settings(), sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, table: dict) -> OneShotSpec:
+        """Build from a parsed TOML table, checking every field's type (errors name the field)."""
+        if not isinstance(table, dict):
+            raise ValueError(f"spec must be a table, got {table!r}")
+        unknown = set(table) - {"name", *SECTIONS}
+        if unknown:
+            raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted({'name', *SECTIONS})}")
+        kwargs = {"name": check_name(_check_type("name", table.get("name", cls.name), str))}
+        for key, section in SECTIONS.items():
+            sub = table.get(key, {})
+            if key == "sampler" and isinstance(sub, dict):
+                check_keys(sub, "[sampler]")
+                sub = {**dataclasses.asdict(cls().sampler), **sub}
+            kwargs[key] = _section(section, key, sub)
+        return cls(**kwargs)
+
+    def to_toml(self) -> str:
+        """The spec as TOML text; ``OneShotSpec.from_dict(tomllib.loads(text)) == self``."""
+        lines = [f"name = {_toml_value(self.name)}", ""]
+        for key in SECTIONS:
+            values = dataclasses.asdict(getattr(self, key))
+            lines.append(f"[{key}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)]
+            for k, v in values.items():
+                if isinstance(v, dict):
+                    lines += ["", f"[{key}.{k}]"] + [f"{p} = {_toml_value(n)}" for p, n in v.items()]
+            lines.append("")
+        return "\n".join(lines)
+
+
+def load_oneshot_spec(path: str | Path) -> OneShotSpec:
+    """Read a one-shot TOML spec (``ValueError`` for a missing file, bad TOML or a bad field)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"spec must be an existing TOML file, got {str(path)!r}")
+    try:
+        table = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from err
+    return OneShotSpec.from_dict(table)
+
+
+# ----- TOML values and field types ----------------------------------------------
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_toml_value(e) for e in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(e)}" for k, e in v.items()) + "}"
+    return repr(v)
+
+
+def _check_type(where: str, value, hint):
+    """``value`` as the annotated type ``hint`` (lists become tuples), or a ``ValueError`` naming ``where``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            if option is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _check_type(where, value, option)
+            except ValueError:
+                pass
+        raise ValueError(f"{where} has the wrong type: got {value!r}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where} must be a list, got {value!r}")
+        return tuple(_check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} must be a table, got {value!r}")
+        return {k: _check_type(f"{where}.{k}", v, args[1]) for k, v in value.items()}
+    raise TypeError(f"no check for the annotation {hint!r} of {where}")
+
+
+def _section(cls, name: str, table):
+    """``cls(**table)`` with every field's type checked; errors name ``[name].field``."""
+    if not isinstance(table, dict):
+        raise ValueError(f"[{name}] must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls) if f.init]
+    unknown = set(table) - set(known)
+    if unknown:
+        raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+    values = {k: _check_type(f"{name}.{k}", v, hints[k]) for k, v in table.items()}
+    try:
+        return cls(**values)
+    except ValueError as err:
+        msg = str(err)
+        raise ValueError(msg if msg.startswith(f"{name}.") or msg.startswith(f"[{name}]") else f"[{name}] {msg}") from err

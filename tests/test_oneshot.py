@@ -1,0 +1,202 @@
+"""The one-shot image pipeline of paper Fig. 3 (oneshot*.py, figures_oneshot.py; THEORY.md §6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayes_attn import oneshot, pruning, training
+from bayes_attn.oneshot_scan import path_inputs, predictor_mean, temperature_scan
+from bayes_attn.oneshot_spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
+from bayes_attn.samplers import SamplerSettings
+from bayes_attn.theory import Theory, head_scores, solve_theory
+from bayes_attn.training import TrainConfig
+
+from conftest import random_data, random_network
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared/data/omniglot"
+SPECS = sorted((ROOT / "models").glob("*oneshot*.toml")) + sorted((ROOT / "models").glob("omniglot_*.toml"))
+
+
+# ----- the spec ---------------------------------------------------------------------
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.stem)
+def test_spec_files_load_and_round_trip(path):
+    spec = load_oneshot_spec(path)
+    assert OneShotSpec.from_dict(tomllib.loads(spec.to_toml())) == spec
+
+
+def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
+    spec = OneShotSpec()
+    assert OneShotSpec.from_dict(tomllib.loads(spec.to_toml())) == spec
+    assert set(spec.task.split) == {"gd_train", "theory_train", "validation", "test"}
+    other = OneShotSpec(task=TaskSpec(n_test=2000, data_dir="elsewhere"))
+    assert other.training_hash() == spec.training_hash()
+    assert OneShotSpec(training=TrainConfig(epochs=3)).training_hash() != spec.training_hash()
+
+
+@pytest.mark.parametrize("table, match", [
+    ({"model": {"width": "big"}}, "model.width must be an integer"),
+    ({"task": {"rotations": 1}}, "task.rotations must be true or false"),
+    ({"task": {"channels": 1.5}}, "task.channels must be an integer"),
+    ({"theory": {"temperatures": [0.1, "hot"]}}, r"theory.temperatures\[1\] must be a number"),
+    ({"training": {"lr": "fast"}}, "training.lr must be a number"),
+    ({"sampler": {"num_chains": 0}}, "num_chains"),
+    ({"task": {"split": {"gd_train": ["Greek"]}}}, "task.split must be a table with exactly the parts"),
+    ({"task": {"kind": "cifar"}}, "task.kind"),
+    ({"theory": {"sample_widths": [5]}}, "theory.sample_widths must be among"),
+    ({"model": {"depth": 2}}, r"\[model\] has unknown keys"),
+    ({"name": "../x"}, "name must be"),
+    ({"extra": {}}, "unknown keys"),
+])
+def test_spec_errors_name_the_field(table, match):
+    with pytest.raises(ValueError, match=match):
+        OneShotSpec.from_dict(table)
+
+
+def test_dataclass_checks_apply_without_toml():
+    with pytest.raises(ValueError, match="task.n_test must be even"):
+        TaskSpec(n_test=1001)
+    with pytest.raises(ValueError, match="disjoint"):
+        TaskSpec(split={"gd_train": ("Greek",), "theory_train": ("Greek",), "validation": ("Latin",), "test": ("Korean",)})
+    with pytest.raises(ValueError, match="theory.temperatures repeats"):
+        TheorySpec(temperatures=(0.1, 0.1))
+    with pytest.raises(ValueError, match="heads"):
+        ModelSpec(heads=())
+    with pytest.raises(ValueError, match="not out of distribution"):
+        TaskSpec(kind="digits", ood=("digits",))
+
+
+# ----- the theory's predictor and the temperature choice ----------------------------------
+def test_predictor_mean_equals_theory_predict():
+    net = random_network((2, 2), width=5, N0=6)
+    x, y = random_data(30)
+    xt, _ = random_data(9, seed=5)
+    t = solve_theory(net, x, y, temperature=0.3)
+    got = predictor_mean(t.U, 0.3, path_inputs(net, x), y, path_inputs(net, xt))
+    np.testing.assert_allclose(got, t.predict(xt)[0], rtol=1e-8, atol=1e-10)
+
+
+def test_temperature_is_chosen_on_validation_never_on_test():
+    net = random_network((2, 2), width=5, N0=6, scale=2.0)
+    x, y = random_data(40)
+    xv, yv = random_data(60, seed=7)
+    xt, yt = random_data(50, seed=8)
+    spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.02, 0.3, 3.0), sample_widths=()))
+    scan = temperature_scan(spec, net, x, y, xv, yv, xt, yt, progress_bar=False)
+    ds = scan.dataset
+    for i, N in enumerate(ds["width"].values):
+        acc = [np.mean(np.where(scan.theories[(int(N), float(T))].predict(xv)[0] >= 0, 1, -1) == yv)
+               for T in ds["temperature"].values]
+        ok = ds["converged"].values[i]
+        assert float(ds["best_temperature"][i]) == ds["temperature"].values[int(np.argmax(np.where(ok, acc, -1)))]
+        np.testing.assert_allclose(ds["accuracy_validation"].values[i], acc)
+    flipped = temperature_scan(spec, net, x, y, xv, yv, xt, -yt, progress_bar=False).dataset
+    np.testing.assert_array_equal(flipped["best_temperature"], ds["best_temperature"])
+    assert float(flipped["gp_best_temperature"]) == float(ds["gp_best_temperature"])
+    np.testing.assert_allclose(flipped["accuracy_theory"], 1 - ds["accuracy_theory"])
+
+
+def test_one_head_score_implementation():
+    assert pruning.head_scores is head_scores
+    net = random_network((2, 3), width=4)
+    x, y = random_data(12)
+    t = solve_theory(net, x, y, temperature=0.5)
+    for a, b in zip(Theory.head_scores(t), head_scores(t.U, net.heads)):
+        np.testing.assert_array_equal(a, b)
+
+
+# ----- end to end on the real Omniglot files ------------------------------------------------
+TINY = OneShotSpec(
+    name="tiny",
+    task=TaskSpec(data_dir=str(DATA), n_gd_train=200, n_theory_train=40, n_validation=40, n_test=60, n_ood=20),
+    model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
+    training=TrainConfig(lr=1e-3, batch=50, epochs=1),
+    theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10, score_temperature=1.0),
+    sampler=SamplerSettings(num_chains=1, num_warmup=10, num_samples=10, max_tree_depth=4),
+    pruning=PruningSpec(n_random=2),
+)
+
+
+def needs_omniglot():
+    if not (DATA / "images_background_small1.zip").is_file():
+        pytest.skip("the Omniglot files are not in ../shared/data/omniglot")
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    needs_omniglot()
+    out = tmp_path_factory.mktemp("fig3")
+    return out, oneshot.prune(TINY, out, progress_bar=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_sets():
+    needs_omniglot()
+    sets = oneshot.datasets(TINY)
+    return sets, oneshot.evaluation_episodes(TINY, sets)
+
+
+def test_the_four_class_sets_are_disjoint(tiny_sets):
+    sets, ev = tiny_sets
+    parts = (sets.gd_train, sets.theory_train, sets.validation, sets.test)
+    names = [{n.split("@")[0] for n in s.class_names} for s in parts]
+    assert all(not (a & b) for i, a in enumerate(names) for b in names[i + 1:])
+    assert set(sets.validation.groups) == {"Tagalog"} and "Tagalog" not in set(sets.gd_train.groups)
+    assert any("@" in n for n in sets.gd_train.class_names) and not any("@" in n for n in sets.test.class_names)
+    assert ev["theory_train"].x.shape == (40, 48, 64) and set(ev) >= {"validation", "test", "ood/all_runs", "ood/digits"}
+
+
+def test_prune_writes_every_file_with_the_right_keys(tiny_run):
+    out, report = tiny_run
+    for f in ("model.npz", "model.json", "spec.toml", "pruning.json", "oneshot.nc", "report.md",
+              "accuracy_vs_width.png", "score_vs_drop.png", "cumulative_pruning.png", "order_parameters.png",
+              "path_kernels.png"):
+        assert (out / f).is_file(), f
+    saved = json.loads((out / "pruning.json").read_text())
+    assert {"base_accuracy", "head_scores", "accuracy_drops", "spearman", "base_se", "drop_se", "cumulative",
+            "nn_baseline", "ood"} <= set(saved)
+    assert set(saved["ood"]) == {"all_runs", "digits"}
+    assert [len(s) for s in saved["head_scores"]] == [2, 2]
+    assert set(saved["cumulative"]) == {"ascending", "descending", "random"}
+    assert load_oneshot_spec(out / "spec.toml") == TINY
+    import xarray as xr
+
+    with xr.open_dataset(out / "oneshot.nc") as ds:
+        for v in ("accuracy_theory", "accuracy_gp", "accuracy_sampled", "accuracy_validation", "best_temperature",
+                  "U_trained", "U_score", "U_sampled", "head_score", "accuracy_drop", "pruned_ascending"):
+            assert v in ds, v
+        assert ds["accuracy_validation"].shape == (1, 2)
+        assert float(ds.attrs["gd_accuracy"]) == pytest.approx(saved["base_accuracy"])
+
+
+def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
+    out, _ = tiny_run
+    sets, ev = tiny_sets
+    again = oneshot.train_model(TINY, out, sets=sets, evaluation=ev, progress_bar=False)
+    assert again.metrics["reused"]
+    other = dataclasses.replace(TINY, training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=1))
+    assert oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False).metrics["reused"] is False
+
+
+def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_run, tiny_sets):
+    out, _ = tiny_run
+    saved = training.load_model(out / "model.npz")
+    import xarray as xr
+
+    with xr.open_dataset(out / "oneshot.nc") as ds:
+        U = ds["U_trained"].values
+    np.testing.assert_allclose(U, training.trained_order_parameters(saved.params, saved.config).U, rtol=1e-6)
+    np.testing.assert_allclose(head_scores(U, saved.config.heads)[0], json.loads((out / "pruning.json").read_text())
+                               ["trained_head_scores"][0], rtol=1e-6)
+    # the frozen model as a Network (readout "mean", W = K^T Q / sqrt(d_qk)) on real tokens
+    x = tiny_sets[1]["test"].x[:12]
+    net, weights = training.to_network(saved.params, saved.config)
+    f_gd = training.predict(saved.params, x)
+    for form in ("token", "path"):
+        np.testing.assert_allclose(np.asarray(net.forward(weights, x, form=form)), f_gd, rtol=1e-4, atol=1e-5)
