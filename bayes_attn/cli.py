@@ -100,6 +100,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="Dask worker processes (one thread each)")
     p.add_argument("--scheduler", help="address of a running Dask scheduler, e.g. tcp://host:8786")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser(
+        "prune",
+        help="paper Fig. 3: train the transformer, theory and sampling on its attention, head scores, pruning",
+        description="One-shot image task (THEORY.md §6): train the gradient-descent transformer (or reuse OUT/model.npz "
+        "made with the same settings), scan the theory over widths × temperatures (chosen on validation episodes), "
+        "sample, score the heads from the theory's U and prune the trained model; writes pruning.json, oneshot.nc, "
+        "report.md and figures.",
+    )
+    p.add_argument("spec", nargs="?", help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
+    p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
+    p.add_argument("--out", type=Path, help="output folder (default: runs/<spec name>)")
+    p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
+    p.add_argument("--no-progress", action="store_true", help="hide progress lines")
+    p.set_defaults(func=cmd_prune)
     return top
 
 
@@ -227,6 +242,20 @@ def cmd_sweep(args) -> int:
         print(f"WARNING: {len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
               "finished; run the sweep again to retry them.", file=sys.stderr)
         return EXIT_FAILED_JOBS
+    return 0
+
+
+def cmd_prune(args) -> int:
+    from .oneshot import prune
+    from .oneshot_spec import OneShotSpec, load_oneshot_spec
+
+    spec = OneShotSpec() if args.spec is None else load_oneshot_spec(args.spec)
+    out = args.out or Path("runs") / spec.name
+    report = prune(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress)
+    rho = report["spearman"]
+    print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: "
+          f"Spearman rho = {rho['rho']}, p = {rho['p_value']}")
+    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures")
     return 0
 
 

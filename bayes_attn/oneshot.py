@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _checks, figures_oneshot, oneshot_results, pruning, training
+from . import _checks, figures_oneshot, oneshot_results, outputs, pruning, training
 from .oneshot_scan import Scan, predictor_mean, sample_widths, temperature_scan
 from .oneshot_spec import OneShotSpec, load_oneshot_spec
 from .tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
@@ -317,7 +317,11 @@ def prune(
     spec, out = _check_spec(spec), Path(out)
     if not isinstance(retrain, bool):
         raise ValueError(f"retrain must be a bool, got {retrain!r}")
-    out.mkdir(parents=True, exist_ok=True)
+    with outputs.hold(out):  # writable, one writer at a time, no stale temporaries
+        return _prune(spec, out, data_dir, retrain, progress_bar)
+
+
+def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool) -> dict:
     _write_text(out / "spec.toml", spec.to_toml())
     clock, seconds = time.perf_counter(), {}
 

@@ -38,14 +38,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import re
 import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _checks
+from ._spec_types import check_name, check_type, section, toml_value
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
 from .tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
@@ -75,14 +73,6 @@ DIGITS_SPLIT: dict[str, tuple[str, ...]] = {
 """Class split of scikit-learn's digits (one group: split by class name)."""
 
 DEFAULT_DATA_DIR = "../shared/data/omniglot"
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-
-
-def check_name(name) -> str:
-    """A run name names files and folders: 1-100 letters, digits or ``_.+-``, not starting with ``.`` or ``-``."""
-    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
-        raise ValueError(f"name must be 1-100 letters, digits or '_.+-' not starting with '.' or '-', got {name!r}")
-    return name
 
 
 def _positive_ints(name: str, values, minimum: int = 1) -> tuple[int, ...]:
@@ -305,25 +295,25 @@ class OneShotSpec:
         unknown = set(table) - {"name", *SECTIONS}
         if unknown:
             raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted({'name', *SECTIONS})}")
-        kwargs = {"name": check_name(_check_type("name", table.get("name", cls.name), str))}
-        for key, section in SECTIONS.items():
+        kwargs = {"name": check_name(check_type("name", table.get("name", cls.name), str))}
+        for key, table_cls in SECTIONS.items():
             sub = table.get(key, {})
             if key == "sampler" and isinstance(sub, dict):
                 check_keys(sub, "[sampler]")
                 sub = {**dataclasses.asdict(cls().sampler), **sub}
-            kwargs[key] = _section(section, key, sub)
+            kwargs[key] = section(table_cls, key, sub)
         return cls(**kwargs)
 
     def to_toml(self) -> str:
         """The spec as TOML text; ``OneShotSpec.from_dict(tomllib.loads(text)) == self``."""
-        lines = [f"name = {_toml_value(self.name)}", ""]
+        lines = [f"name = {toml_value(self.name)}", ""]
         for key in SECTIONS:
             values = dataclasses.asdict(getattr(self, key))
             lines.append(f"[{key}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)]
+            lines += [f"{k} = {toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)]
             for k, v in values.items():
                 if isinstance(v, dict):
-                    lines += ["", f"[{key}.{k}]"] + [f"{p} = {_toml_value(n)}" for p, n in v.items()]
+                    lines += ["", f"[{key}.{k}]"] + [f"{p} = {toml_value(n)}" for p, n in v.items()]
             lines.append("")
         return "\n".join(lines)
 
@@ -338,74 +328,3 @@ def load_oneshot_spec(path: str | Path) -> OneShotSpec:
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from err
     return OneShotSpec.from_dict(table)
-
-
-# ----- TOML values and field types ----------------------------------------------
-def _toml_value(v) -> str:
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(_toml_value(e) for e in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(e)}" for k, e in v.items()) + "}"
-    return repr(v)
-
-
-def _check_type(where: str, value, hint):
-    """``value`` as the annotated type ``hint`` (lists become tuples), or a ``ValueError`` naming ``where``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        for option in args:
-            if option is type(None):
-                if value is None:
-                    return None
-                continue
-            try:
-                return _check_type(where, value, option)
-            except ValueError:
-                pass
-        raise ValueError(f"{where} has the wrong type: got {value!r}")
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{where} must be a list, got {value!r}")
-        return tuple(_check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{where} must be a table, got {value!r}")
-        return {k: _check_type(f"{where}.{k}", v, args[1]) for k, v in value.items()}
-    raise TypeError(f"no check for the annotation {hint!r} of {where}")
-
-
-def _section(cls, name: str, table):
-    """``cls(**table)`` with every field's type checked; errors name ``[name].field``."""
-    if not isinstance(table, dict):
-        raise ValueError(f"[{name}] must be a table, got {table!r}")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = set(table) - set(known)
-    if unknown:
-        raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
-    values = {k: _check_type(f"{name}.{k}", v, hints[k]) for k, v in table.items()}
-    try:
-        return cls(**values)
-    except ValueError as err:
-        msg = str(err)
-        raise ValueError(msg if msg.startswith(f"{name}.") or msg.startswith(f"[{name}]") else f"[{name}] {msg}") from err

@@ -24,10 +24,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import re
 import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +33,7 @@ import numpy as np
 from . import _checks
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
+from ._spec_types import check_name, check_type, section, toml_value
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
 
@@ -128,110 +126,18 @@ class Spec:
         """The spec as TOML text (round-trips through :func:`load_spec`)."""
         lines = [f'name = "{self.name}"', f"temperature = {self.temperature!r}", ""]
         sections = (("task", self.task), ("network", self.network), ("sampler", self.sampler), ("compare", self.compare))
-        for section, obj in sections:
-            lines.append(f"[{section}]")
-            if section == "task":
+        for key, obj in sections:
+            lines.append(f"[{key}]")
+            if key == "task":
                 lines.append('kind = "markov"')
             for k, v in dataclasses.asdict(obj).items():
-                lines.append(f"{k} = {_toml_value(v)}")
+                lines.append(f"{k} = {toml_value(v)}")
             lines.append("")
         if self.cluster:
             lines.append("[cluster]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in self.cluster.items()]
+            lines += [f"{k} = {toml_value(v)}" for k, v in self.cluster.items()]
             lines.append("")
         return "\n".join(lines)
-
-
-def _toml_value(v) -> str:
-    if isinstance(v, dict):
-        return "{" + ", ".join(f'"{k}" = {_toml_value(e)}' for k, e in v.items()) + "}"
-    if isinstance(v, str):
-        return f'"{v}"'
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(_toml_value(e) for e in v) + "]"
-    return repr(v)
-
-
-def _check_type(where: str, value, hint):
-    """``value`` converted to the annotated type ``hint``, or a ``ValueError`` naming ``where``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in args:
-            try:
-                return _check_type(where, value, option)
-            except ValueError as err:
-                errors.append(err)
-        raise ValueError(f"{where} must be {' or '.join(_describe(a) for a in args)}, got {value!r}")
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
-        if len(value) != len(args):
-            raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
-        return tuple(_check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{where} must be a table, got {value!r}")
-        return {_check_type(f"{where} key", k, args[0]): _check_type(f"{where}[{k!r}]", v, args[1]) for k, v in value.items()}
-    raise TypeError(f"no check for the annotation {hint!r} of {where}")  # a field type this module does not know
-
-
-def _describe(hint) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
-        return f"a list of {len(args)} {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
-    if origin is dict:
-        return "a table"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
-
-
-def _section(cls, name: str, table):
-    """An instance of the dataclass ``cls`` from the spec table ``[name]``, every field's type checked."""
-    if not isinstance(table, dict):
-        raise ValueError(f"[{name}] must be a table, got {table!r}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(table) - known
-    if unknown:
-        raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
-    values = {k: _check_type(f"{name}.{k}", v, hints[k]) for k, v in table.items()}
-    try:
-        return cls(**values)
-    except ValueError as err:
-        raise ValueError(f"[{name}] {err}") from err
-
-
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-
-
-def check_name(name: str) -> str:
-    """A spec name is used in file and folder names: letters, digits, ``_.+-``, not starting with a dot."""
-    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
-        raise ValueError(f"name must be 1-100 letters, digits or '_.+-' not starting with '.' or '-' "
-                         f"(it names output folders), got {name!r}")
-    return name
 
 
 def spec_from_dict(data: dict) -> Spec:
@@ -240,21 +146,21 @@ def spec_from_dict(data: dict) -> Spec:
     unknown = set(data) - known
     if unknown:
         raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
-    for section in ("task", "network", "sampler", "compare", "cluster"):
-        if not isinstance(data.get(section, {}), dict):
-            raise ValueError(f"[{section}] must be a table, got {data[section]!r}")
+    for key in ("task", "network", "sampler", "compare", "cluster"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ValueError(f"[{key}] must be a table, got {data[key]!r}")
     task = dict(data.get("task", {}))
     kind = task.pop("kind", "markov")
     _checks.choice("task.kind", kind, ("markov",))
     sampler = data.get("sampler", {})
     check_keys(sampler, "[sampler]")  # renamed keys get their own message
     spec = Spec(
-        name=check_name(_check_type("name", data.get("name", Spec.name), str)),
-        temperature=_checks.positive("temperature", _check_type("temperature", data.get("temperature", Spec.temperature), float)),
-        task=_section(MarkovTask, "task", task),
-        network=_section(NetworkSpec, "network", data.get("network", {})),
-        sampler=_section(SamplerSettings, "sampler", sampler),
-        compare=_section(CompareSpec, "compare", data.get("compare", {})),
+        name=check_name(check_type("name", data.get("name", Spec.name), str)),
+        temperature=_checks.positive("temperature", check_type("temperature", data.get("temperature", Spec.temperature), float)),
+        task=section(MarkovTask, "task", task),
+        network=section(NetworkSpec, "network", data.get("network", {})),
+        sampler=section(SamplerSettings, "sampler", sampler),
+        compare=section(CompareSpec, "compare", data.get("compare", {})),
         cluster=dict(data.get("cluster", {})),
     )
     labels = spec.net().path_labels  # fail early on a bad network

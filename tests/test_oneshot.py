@@ -200,3 +200,18 @@ def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_
     f_gd = training.predict(saved.params, x)
     for form in ("token", "path"):
         np.testing.assert_allclose(np.asarray(net.forward(weights, x, form=form)), f_gd, rtol=1e-4, atol=1e-5)
+
+
+def test_prune_command_holds_its_folder_and_reuses_the_model(tiny_run, capsys):
+    from bayes_attn import cli, outputs
+
+    out, report = tiny_run
+    spec_path = out.parent / "tiny_cli.toml"
+    spec_path.write_text(TINY.to_toml())
+    with outputs.hold(out):
+        assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
+    assert "is in use by another run" in capsys.readouterr().err
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == 0
+    assert "Spearman rho" in capsys.readouterr().out
+    again = json.loads((out / "pruning.json").read_text())
+    assert again["model"]["reused"] and again["base_accuracy"] == report["base_accuracy"]

@@ -1,0 +1,110 @@
+"""Typed TOML specs: field types checked from dataclass annotations, values written back as TOML.
+
+Shared by the run specs (:mod:`bayes_attn.spec`) and the one-shot specs
+(:mod:`bayes_attn.oneshot_spec`). Every error names the field
+(``task.seed must be an integer, got 1.5``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def check_name(name: str) -> str:
+    """A spec name is used in file and folder names: letters, digits, ``_.+-``, not starting with a dot."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 100:
+        raise ValueError(f"name must be 1-100 letters, digits or '_.+-' not starting with '.' or '-' "
+                         f"(it names output folders), got {name!r}")
+    return name
+
+
+def toml_value(v) -> str:
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(e)}" for k, e in v.items()) + "}"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(toml_value(e) for e in v) + "]"
+    return repr(v)
+
+
+def check_type(where: str, value, hint):
+    """``value`` converted to the annotated type ``hint``, or a ``ValueError`` naming ``where``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            if option is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return check_type(where, value, option)
+            except ValueError:
+                pass
+        raise ValueError(f"{where} must be {' or '.join(_describe(a) for a in args if a is not type(None))}, got {value!r}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
+        return tuple(check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} must be a table, got {value!r}")
+        return {check_type(f"{where} key", k, args[0]): check_type(f"{where}[{k!r}]", v, args[1]) for k, v in value.items()}
+    raise TypeError(f"no check for the annotation {hint!r} of {where}")  # a field type this module does not know
+
+
+def _describe(hint) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+        return f"a list of {len(args)} {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a table"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def section(cls, name: str, table):
+    """An instance of the dataclass ``cls`` from the spec table ``[name]``, every field's type checked."""
+    if not isinstance(table, dict):
+        raise ValueError(f"[{name}] must be a table, got {table!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = set(table) - known
+    if unknown:
+        raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+    values = {k: check_type(f"{name}.{k}", v, hints[k]) for k, v in table.items()}
+    try:
+        return cls(**values)
+    except ValueError as err:
+        msg = str(err)
+        raise ValueError(msg if msg.startswith((f"{name}.", f"[{name}]")) else f"[{name}] {msg}") from err
