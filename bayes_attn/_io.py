@@ -8,16 +8,20 @@ giving other numbers. Every file records the package versions that wrote it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import tempfile
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import xarray as xr
 
 TMP_SUFFIX = ".nc.tmp"
+STALE = "*.*.tmp"
+"""Temporary files of :func:`atomic` (``<name>.<kind>.tmp``), removed when a run takes its folder."""
 PACKAGES = ("bayes_attn", "jax", "jaxlib", "numpyro", "numpy", "scipy", "xarray", "arviz-stats", "netCDF4")
 
 
@@ -41,23 +45,20 @@ def _checksummed(ds: xr.Dataset) -> dict:
     return {k: {"fletcher32": True} for k, v in ds.variables.items() if v.ndim >= 1 and v.dtype.kind in "fiucb"}
 
 
-def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
-    """Write ``obj`` to ``path`` via a temporary file and an atomic rename.
+@contextlib.contextmanager
+def atomic(path: str | os.PathLike, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
+    """Yield a temporary file beside ``path``; when the block ends without error, rename it over ``path``.
 
-    An existing file at ``path`` is replaced only once the new one is complete.
+    An existing file at ``path`` is replaced only once the new one is complete;
+    on an error the temporary file is removed (a killed process leaves it for
+    :func:`bayes_attn.outputs.remove_stale`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    obj = obj.copy()
-    obj.attrs.setdefault("versions", json.dumps(versions()))
-    if isinstance(obj, xr.DataTree):
-        encoding = {node.path: _checksummed(node.to_dataset(inherit=False)) for node in obj.subtree}
-    else:
-        encoding = _checksummed(obj)
-    fd, tmp = tempfile.mkstemp(suffix=TMP_SUFFIX, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
-        obj.to_netcdf(tmp, engine="netcdf4", encoding=encoding)
+        yield Path(tmp)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
@@ -65,7 +66,26 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic(path, ".txt.tmp") as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
+    """Write ``obj`` to ``path`` as netCDF, atomically (see :func:`atomic`), with checksums and versions."""
+    obj = obj.copy()
+    obj.attrs.setdefault("versions", json.dumps(versions()))
+    if isinstance(obj, xr.DataTree):
+        encoding = {node.path: _checksummed(node.to_dataset(inherit=False)) for node in obj.subtree}
+    else:
+        encoding = _checksummed(obj)
+    with atomic(path) as tmp:
+        obj.to_netcdf(tmp, engine="netcdf4", encoding=encoding)
+    return Path(path)
 
 
 def _existing(path: str | os.PathLike) -> Path:

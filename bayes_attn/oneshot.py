@@ -38,14 +38,13 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from . import _checks, figures_oneshot, oneshot_results, outputs, pruning, training
+from . import _checks, _io, figures_oneshot, oneshot_results, outputs, pruning, training
 from .oneshot_scan import Scan, predictor_mean, sample_widths, temperature_scan
 from .oneshot_spec import OneShotSpec, load_oneshot_spec
 from .tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
@@ -186,26 +185,9 @@ class TrainedModel(NamedTuple):
     metrics: dict
 
 
-def _write_text(path: Path, text: str) -> Path:
-    """Write ``text`` atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_json(path: str | os.PathLike, obj) -> Path:
     """Write ``obj`` as indented JSON, atomically."""
-    return _write_text(Path(path), json.dumps(obj, indent=2, default=_json_default) + "\n")
+    return _io.write_text(Path(path), json.dumps(obj, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(o):
@@ -322,7 +304,7 @@ def prune(
 
 
 def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool) -> dict:
-    _write_text(out / "spec.toml", spec.to_toml())
+    _io.write_text(out / "spec.toml", spec.to_toml())
     clock, seconds = time.perf_counter(), {}
 
     def lap(name):
@@ -377,6 +359,6 @@ def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: 
     figures_oneshot.path_kernels(score_theory, gp, _top_paths(score_theory.U, score_theory.net.path_labels),
                                  out / "path_kernels.png", max_examples=120)
     lap("files and figures")
-    _write_text(out / "report.md", oneshot_results.report_markdown(spec.name, report, ds, seconds))
+    _io.write_text(out / "report.md", oneshot_results.report_markdown(spec.name, report, ds, seconds))
     _log(progress_bar, f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures")
     return report

@@ -7,7 +7,7 @@
    computation);
 2. it takes a lock (``.lock``, an advisory ``flock``): a second run into the
    same folder fails at once with :class:`FolderBusyError`, naming the holder;
-3. it removes temporaries that a killed run left behind (``*.nc.tmp`` and
+3. it removes temporaries that a killed run left behind (``*.nc.tmp``, ``*.npz.tmp``, … and
    ``.staging-*`` folders);
 4. the run writes its files into a staging folder; when it finishes, they
    replace the previous run's files together (files of the previous run that
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._io import TMP_SUFFIX, versions
+from ._io import STALE, TMP_SUFFIX, versions
 
 LOCK = ".lock"
 MANIFEST = "manifest.json"
@@ -79,7 +79,7 @@ def check_writable(folder: str | os.PathLike, what: str = "out") -> Path:
 
 def remove_stale(folder: Path) -> list[Path]:
     """Remove temporaries a killed run left in ``folder`` (call only while holding it)."""
-    stale = [p for p in folder.rglob(f"*{TMP_SUFFIX}") if p.is_file()]
+    stale = [p for p in folder.rglob(STALE) if p.is_file()]
     stale += [p for p in folder.glob(f"{STAGING_PREFIX}*") if p.is_dir()]
     for p in stale:
         shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _checks
+from . import _checks, _io
 from .network import Network, Weights, order_parameters_from_weights
 
 FORMAT = "bayes_attn.training.gd_model"
@@ -436,18 +434,9 @@ def save_model(path, params: Params, config: ModelConfig, train_config: TrainCon
         arrays[f"K{l + 1}"] = np.asarray(params.K[l])
         arrays[f"V{l + 1}"] = np.asarray(params.V[l])
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".npz.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with _io.atomic(path, ".npz.tmp") as tmp:
+        with open(tmp, "wb") as f:
             np.savez(f, **arrays)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
