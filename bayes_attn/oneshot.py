@@ -35,7 +35,6 @@ training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -211,8 +210,7 @@ def _saved_model(spec: OneShotSpec, out: Path):
 
 
 def _accuracy_se(correct: np.ndarray) -> dict:
-    acc = float(np.mean(correct))
-    return {"accuracy": acc, "se": math.sqrt(acc * (1 - acc) / correct.size)}
+    return dict(zip(("accuracy", "se"), training.proportion(correct)))
 
 
 def train_model(

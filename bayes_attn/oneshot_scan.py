@@ -29,8 +29,9 @@ from .oneshot_spec import OneShotSpec
 from .posterior import Posterior, sample_posterior
 from .precision import float64
 from .theory import Theory, solve_theory
+from .training import accuracy_from_predictions
 
-__all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "sign_accuracy", "temperature_scan"]
+__all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "temperature_scan"]
 
 
 def path_inputs(net: Network, x) -> np.ndarray:
@@ -57,14 +58,6 @@ def predictor_mean(U, temperature: float, xi_train, y_train, xi, *, s0sq: float 
     alpha = scipy.linalg.cho_solve(scipy.linalg.cho_factor(K + temperature * np.eye(P), lower=True), y)
     v = (s0sq / (N0 * D)) * np.einsum("b,bei,de->di", alpha, xi_train, U)
     return np.einsum("pdi,di->p", xi, v)
-
-
-def sign_accuracy(f, y) -> tuple[float, float]:
-    """``(accuracy, se)`` of ``sign(f)`` (``f >= 0`` predicts +1) against ``y`` ±1."""
-    y = _checks.signs("y", y)
-    f = _checks.array("f", f, shape=y.shape)
-    acc = float(np.mean(np.where(f >= 0, 1.0, -1.0) == y))
-    return acc, float(np.sqrt(acc * (1 - acc) / y.size))
 
 
 class Scan(NamedTuple):
@@ -148,15 +141,15 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
             init = list(t.order_parameters) if ok else init
             theories[(N, T)] = t
             converged[i, j], iterations[i, j], seconds[i, j], U_scan[i, j] = ok, t.iterations, t.solve_seconds, t.U
-            acc_val[i, j] = sign_accuracy(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
-            acc_test[i, j] = sign_accuracy(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+            acc_val[i, j] = accuracy_from_predictions(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
+            acc_test[i, j] = accuracy_from_predictions(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
             if progress_bar:
                 print(f"theory N={N} T={T:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
                       f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}", file=sys.stderr, flush=True)
     gp_val, gp_test = np.zeros(nT), np.zeros(nT)
     for j, T in enumerate(temps):
-        gp_val[j] = sign_accuracy(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
-        gp_test[j] = sign_accuracy(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+        gp_val[j] = accuracy_from_predictions(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
+        gp_test[j] = accuracy_from_predictions(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
     best = np.array([choose(acc_val[i], converged[i]) for i in range(nW)])
     gp_best = choose(gp_val)
     n = y_test.size
@@ -215,7 +208,7 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
         stats = post.tree["posterior"]
         rows.append({
             "temperature_sampled": T,
-            "accuracy_sampled": sign_accuracy(f, y_test),
+            "accuracy_sampled": accuracy_from_predictions(f, y_test),
             "agreement": float(np.mean((f >= 0) == (theory_mean >= 0))),
             "U_sampled": post.order_parameter(1),
             "U_theory": scan.theory(N).U,

@@ -262,7 +262,7 @@ def accuracy_from_predictions(f, y) -> tuple[float, float]:
     """``(accuracy, standard error)`` of ``sign(f)`` against ``y`` ±1 (``f >= 0`` predicts +1)."""
     f = np.asarray(f, dtype=np.float64).ravel()
     y = _check_pm1("y", y, f.shape[0])
-    return _proportion(np.where(f >= 0, 1.0, -1.0) == y)
+    return proportion(np.where(f >= 0, 1.0, -1.0) == y)
 
 
 def accuracy(params: Params, x, y) -> tuple[float, float]:
@@ -279,7 +279,8 @@ def correct(params: Params, x, y) -> np.ndarray:
     return np.where(predict(params, x) >= 0, 1.0, -1.0) == y
 
 
-def _proportion(correct: np.ndarray) -> tuple[float, float]:
+def proportion(correct: np.ndarray) -> tuple[float, float]:
+    """``(accuracy, se)`` of a boolean array of correct predictions; ``se = sqrt(acc(1-acc)/n)``."""
     n = correct.size
     if n == 0:
         raise ValueError("accuracy needs at least one example")
@@ -549,4 +550,4 @@ def nearest_neighbour_accuracy(images, y, *, positive_support: int = 0) -> tuple
     d1 = np.sum((flat[:, 2] - flat[:, 1]) ** 2, axis=1)
     nearest = np.where(d0 <= d1, 0, 1)
     pred = np.where(nearest == positive_support, 1.0, -1.0)
-    return _proportion(pred == y)
+    return proportion(pred == y)
