@@ -183,7 +183,7 @@ def cmd_sample(args) -> int:
 def cmd_theory(args) -> int:
     import pandas as pd
 
-    from .pipeline import theory_run
+    from .run.pipeline import theory_run
 
     spec, out, temperature = _setup(args)
     res = theory_run(spec, out, width=args.width, temperature=temperature)
@@ -200,7 +200,7 @@ def cmd_theory(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .pipeline import run
+    from .run.pipeline import run
 
     spec, out, temperature = _setup(args)
     cfg = _settings(spec, args)
@@ -216,8 +216,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .executors import DaskLocal, InProcess, executor_from_options
-    from .sweeps import sweep
+    from .sweep.executors import DaskLocal, InProcess, executor_from_options
+    from .sweep.table import sweep
 
     spec, _, temperature = _setup(args)
     out = args.out or Path("runs") / f"{spec.name}-sweep"
@@ -246,8 +246,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_prune(args) -> int:
-    from .oneshot import prune
-    from .oneshot_spec import OneShotSpec, load_oneshot_spec
+    from .oneshot.pipeline import prune
+    from .oneshot.spec import OneShotSpec, load_oneshot_spec
 
     spec = OneShotSpec() if args.spec is None else load_oneshot_spec(args.spec)
     out = args.out or Path("runs") / spec.name

@@ -27,7 +27,7 @@ import xarray as xr
 
 from bayes_attn import spec as spec_module
 from bayes_attn import sweeps
-from bayes_attn.executors import DaskLocal
+from bayes_attn.sweep.executors import DaskLocal
 from bayes_attn.threads import one_blas_thread
 
 

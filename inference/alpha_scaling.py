@@ -22,7 +22,7 @@ import numpyro  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from bayes_attn import figures, load_spec  # noqa: E402
-from bayes_attn.sweeps import alpha_sweep  # noqa: E402
+from bayes_attn.sweep.table import alpha_sweep  # noqa: E402
 
 numpyro.set_host_device_count(4)  # one CPU device per chain
 

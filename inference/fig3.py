@@ -14,7 +14,7 @@ writes pruning.json, oneshot.nc, report.md and the figures into OUT.
 import argparse
 import json
 
-from bayes_attn.oneshot import load_oneshot_spec, prune
+from bayes_attn.oneshot.pipeline import load_oneshot_spec, prune
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ on the training sequences sorted by label.
 import argparse
 
 from bayes_attn import gp_limit, load_spec, solve_theory
-from bayes_attn.figures_oneshot import path_kernels
+from bayes_attn.oneshot.figures import path_kernels
 
 
 def main() -> None:

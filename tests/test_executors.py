@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from bayes_attn.executors import (  # noqa: E402
+from bayes_attn.sweep.executors import (  # noqa: E402
     DaskJobqueue,
     DaskLocal,
     DaskScheduler,
@@ -103,7 +103,7 @@ def test_job_seed_is_stable_across_processes_and_differs_between_params():
     seed = job_seed(BASE_SEED, **params)
     assert 0 <= seed < 2**31
     assert seed == 113108793  # pinned: changing the recipe changes every result
-    code = (f"from bayes_attn.executors import job_seed; "
+    code = (f"from bayes_attn.sweep.executors import job_seed; "
             f"print(job_seed({BASE_SEED}, temperature=0.01, width=100, kind='sample'))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -164,7 +164,7 @@ def test_run_jobs_checks_its_arguments():
 
 
 def test_in_process_run_does_not_import_dask():
-    code = ("import sys, bayes_attn.executors as e\n"
+    code = ("import sys, bayes_attn.sweep.executors as e\n"
             "out = e.run_jobs(repr, [e.Job('a', {'k': 1}, 1)], e.InProcess(), progress=False)\n"
             "print(out[0].ok, 'distributed' in sys.modules, 'dask' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -205,7 +205,7 @@ def test_dask_local_gives_the_in_process_results_with_worker_settings(tmp_path, 
 JAX_SCRIPT = """
 import jax  # before Dask starts the workers, as the bayes-attn command does: spawned workers import it too
 import jax.numpy as jnp
-import bayes_attn.executors as ex
+import bayes_attn.sweep.executors as ex
 
 
 def settings(job):

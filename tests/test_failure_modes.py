@@ -15,7 +15,8 @@ import pytest
 import xarray as xr
 
 import bayes_attn as ba
-from bayes_attn import cli, outputs, sweeps
+from bayes_attn import cli, outputs
+from bayes_attn.sweep import table
 from bayes_attn.compare import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
@@ -66,7 +67,7 @@ def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsy
 
 def test_sweep_records_its_provenance(tmp_path):
     spec = spec_from_dict(TINY)
-    ds = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False, thinning=2, target_accept=0.9)
+    ds = table.sweep(spec, tmp_path / "sw", progress_bar=False, thinning=2, target_accept=0.9)
     saved = xr.open_dataset(tmp_path / "sw" / "sweep.nc")
     settings = json.loads(saved.attrs["sampler_settings"])
     assert (settings["thinning"], settings["target_accept"], settings["name"]) == (2, 0.9, "collapsed")
@@ -128,14 +129,14 @@ def test_classification_needs_plus_minus_one_labels(tiny):
 # 6. non-converged theory points are flagged every time ---------------------------------------------------
 def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatch):
     spec = spec_from_dict(THEORY_ONLY)
-    real = sweeps.solve_theory
+    real = table.solve_theory
     with monkeypatch.context() as m:
         m.setattr(sweeps, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
         with pytest.warns(RuntimeWarning, match="did not converge"):
-            sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+            table.sweep(spec, tmp_path / "sw", progress_bar=False)
     _forbid(monkeypatch, (sweeps, "solve_theory"))
     with pytest.warns(RuntimeWarning, match=r"theory at N=3, temperature=0.1 did not converge"):
-        ds = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)  # resumed from files: still flagged
+        ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)  # resumed from files: still flagged
     assert not bool(ds["converged_theory"].sel(width=3))
     assert "converged_theory" in xr.open_dataset(tmp_path / "sw" / "sweep.nc")
 
@@ -144,7 +145,7 @@ def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatc
 def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
     spec = spec_from_dict(THEORY_ONLY)
     out = tmp_path / "sw"
-    sweeps.sweep(spec, out, progress_bar=False)
+    table.sweep(spec, out, progress_bar=False)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
     assert json.loads((out / "manifest.json").read_text())["files"] == sorted(
         n for n in before if n != "manifest.json")
@@ -154,7 +155,7 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweeps, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
     with pytest.raises(KeyboardInterrupt):
-        sweeps.sweep(spec, out, temperature=0.3, progress_bar=False)
+        table.sweep(spec, out, temperature=0.3, progress_bar=False)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
     assert after == before
     assert not list(out.glob(".staging-*"))
@@ -176,11 +177,11 @@ def test_replacing_run_removes_files_the_new_run_does_not_write(tmp_path):
 # 8. a corrupt cache entry is recomputed ------------------------------------------------------------------
 def test_truncated_cache_file_is_recomputed_with_a_warning(tmp_path):
     spec = spec_from_dict(THEORY_ONLY)
-    first = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+    first = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     cached = tmp_path / "sw" / "widths" / "theory-N30-T0.1.nc"
     cached.write_bytes(cached.read_bytes()[:3000])
     with pytest.warns(RuntimeWarning, match="truncated or corrupted.*recomputing"):
-        again = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+        again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_allclose(again["U_theory"], first["U_theory"], rtol=1e-12)
 
 

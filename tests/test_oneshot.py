@@ -1,4 +1,4 @@
-"""The one-shot image pipeline of paper Fig. 3 (oneshot*.py, figures_oneshot.py; THEORY.md §6)."""
+"""The one-shot image pipeline of paper Fig. 3 (bayes_attn.oneshot; THEORY.md §6)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bayes_attn import oneshot, pruning, training
-from bayes_attn.oneshot_scan import path_inputs, predictor_mean, temperature_scan
-from bayes_attn.oneshot_spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
+from bayes_attn import oneshot
+from bayes_attn.oneshot import pruning, training
+from bayes_attn.oneshot.scan import path_inputs, predictor_mean, temperature_scan
+from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.samplers import SamplerSettings
 from bayes_attn.theory import Theory, head_scores, solve_theory
-from bayes_attn.training import TrainConfig
+from bayes_attn.oneshot.training import TrainConfig
 
 from conftest import random_data, random_network
 

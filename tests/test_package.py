@@ -15,7 +15,7 @@ import json, os, sys
 before = dict(os.environ)
 import jax
 import bayes_attn
-import bayes_attn.figures, bayes_attn.pipeline, bayes_attn.cli
+import bayes_attn.run.figures, bayes_attn.run.pipeline, bayes_attn.cli
 print(json.dumps({
     "x64": bool(jax.config.jax_enable_x64),
     "env_changed": sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)),

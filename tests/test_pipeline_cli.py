@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_attn import cli, gp_limit, pipeline, sweeps
+from bayes_attn import cli, gp_limit
+from bayes_attn.run import pipeline
+from bayes_attn.sweep import table
 from bayes_attn.spec import Spec, load_spec, spec_from_dict
 
 TINY = {
@@ -81,7 +83,7 @@ def test_run_writes_everything(tmp_path):
 
 def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     spec = spec_from_dict(TINY)
-    ds = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+    ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     assert ds.sizes["width"] == 2 and ds.sizes["sample_width"] == 1
     assert set(ds["gp_model"].values) == {"whole network", "good path", "good + denoising paths"}
     assert (tmp_path / "sw" / "accuracy_vs_width.png").exists() and (tmp_path / "sw" / "finite_size.png").exists()
@@ -92,10 +94,10 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(sweeps, "sample_posterior", fail)
         m.setattr(sweeps, "solve_theory", fail)
-        again = sweeps.sweep(spec, tmp_path / "sw", progress_bar=False)
+        again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
     # other settings: finished widths are not reused
-    hot = sweeps.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperature=0.5, progress_bar=False)
+    hot = table.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperature=0.5, progress_bar=False)
     assert float(hot["Ua"].sel(width=3)) != float(ds["Ua"].sel(width=3))  # recomputed at the new temperature
 
 

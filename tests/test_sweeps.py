@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_attn import cli, sweeps
-from bayes_attn.executors import DaskLocal, Job
+from bayes_attn import cli
+from bayes_attn.sweep import table
+from bayes_attn.sweep.executors import DaskLocal, Job
 from bayes_attn.spec import spec_from_dict
 from test_pipeline_cli import TINY
 
@@ -21,8 +22,8 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
 
 def test_dask_sweep_equals_in_process_sweep(tmp_path):
     spec = spec_from_dict(SMALL)
-    here = sweeps.sweep(spec, tmp_path / "here", progress_bar=False)
-    there = sweeps.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False)
+    here = table.sweep(spec, tmp_path / "here", progress_bar=False)
+    there = table.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False)
     xr.testing.assert_identical(_values(there), _values(here))
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
 
@@ -30,7 +31,7 @@ def test_dask_sweep_equals_in_process_sweep(tmp_path):
 def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
     spec = spec_from_dict(SMALL)
     temps = [0.01, 0.3, 3.0]
-    ds = sweeps.sweep(spec, tmp_path / "grid", temperatures=temps, sample_widths=[], progress_bar=False)
+    ds = table.sweep(spec, tmp_path / "grid", temperatures=temps, sample_widths=[], progress_bar=False)
     assert list(ds["temperature"].values) == temps
     for N in (3, 30):
         val = ds["accuracy_validation_theory"].sel(width=N).values
@@ -40,13 +41,13 @@ def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
     assert float(ds["best_temperature_gp"]) == temps[int(np.argmax(ds["accuracy_gp_validation"].values))]
     assert (tmp_path / "grid" / "accuracy_vs_width.png").exists()
     with pytest.raises(ValueError, match="sample_widths must be among widths"):
-        sweeps.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
+        table.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
 
 
 def test_job_seeds_do_not_depend_on_the_folder():
     spec = spec_from_dict(SMALL)
-    a = sweeps.sweep_jobs(spec, "/a", [3], [3, 30], [0.1])
-    b = sweeps.sweep_jobs(spec, "/elsewhere", [3], [3, 30], [0.1])
+    a = table.sweep_jobs(spec, "/a", [3], [3, 30], [0.1])
+    b = table.sweep_jobs(spec, "/elsewhere", [3], [3, 30], [0.1])
     assert [j.seed for j in a] == [j.seed for j in b]
     samples = [j for j in a if j.params["kind"] == "sample"]
     assert len({j.seed for j in samples}) == 2  # different widths, different chains
@@ -55,7 +56,7 @@ def test_job_seeds_do_not_depend_on_the_folder():
 def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monkeypatch):
     path = tmp_path / "tiny.toml"
     path.write_text(spec_from_dict(SMALL).to_toml())
-    real = sweeps.run_job
+    real = table.run_job
 
     def flaky(job: Job):
         if job.name.startswith("theory-N30"):
@@ -78,7 +79,7 @@ def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monke
 def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
     import tomllib
 
-    from bayes_attn.executors import DaskJobqueue, executor_from_options
+    from bayes_attn.sweep.executors import DaskJobqueue, executor_from_options
 
     data = SMALL | {"cluster": {"class": "SLURMCluster", "workers": 3, "queue": "normal", "cores": 1,
                                 "memory": "4GB", "walltime": "01:00:00", "env": {"JAX_PLATFORMS": "cpu"}}}

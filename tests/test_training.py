@@ -1,4 +1,4 @@
-"""The gradient-descent model of Fig. 3 (training.py) and head pruning (pruning.py).
+"""The gradient-descent model of Fig. 3 (bayes_attn.oneshot.training) and head pruning (bayes_attn.oneshot.pruning).
 
 Every fast path has a plain NumPy twin here: the forward pass, the order
 parameter over paths, head scores, the rescaled ablation.
@@ -14,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from bayes_attn import pruning, training
-from bayes_attn.training import ModelConfig, Params, TrainConfig
+from bayes_attn.oneshot import pruning, training
+from bayes_attn.oneshot.training import ModelConfig, Params, TrainConfig
 
 SMALL = ModelConfig(N0=10, width=6, d_qk=4, heads=(2, 3), qk_scale=1.0)
 

@@ -23,12 +23,12 @@ import numpy as np
 import scipy.linalg
 import xarray as xr
 
-from . import _checks
-from .network import Network, kernel_from_xi
-from .oneshot_spec import OneShotSpec
-from .posterior import Posterior, sample_posterior
-from .precision import float64
-from .theory import Theory, solve_theory
+from .. import _checks
+from ..network import Network, kernel_from_xi
+from .spec import OneShotSpec
+from ..posterior import Posterior, sample_posterior
+from ..precision import float64
+from ..theory import Theory, solve_theory
 from .training import accuracy_from_predictions
 
 __all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "temperature_scan"]

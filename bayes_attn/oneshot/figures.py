@@ -15,8 +15,8 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from .precision import float64
-from .theory import Theory
+from ..precision import float64
+from ..theory import Theory
 
 
 def _subplots(*grid: int, figsize: tuple[float, float]):

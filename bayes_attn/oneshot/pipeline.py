@@ -10,7 +10,7 @@ Pure steps, each small, and :func:`prune`, the whole job:
    :func:`gd_episodes`: fresh shifted training episodes of one epoch.
 3. :func:`train_model`: gradient descent on fresh episodes every epoch
    (``model.npz``), its test and OOD accuracy and the pixel baseline.
-4. :func:`temperature_scan` (:mod:`bayes_attn.oneshot_scan`): theory at every
+4. :func:`temperature_scan` (:mod:`bayes_attn.oneshot.scan`): theory at every
    width × temperature and the GP limit per temperature on the frozen
    query/key; temperature chosen on the *validation* episodes.
 5. :func:`sample_widths`: the posterior (``[sampler]``) at the chosen temperatures.
@@ -20,7 +20,7 @@ Pure steps, each small, and :func:`prune`, the whole job:
 
 **Temperature choice.** The paper chose ``T`` per width by *test* accuracy.
 Here it is chosen by accuracy on separate validation episodes drawn from a
-fourth alphabet (default Tagalog, :data:`~bayes_attn.oneshot_spec.ONESHOT_SPLIT`),
+fourth alphabet (default Tagalog, :data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`),
 disjoint from the gradient-descent, theory-training and test classes, so
 that validation episodes are new classes like the test episodes, and the
 test accuracy at the chosen ``T`` is an honest estimate. (Episodes of the
@@ -43,11 +43,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _checks, _io, figures_oneshot, oneshot_results, outputs, pruning, training
-from .oneshot_scan import Scan, predictor_mean, sample_widths, temperature_scan
-from .oneshot_spec import OneShotSpec, load_oneshot_spec
-from .tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
-from .theory import gp_limit, head_scores, solve_theory
+from .. import _checks, _io, outputs
+from . import figures, results, pruning, training
+from .scan import Scan, predictor_mean, sample_widths, temperature_scan
+from .spec import OneShotSpec, load_oneshot_spec
+from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
+from ..theory import gp_limit, head_scores, solve_theory
 from .training import ModelConfig, Params
 
 __all__ = [
@@ -292,7 +293,7 @@ def prune(
     ``spearman``, ``cumulative``, ``nn_baseline``, ``ood``, ``model``,
     ``temperatures``, ``trained_head_scores``, ``trained_spearman``, …),
     ``oneshot.nc``, ``report.md`` and the figures of
-    :data:`bayes_attn.oneshot_results.FIGURES`.
+    :data:`bayes_attn.oneshot.results.FIGURES`.
     """
     spec, out = _check_spec(spec), Path(out)
     if not isinstance(retrain, bool):
@@ -350,13 +351,13 @@ def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: 
              "gd_width": model.config.width, "nn_accuracy": model.metrics["nn_baseline"]["accuracy"],
              "nn_se": model.metrics["nn_baseline"]["se"], "score_width": th.score_width,
              "score_temperature": th.score_temperature, "training_hash": spec.training_hash()}
-    ds = oneshot_results.results_dataset(scan.dataset, sampled, report, U, model.config.heads, attrs)
-    oneshot_results.save_dataset(ds, out / "oneshot.nc")
-    oneshot_results.draw_figures(out)
+    ds = results.results_dataset(scan.dataset, sampled, report, U, model.config.heads, attrs)
+    results.save_dataset(ds, out / "oneshot.nc")
+    results.draw_figures(out)
     gp = gp_limit(score_theory.net, tr.x, tr.y, temperature=th.score_temperature)
-    figures_oneshot.path_kernels(score_theory, gp, _top_paths(score_theory.U, score_theory.net.path_labels),
+    figures.path_kernels(score_theory, gp, _top_paths(score_theory.U, score_theory.net.path_labels),
                                  out / "path_kernels.png", max_examples=120)
     lap("files and figures")
-    _io.write_text(out / "report.md", oneshot_results.report_markdown(spec.name, report, ds, seconds))
+    _io.write_text(out / "report.md", results.report_markdown(spec.name, report, ds, seconds))
     _log(progress_bar, f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures")
     return report

@@ -15,8 +15,8 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from .compare import Comparison, power_law_slope
-from .theory import Theory
+from ..compare import Comparison, power_law_slope
+from ..theory import Theory
 
 
 def _subplots(*grid: int, figsize: tuple[float, float]):

@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import _checks, _io
-from .network import Network, Weights, order_parameters_from_weights
+from .. import _checks, _io
+from ..network import Network, Weights, order_parameters_from_weights
 
 FORMAT = "bayes_attn.training.gd_model"
 FORMAT_VERSION = 1

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.stats
 
-from . import _checks
-from .theory import head_scores  # noqa: F401  (re-exported: the one implementation lives with Theory)
+from .. import _checks
+from ..theory import head_scores  # noqa: F401  (re-exported: the one implementation lives with Theory)
 from .training import ModelConfig, Params, check_params, correct
 
 ALTERNATIVES = ("greater", "less", "two-sided")

@@ -1,6 +1,6 @@
 """Result files of the one-shot job (paper Fig. 3): ``oneshot.nc``, ``report.md`` and the figures.
 
-Pure functions of results already computed by :mod:`bayes_attn.oneshot`;
+Pure functions of results already computed by :mod:`bayes_attn.oneshot.pipeline`;
 :func:`draw_figures` redraws every figure from the files alone.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import _io, figures_oneshot
+from .. import _io
+from . import figures
 
 FIGURES = {
     "accuracy_vs_width.png": "(a) test accuracy vs N: theory, GP, sampled; GD model and pixel baseline",
@@ -71,9 +72,9 @@ def draw_figures(out: str | os.PathLike) -> list[Path]:
     ds = _io.load_dataset(out / "oneshot.nc")
     report = json.loads((out / "pruning.json").read_text())
     paths = [
-        figures_oneshot.accuracy_vs_width(ds, out / "accuracy_vs_width.png"),
-        figures_oneshot.score_vs_drop(report, out / "score_vs_drop.png"),
-        figures_oneshot.cumulative_pruning(report, out / "cumulative_pruning.png"),
+        figures.accuracy_vs_width(ds, out / "accuracy_vs_width.png"),
+        figures.score_vs_drop(report, out / "score_vs_drop.png"),
+        figures.cumulative_pruning(report, out / "cumulative_pruning.png"),
     ]
     mats = {}
     if "sample_width" in ds.dims and ds.sizes["sample_width"]:
@@ -84,7 +85,7 @@ def draw_figures(out: str | os.PathLike) -> list[Path]:
     else:
         mats[f"theory U, N = {ds.attrs['score_width']}, T = {ds.attrs['score_temperature']:g}"] = ds["U_score"].values
     mats[f"trained weights U (GD model, width {int(ds.attrs['gd_width'])})"] = ds["U_trained"].values
-    paths.append(figures_oneshot.order_parameters(mats, list(ds["path"].values), out / "order_parameters.png",
+    paths.append(figures.order_parameters(mats, list(ds["path"].values), out / "order_parameters.png",
                                                   "Order parameter U over attention paths (each panel its own scale)"))
     return paths
 

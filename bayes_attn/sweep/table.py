@@ -1,13 +1,13 @@
 """Sweeps over width and temperature: many independent jobs, one table (paper Fig. 2c/2e).
 
-A sweep is a list of :class:`~bayes_attn.executors.Job` records, one per
+A sweep is a list of :class:`~bayes_attn.sweep.executors.Job` records, one per
 ``(kind, width, temperature)`` with ``kind`` ``"theory"`` or ``"sample"``.
 Each job writes one netCDF file into ``OUT/widths/`` (atomically), tagged with
 a hash of everything it depends on; a rerun loads finished files instead of
 recomputing them (an interrupted sweep resumes), recomputes files made with
 other settings, and recomputes a corrupt file with a warning. The jobs run in
 this process or on Dask (``executor``): a sampling job's seed is
-:func:`~bayes_attn.executors.job_seed` of the sampler seed, width and
+:func:`~bayes_attn.sweep.executors.job_seed` of the sampler seed, width and
 temperature, so results do not depend on which worker ran a job or when.
 
 With several temperatures, the best temperature per width is chosen by the
@@ -30,14 +30,15 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import _checks, _io, figures, outputs
-from .compare import accuracy, compare, power_law_slope
+from .. import _checks, _io, outputs
+from ..run import figures
+from ..compare import accuracy, compare, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
-from .pipeline import gp_accuracies
-from .posterior import data_fingerprint, sample_posterior
-from .samplers import SamplerSettings
-from .spec import Spec, spec_from_dict
-from .theory import gp_limit, solve_theory
+from ..run.pipeline import gp_accuracies
+from ..posterior import data_fingerprint, sample_posterior
+from ..samplers import SamplerSettings
+from ..spec import Spec, spec_from_dict
+from ..theory import gp_limit, solve_theory
 
 CACHE_VERSION = 2
 """Bumped when the per-job files change layout: older files are recomputed."""
@@ -250,7 +251,7 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         temperature: one temperature (default: the spec's); ``temperatures``: a grid instead, with the
             best temperature per width chosen on the validation set (``sample_widths`` must then be among
             ``widths``).
-        executor: where the jobs run (:mod:`bayes_attn.executors`; default: this process).
+        executor: where the jobs run (:mod:`bayes_attn.sweep.executors`; default: this process).
         **sampler: :class:`~bayes_attn.samplers.SamplerSettings` overrides.
 
     Per-job results go to ``out/widths/`` as they finish (a rerun resumes);

@@ -3,7 +3,7 @@
 - :func:`theory_run`: one width: theory and GP limit, with test accuracies.
 - :func:`run`: one width: theory, GP limit, sampling, comparison, report and figures.
 
-Sweeps over width and temperature are in :mod:`bayes_attn.sweeps`. Every run
+Sweeps over width and temperature are in :mod:`bayes_attn.sweep.table`. Every run
 holds its output folder (:mod:`bayes_attn.outputs`): checked writable and
 locked before computing, its files replaced together when it finishes.
 """
@@ -17,12 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _io, figures, outputs
-from .compare import Comparison, accuracy, compare
-from .network import Network
-from .posterior import Posterior, sample_posterior
-from .spec import Spec
-from .theory import Theory, gp_limit, solve_theory
+from .. import _io, outputs
+from . import figures
+from ..compare import Comparison, accuracy, compare
+from ..network import Network
+from ..posterior import Posterior, sample_posterior
+from ..spec import Spec
+from ..theory import Theory, gp_limit, solve_theory
 
 
 def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:

@@ -42,11 +42,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _checks
-from ._spec_types import check_name, check_type, section, toml_value
-from .samplers import SamplerSettings
-from .samplers.settings import check_keys
-from .tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
+from .. import _checks
+from .._spec_types import check_name, check_type, section, toml_value
+from ..samplers import SamplerSettings
+from ..samplers.settings import check_keys
+from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
 from .training import ModelConfig, TrainConfig
 
 KINDS = ("omniglot", "digits")
@@ -177,7 +177,7 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The gradient-descent model: :class:`~bayes_attn.training.ModelConfig` without ``N0``."""
+    """The gradient-descent model: :class:`~bayes_attn.oneshot.training.ModelConfig` without ``N0``."""
 
     width: int = 128
     d_qk: int = 32

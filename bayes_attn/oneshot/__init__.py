@@ -1,0 +1,33 @@
+"""The one-shot image task end to end: paper Fig. 3 (THEORY.md §6).
+
+- :mod:`.spec`: the one-shot spec (task, model, training, theory, pruning, sampler);
+- :mod:`.training`: the gradient-descent transformer, its training and files;
+- :mod:`.scan`: theory over widths × temperatures on the frozen attention, sampling;
+- :mod:`.pruning`: head ablation of the trained model, Spearman, cumulative pruning;
+- :mod:`.results`, :mod:`.figures`: ``oneshot.nc``, ``report.md`` and the figures;
+- :mod:`.pipeline`: :func:`prune`, the whole job behind ``bayes-attn prune``.
+"""
+
+from .pipeline import (
+    EpisodeSet,
+    ImageSets,
+    OneShotSpec,
+    Scan,
+    TrainedModel,
+    datasets,
+    evaluation_episodes,
+    gd_episodes,
+    load_oneshot_spec,
+    predictor_mean,
+    prune,
+    sample_widths,
+    temperature_scan,
+    tokenizer,
+    train_model,
+)
+
+__all__ = [
+    "EpisodeSet", "ImageSets", "OneShotSpec", "Scan", "TrainedModel", "datasets", "evaluation_episodes",
+    "gd_episodes", "load_oneshot_spec", "predictor_mean", "prune", "sample_widths", "temperature_scan",
+    "tokenizer", "train_model",
+]

@@ -1,0 +1,27 @@
+"""Sweeps over width and temperature (paper Fig. 2c/2e): job records, one table, executors.
+
+- :mod:`.table`: :func:`sweep` and :func:`alpha_sweep`: the jobs, their
+  per-job files and the assembled ``sweep.nc`` with its figures;
+- :mod:`.executors`: where the jobs run: this process or Dask (a local
+  cluster, a running scheduler, a dask-jobqueue batch cluster).
+"""
+
+from .executors import (
+    JOBQUEUE_CLASSES,
+    DaskJobqueue,
+    DaskLocal,
+    DaskScheduler,
+    Executor,
+    InProcess,
+    Job,
+    Outcome,
+    executor_from_options,
+    job_seed,
+    run_jobs,
+)
+from .table import alpha_sweep, best_temperature_view, sweep, sweep_jobs
+
+__all__ = [
+    "JOBQUEUE_CLASSES", "DaskJobqueue", "DaskLocal", "DaskScheduler", "Executor", "InProcess", "Job", "Outcome",
+    "alpha_sweep", "best_temperature_view", "executor_from_options", "job_seed", "run_jobs", "sweep", "sweep_jobs",
+]
