@@ -81,3 +81,62 @@ def signs(name: str, y, p: int | None = None) -> np.ndarray:
             f"got values {np.unique(arr[bad])[:5].tolist()}; map 0/1 labels with y = 2*y - 1"
         )
     return arr
+
+
+MAX_WIDTH = 2**53
+"""Largest width: every integer up to it is exact in float64, the theory's precision."""
+
+MAX_SEED = 2**32 - 1
+"""Largest seed: NumPy and JAX take seeds in ``[0, 2**32)`` on every platform."""
+
+
+def width(name: str, value) -> int:
+    """Return ``value`` as a width ``N``: an integer in ``[1, 2**53]``."""
+    n = positive_int(name, value)
+    if n > MAX_WIDTH:
+        raise ValueError(f"{name} must be an integer between 1 and 2**53 = {MAX_WIDTH} (exact in float64), got {n:.3g}")
+    return n
+
+
+def seed(name: str, value) -> int:
+    """Return ``value`` as a seed: an integer in ``[0, 2**32)``."""
+    s = positive_int(name, value, minimum=0)
+    if s > MAX_SEED:
+        raise ValueError(f"{name} must be an integer between 0 and 2**32 - 1 = {MAX_SEED}, got {s}")
+    return s
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process (Linux ``MemAvailable``), or ``None`` where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def fits_in_memory(what: str, need: float, available: int | None = None, headroom: float = 0.8) -> None:
+    """Raise ``ValueError`` when ``need`` bytes exceed ``headroom`` of the available memory."""
+    available = available_memory() if available is None else available
+    if available is not None and need > headroom * available:
+        raise ValueError(f"{what} needs about {need / 2**30:.3g} GiB of memory but {available / 2**30:.3g} GiB are "
+                         "available: make it smaller")
+
+
+def data_folder(name: str, folder, files: Sequence[str]) -> None:
+    """Check that ``folder`` is an existing folder holding every file of ``files``; one-line ``ValueError`` otherwise."""
+    import os
+
+    path = os.fspath(folder)
+    if not os.path.exists(path):
+        raise ValueError(f"{name}: the folder {path!r} does not exist; give the folder of the data files "
+                         f"({', '.join(files)})")
+    if not os.path.isdir(path):
+        raise ValueError(f"{name}: {path!r} is a file, not a folder; give the folder that holds {', '.join(files)}")
+    missing = [f for f in files if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        raise ValueError(f"{name}: {path!r} lacks {', '.join(missing)}; give the folder that holds "
+                         f"{', '.join(files)}")

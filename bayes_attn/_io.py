@@ -3,16 +3,23 @@
 Every array variable is written with HDF5's Fletcher-32 checksum, so a file
 corrupted on disk fails to load (:class:`CorruptFileError`) instead of
 giving other numbers. Every file records the package versions that wrote it
-(attribute ``versions``, JSON).
+(attribute ``versions``, JSON); a file written by another version of this
+package, or without that record, loads with a warning, and JSON attributes
+that do not parse make it a :class:`CorruptFileError`. A write that fails for
+lack of disk space says so (``OSError`` with ``errno.ENOSPC``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import platform
+import re
+import shutil
 import tempfile
+import warnings
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -20,13 +27,21 @@ from pathlib import Path
 import xarray as xr
 
 TMP_SUFFIX = ".nc.tmp"
-STALE = "*.*.tmp"
-"""Temporary files of :func:`atomic` (``<name>.<kind>.tmp``), removed when a run takes its folder."""
+TMP_PREFIX = ".bayes_attn-"
+"""Temporary files of :func:`atomic` are ``.bayes_attn-<random>.<kind>.tmp``, removed when a run takes its folder."""
+_TEMPORARY = re.compile(re.escape(TMP_PREFIX) + r"[A-Za-z0-9_]+\.[A-Za-z0-9]+\.tmp")
+JSON_ATTRS = ("versions", "head_names", "settings", "sampler_settings", "failed_jobs")
+"""Attributes stored as JSON text; one that does not parse makes the file corrupt."""
 PACKAGES = ("bayes_attn", "jax", "jaxlib", "numpyro", "numpy", "scipy", "xarray", "arviz-stats", "netCDF4")
 
 
 class CorruptFileError(ValueError):
     """A result file that exists but cannot be read back (truncated, or a checksum failed)."""
+
+
+def is_temporary(name: str) -> bool:
+    """Whether ``name`` is a temporary file name made by :func:`atomic`."""
+    return _TEMPORARY.fullmatch(name) is not None
 
 
 def versions() -> dict[str, str]:
@@ -55,7 +70,7 @@ def atomic(path: str | os.PathLike, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -84,8 +99,32 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
     else:
         encoding = _checksummed(obj)
     with atomic(path) as tmp:
-        obj.to_netcdf(tmp, engine="netcdf4", encoding=encoding)
+        try:
+            obj.to_netcdf(tmp, engine="netcdf4", encoding=encoding)
+        except (OSError, RuntimeError) as err:
+            raise _no_space(tmp, err, _nbytes(obj)) or err
     return Path(path)
+
+
+def _nbytes(obj: xr.Dataset | xr.DataTree) -> int:
+    if isinstance(obj, xr.DataTree):
+        return sum(node.to_dataset(inherit=False).nbytes for node in obj.subtree)
+    return obj.nbytes
+
+
+def _no_space(path: Path, err: Exception, need: int) -> OSError | None:
+    """An ``ENOSPC`` error naming the folder when writing ``path`` failed for lack of space, else ``None``."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        free = 0
+    else:
+        try:
+            free = shutil.disk_usage(path.parent).free
+        except OSError:
+            return None
+        if free > 2 * need + 2**20:  # the failure was not for want of space
+            return None
+    return OSError(errno.ENOSPC, f"no space left to write into {str(path.parent)!r} ({free / 2**20:.1f} MiB free, about {need / 2**20:.1f} MiB needed): free some disk space or "
+                   "choose another output folder")
 
 
 def _existing(path: str | os.PathLike) -> Path:
@@ -107,9 +146,11 @@ def load_tree(path: str | os.PathLike) -> xr.DataTree:
     path = _existing(path)
     try:
         with xr.open_datatree(path, engine="netcdf4") as tree:
-            return tree.load().copy()
+            tree = tree.load().copy()
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise _corrupt(path, err) from err
+    _check_attrs(tree.attrs, path)
+    return tree
 
 
 def load_dataset(path: str | os.PathLike) -> xr.Dataset:
@@ -117,7 +158,37 @@ def load_dataset(path: str | os.PathLike) -> xr.Dataset:
     path = _existing(path)
     try:
         with xr.open_dataset(path, engine="netcdf4") as ds:
-            return ds.load().copy()
+            ds = ds.load().copy()
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise _corrupt(path, err) from err
+    _check_attrs(ds.attrs, path)
+    return ds
+
+
+def _check_attrs(attrs: dict, path: Path) -> None:
+    """JSON attributes parse (else :class:`CorruptFileError`); a sampler name is known; versions are compared."""
+    for name in JSON_ATTRS:
+        if name in attrs:
+            try:
+                json.loads(attrs[name])
+            except (TypeError, ValueError) as err:
+                raise CorruptFileError(f"{str(path)!r} cannot be read: its attribute {name!r} is not valid JSON "
+                                       f"({err}); the file is corrupted") from None
+    if "sampler" in attrs:
+        from .samplers import SAMPLERS  # imported here: the samplers write files through this module
+
+        if str(attrs["sampler"]) not in SAMPLERS:
+            raise CorruptFileError(f"{str(path)!r} names the sampler {str(attrs['sampler'])!r}, which this version "
+                                   f"does not know (known: {', '.join(SAMPLERS)}); it was written by another "
+                                   "version or is corrupted")
+    if "versions" not in attrs:
+        warnings.warn(f"{str(path)!r} records no package versions: it was not written by this package's save "
+                      "functions, or by a version before they recorded them", RuntimeWarning, stacklevel=3)
+        return
+    recorded = json.loads(attrs["versions"])
+    wrote = recorded.get("bayes_attn") if isinstance(recorded, dict) else None
+    here = versions()["bayes_attn"]
+    if wrote != here:
+        warnings.warn(f"{str(path)!r} was written by bayes_attn {wrote}, this is {here}: results may differ "
+                      "between versions", RuntimeWarning, stacklevel=3)
 

@@ -1,19 +1,25 @@
 """The ``bayes-attn`` command: a thin layer over the library.
 
 Every subcommand reads a TOML spec (see ``models/``); without one it uses the
-embedded default, the Fig. 2c Markov network at width 10.
+embedded default, the Fig. 2c Markov network at width 10. Each calls one
+library function, which holds its own output folder (:mod:`bayes_attn.outputs`);
+each has its own default folder, so that no command replaces another's files.
+Exit status: 0 success, 2 bad input (before anything is computed), 3
+inconclusive (the sampler's diagnostics failed; results written), 4 failed
+sweep jobs, 130 interrupted. The theory: ``docs/theory.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import sys
 from pathlib import Path
 
-from . import outputs
+from . import _checks
 from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
@@ -21,21 +27,46 @@ from .spec import Spec, load_spec
 from .threads import one_blas_thread
 
 
-def _common(p: argparse.ArgumentParser, width: bool = True) -> None:
+def _typed(check, what: str):
+    """An argparse type: an integer checked by ``check(what, value)`` (a one-line usage error otherwise)."""
+    def convert(text: str) -> int:
+        try:
+            return check(what, int(text))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{what} ")) from None
+    convert.__name__ = what.lstrip("-")  # argparse names the type in its message
+    return convert
+
+
+WIDTH = _typed(_checks.width, "--width")
+SEED = _typed(_checks.seed, "--seed")
+DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<spec name>-N<width>-sample",
+               "run": "runs/<spec name>-N<width>", "sweep": "runs/<spec name>-sweep", "prune": "runs/<spec name>"}
+"""Each command's default output folder: no command replaces another's files."""
+
+
+def _out(p: argparse.ArgumentParser, command: str) -> None:
+    p.add_argument("--out", type=Path, help=f"output folder (default: {DEFAULT_OUT[command]})")
+    p.add_argument("--force", action="store_true",
+                   help="write into an existing non-empty folder that this package did not write (only this "
+                   "package's own files there are ever replaced or removed)")
+
+
+def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> None:
     p.add_argument("spec", nargs="?", help="TOML spec of task, network and sampler (default: embedded Fig. 2c Markov spec)")
     if width:
-        p.add_argument("--width", type=int, help="set every hidden width N (default: the spec's)")
+        p.add_argument("--width", type=WIDTH, help="set every hidden width N (default: the spec's)")
     else:
         p.set_defaults(width=None)
     p.add_argument("--temperature", type=float, help="likelihood temperature (default: the spec's)")
-    p.add_argument("--out", type=Path, help="output folder (default: runs/<spec name>)")
+    _out(p, command)
 
 
 def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, help="number of chains")
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
-    p.add_argument("--seed", type=int, help="random seed of the sampler")
+    p.add_argument("--seed", type=SEED, help="random seed of the sampler (0 to 2**32 - 1)")
     p.add_argument("--sampler", choices=list(SAMPLERS), help="the sampler: "
                    + "; ".join(f"{k}: {v.description}" for k, v in SAMPLERS.items()))
     p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
@@ -48,7 +79,9 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="bayes-attn",
         description="Bayesian posterior (NUTS) and statistical-mechanics theory of attention networks "
-        "with fixed attention (Tiberi et al., NeurIPS 2024).",
+        "with fixed attention (Tiberi et al., NeurIPS 2024). The theory: docs/theory.md.",
+        epilog="Exit status: 0 success; 2 bad input (nothing computed); 3 inconclusive (the sampler's diagnostics "
+        "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
     )
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser(
@@ -58,26 +91,27 @@ def parser() -> argparse.ArgumentParser:
         "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, U_l, Ua, f_train, f_test; "
         "exit status 3 when a diagnostic failed.",
     )
-    _common(p)
+    _common(p, "sample")
     _sampling(p)
     p.set_defaults(func=cmd_sample)
 
     p = sub.add_parser(
         "theory",
         help="solve the order-parameter theory; print U, Ua, action and test accuracies; write theory.nc",
-        description="Minimise the action S over the order parameters (THEORY.md §4), print U with path labels, "
+        description="Minimise the action S over the order parameters (docs/theory.md), print U with path labels, "
         "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
     )
-    _common(p)
+    _common(p, "theory")
     p.set_defaults(func=cmd_theory)
 
     p = sub.add_parser(
         "run",
         help="theory + sampling + comparison at one width, into a run folder with report.md and figures",
         description="Solve the theory, sample the posterior, compare them with Monte-Carlo error bars and write "
-        "theory.nc, gp.nc, posterior.nc, comparison.nc, report.md and figures into the output folder.",
+        "theory.nc, gp.nc, posterior.nc, comparison.nc, report.md and figures into the output folder; "
+        "exit status 3 when the verdict is inconclusive.",
     )
-    _common(p)
+    _common(p, "run")
     _sampling(p)
     p.set_defaults(func=cmd_run)
 
@@ -86,12 +120,15 @@ def parser() -> argparse.ArgumentParser:
         help="theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
         description="Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
         "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
-        "OUT/widths/ and not recomputed when the sweep is run again with the same settings.",
+        "OUT/widths/ and not recomputed when the sweep is run again with the same settings. Exit status 3 when "
+        "the sampler's diagnostics failed at some width (those points are ringed in the figures).",
     )
-    _common(p, width=False)
+    _common(p, "sweep", width=False)
     _sampling(p)
-    p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
-    p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
+    p.add_argument("--widths", type=_typed(_checks.width, "--widths"), nargs="+",
+                   help="widths for the theory (default: the spec's)")
+    p.add_argument("--sample-widths", type=_typed(_checks.width, "--sample-widths"), nargs="*",
+                   help="widths to sample at (default: the spec's; none: theory only)")
     p.add_argument("--temperatures", type=float, nargs="+",
                    help="a temperature grid instead of one temperature: the best per width is chosen on a validation set")
     p.add_argument("--executor", choices=["local", "dask"], default="local",
@@ -104,14 +141,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "prune",
         help="paper Fig. 3: train the transformer, theory and sampling on its attention, head scores, pruning",
-        description="One-shot image task (THEORY.md §6): train the gradient-descent transformer (or reuse OUT/model.npz "
+        description="One-shot image task (docs/theory.md): train the gradient-descent transformer (or reuse OUT/model.npz "
         "made with the same settings), scan the theory over widths × temperatures (chosen on validation episodes), "
         "sample, score the heads from the theory's U and prune the trained model; writes pruning.json, oneshot.nc, "
-        "report.md and figures.",
+        "report.md and figures. Exit status 3 when the sampler's R-hat or divergences failed at some width.",
     )
     p.add_argument("spec", nargs="?", help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
     p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
-    p.add_argument("--out", type=Path, help="output folder (default: runs/<spec name>)")
+    _out(p, "prune")
     p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
     p.add_argument("--no-progress", action="store_true", help="hide progress lines")
     p.set_defaults(func=cmd_prune)
@@ -120,12 +157,10 @@ def parser() -> argparse.ArgumentParser:
 
 def _setup(args) -> tuple[Spec, Path, float]:
     spec = load_spec(args.spec)
-    if args.width is not None and args.width < 1:
-        raise ValueError(f"--width must be a positive integer, got {args.width}")
     if args.temperature is not None and not args.temperature > 0:
         raise ValueError(f"--temperature must be positive, got {args.temperature}")
     width = args.width or spec.network.width
-    out = args.out or Path("runs") / f"{spec.name}-N{width}"
+    out = args.out or Path(DEFAULT_OUT[args.command].replace("<spec name>", spec.name).replace("<width>", str(width)))
     return spec, out, args.temperature or spec.temperature
 
 
@@ -139,9 +174,12 @@ def _settings(spec: Spec, args) -> SamplerSettings:
 EXIT_USAGE = 2
 """Exit status for bad input (spec, options, output folder), before anything is computed."""
 EXIT_DIAGNOSTICS = 3
-"""Exit status of ``sample`` and ``run`` when the sampler's diagnostics failed (results are still written)."""
+"""Exit status when the sampler's diagnostics failed (``sample``, ``run``; ``sweep``, ``prune`` at some width):
+the verdict is inconclusive; results are still written."""
 EXIT_FAILED_JOBS = 4
 """Exit status of ``sweep`` when some jobs failed (the others' results are written; a rerun retries the failed)."""
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C (the output folder keeps the previous run's files)."""
 
 
 def _diagnostics_status(diagnostics: dict[str, float]) -> int:
@@ -156,28 +194,25 @@ def _diagnostics_status(diagnostics: dict[str, float]) -> int:
     return EXIT_DIAGNOSTICS
 
 
+def _inconclusive(reasons: list[str], what: str) -> int:
+    print(f"WARNING: inconclusive: the sampler's diagnostics failed at {what}: " + "; ".join(reasons)
+          + ". Do not trust these draws; sample longer (--warmup, --samples, --chains).", file=sys.stderr)
+    return EXIT_DIAGNOSTICS
+
+
 def cmd_sample(args) -> int:
-    from .posterior import sample_posterior
+    from .run.pipeline import sample_run
 
     spec, out, temperature = _setup(args)
     cfg = _settings(spec, args)
     net = spec.net(args.width)
-    x, y, xt, _ = spec.data()
-    print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={len(y)}, temperature={temperature}, "
+    print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={spec.task.n_train}, temperature={temperature}, "
           f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws, sampler={cfg.name}")
-    with outputs.output_folder(out) as stage:
-        post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=not args.no_progress,
-                                sampler=cfg)
-        post.save(stage.path("posterior.nc"))
-        summary = post.summary()
-        text = str(summary)
-        stage.path("summary.txt").write_text(text + "\n")
-        ran = dataclasses.replace(spec, temperature=temperature, sampler=spec.sampler.replace(
-            **json.loads(post.tree.attrs["settings"])), network=dataclasses.replace(spec.network, width=net.widths[0]))
-        stage.path("spec.toml").write_text(ran.to_toml())
-    print(text)
-    print(f"wrote {out}/: posterior.nc, summary.txt, spec.toml")
-    return _diagnostics_status(summary.diagnostics())
+    res = sample_run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
+                     force=args.force, **cfg.to_dict())
+    print(res.summary)
+    print(f"wrote {res.out}/: posterior.nc, summary.txt, spec.toml")
+    return _diagnostics_status(res.summary.diagnostics())
 
 
 def cmd_theory(args) -> int:
@@ -186,7 +221,7 @@ def cmd_theory(args) -> int:
     from .run.pipeline import theory_run
 
     spec, out, temperature = _setup(args)
-    res = theory_run(spec, out, width=args.width, temperature=temperature)
+    res = theory_run(spec, out, width=args.width, temperature=temperature, force=args.force)
     t = res.theory
     labels = t.net.path_labels
     print(f"{spec.name}: N={t.net.widths[0]}, temperature={temperature}, P={len(t.y_train)}")
@@ -206,7 +241,8 @@ def cmd_run(args) -> int:
     cfg = _settings(spec, args)
     print(f"{spec.name}: theory + {cfg.name} NUTS ({cfg.num_chains} chains × ({cfg.num_warmup} + "
           f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
-    res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress, **cfg.to_dict())
+    res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
+              force=args.force, **cfg.to_dict())
     print(res.posterior.summary())
     print()
     print(res.comparison.report())
@@ -216,32 +252,35 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep.executors import DaskLocal, InProcess, executor_from_options
-    from .sweep.table import sweep
+    from .sweep.executors import DaskLocal, InProcess, check_reachable, default_compilation_cache, executor_from_options
+    from .sweep.table import inconclusive_points, sweep
 
-    spec, _, temperature = _setup(args)
-    out = args.out or Path("runs") / f"{spec.name}-sweep"
+    spec, out, temperature = _setup(args)
     cfg = _settings(spec, args)
     executor = executor_from_options(args.executor, args.workers, args.scheduler,
                                      spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
     if isinstance(executor, DaskLocal):  # workers share compiled programs across jobs and reruns
-        executor = dataclasses.replace(executor, compilation_cache=out / ".jax-cache",
+        executor = dataclasses.replace(executor, compilation_cache=default_compilation_cache(),
                                        env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+    check_reachable(executor)  # no submit command or no scheduler: fail now, not after the theory
     ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths,
                temperature=None if args.temperatures else temperature, temperatures=args.temperatures,
                executor=None if isinstance(executor, InProcess) else executor,
-               progress_bar=not args.no_progress, **cfg.to_dict())
+               progress_bar=not args.no_progress, force=args.force, **cfg.to_dict())
     for names in (["accuracy_theory", "accuracy_validation_theory"], ["accuracy_gp"],
                   ["best_temperature_theory", "accuracy_theory_at_best"],
                   ["accuracy_sampled", "accuracy_sampled_se", "verdict"], ["check_value", "check_mcse", "check_gap"]):
         if all(n in ds for n in names):
             print(ds[names].to_dataframe().to_string())
-    print(f"wrote {out}/sweep.nc and figures")
+    print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:
         print(f"WARNING: {len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
               "finished; run the sweep again to retry them.", file=sys.stderr)
         return EXIT_FAILED_JOBS
+    points = inconclusive_points(ds)
+    if points:
+        return _inconclusive(points, f"{len(points)} sampled point(s), ringed in the figures")
     return 0
 
 
@@ -250,13 +289,20 @@ def cmd_prune(args) -> int:
     from .oneshot.spec import OneShotSpec, load_oneshot_spec
 
     spec = OneShotSpec() if args.spec is None else load_oneshot_spec(args.spec)
-    out = args.out or Path("runs") / spec.name
-    report = prune(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress)
+    out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
+    report = prune(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
+                   force=args.force)
     rho = report["spearman"]
     print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: "
           f"Spearman rho = {rho['rho']}, p = {rho['p_value']}")
-    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures")
+    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {report['verdict']})")
+    if report["verdict"] == "inconclusive":
+        return _inconclusive(report["inconclusive_reasons"], "some sampled width")
     return 0
+
+
+def _error(command: str, message: str) -> None:
+    print(f"bayes-attn {command}: error: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,8 +317,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, FolderBusyError) as err:
-        print(f"bayes-attn {args.command}: error: {err}", file=sys.stderr)
+        _error(args.command, str(err))
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        _error(args.command, "interrupted (Ctrl-C); the output folder keeps the previous run's files")
+        return EXIT_INTERRUPTED
+    except MemoryError:
+        _error(args.command, "out of memory: make the task, the width or the number of chains or draws smaller")
+        return EXIT_USAGE
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            _error(args.command, f"{err.strerror or err}" if "no space" in str(err.strerror) else
+                   f"no space left on the device ({err}): free some disk space or choose another output folder")
+            return EXIT_USAGE
+        raise
 
 
 if __name__ == "__main__":

@@ -54,6 +54,17 @@ def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
     return out
 
 
+def points_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:
+    """The three-valued verdict's sampler half over several sampled points (e.g. widths).
+
+    ``diagnostics``: per point, the numbers of :func:`diagnostic_failures`
+    (those known). Returns ``("inconclusive", reasons)`` when some point's
+    diagnostics failed, else ``("diagnostics passed", [])``.
+    """
+    reasons = [f"{point}: {'; '.join(f)}" for point, d in diagnostics.items() if (f := diagnostic_failures(d))]
+    return ("inconclusive" if reasons else "diagnostics passed"), reasons
+
+
 def accuracy(mean: np.ndarray, y: np.ndarray) -> float:
     """Fraction of examples where ``sign(mean)`` equals the label ``y`` (±1, checked)."""
     y = _checks.signs("y", y)

@@ -51,8 +51,8 @@ class NetworkSpec:
     readout: str = "last"
 
     def __post_init__(self):
-        _checks.positive_int("width", self.width)
-        _checks.positive_int("random_seed", self.random_seed, minimum=0)
+        _checks.width("width", self.width)
+        _checks.seed("random_seed", self.random_seed)
         for name in ("beta", "random_strength"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
@@ -106,7 +106,7 @@ class Spec:
         n = self.network
         return self.task.network(
             n.layers,
-            width=n.width if width is None else _checks.positive_int("width", width),
+            width=n.width if width is None else _checks.width("width", width),
             variances=list(n.variances) if isinstance(n.variances, tuple) else n.variances,
             beta=n.beta,
             random_strength=n.random_strength,
@@ -115,8 +115,24 @@ class Spec:
         )
 
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Training and test data ``(x, y, x_test, y_test)``."""
+        """Training and test data ``(x, y, x_test, y_test)`` (after :meth:`check_size`)."""
+        self.check_size()
         return self.task.generate()
+
+    def data_bytes(self) -> int:
+        """Bytes of the largest arrays a run holds (an estimate, float64): the tokens of the training, test and
+        validation sets (two copies), the heads' ``[N0, N0]`` matrices and the theory's ``[D, P, P + P_test]`` kernels."""
+        t = self.task
+        n = t.n_train + 2 * t.n_test
+        D = int(np.prod([len(layer) for layer in self.network.layers]))
+        N0 = t.feature_dim + t.seq_len
+        return 8 * (2 * n * t.seq_len * t.feature_dim + 4 * N0**2 + 3 * D * t.n_train * (t.n_train + t.n_test))
+
+    def check_size(self) -> None:
+        """A one-line ``ValueError`` when the task's arrays cannot fit in memory (before anything is allocated)."""
+        t = self.task
+        _checks.fits_in_memory(f"the task (n_train={t.n_train}, n_test={t.n_test}, feature_dim={t.feature_dim}, "
+                               f"seq_len={t.seq_len})", self.data_bytes())
 
     def validation(self) -> tuple[np.ndarray, np.ndarray]:
         """Validation set ``(x_val, y_val)``, disjoint from training and test data."""
@@ -163,6 +179,9 @@ def spec_from_dict(data: dict) -> Spec:
         compare=section(CompareSpec, "compare", data.get("compare", {})),
         cluster=dict(data.get("cluster", {})),
     )
+    _checks.seed("task.seed", spec.task.seed)
+    _checks.seed("sampler.seed", spec.sampler.seed)
+    spec.check_size()
     labels = spec.net().path_labels  # fail early on a bad network
     for name, paths in spec.compare.gp_paths.items():
         bad = [p for p in paths if p not in labels]
@@ -175,7 +194,7 @@ def spec_from_dict(data: dict) -> Spec:
     _checks.positive("compare.n_sigma", spec.compare.n_sigma)
     for key in ("widths", "sample_widths"):
         for w in getattr(spec.compare, key):
-            _checks.positive_int(f"compare.{key}", w)
+            _checks.width(f"compare.{key}", w)
     return spec
 
 

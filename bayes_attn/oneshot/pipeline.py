@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ from . import figures, results, pruning, training
 from .scan import Scan, predictor_mean, sample_widths, temperature_scan
 from .spec import OneShotSpec, load_oneshot_spec
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
+from ..compare import points_verdict
 from ..theory import gp_limit, head_scores, solve_theory
 from .training import ModelConfig, Params
 
@@ -280,6 +282,7 @@ def prune(
     data_dir: str | os.PathLike | None = None,
     retrain: bool = False,
     progress_bar: bool = True,
+    force: bool = False,
 ) -> dict:
     """Paper Fig. 3 end to end; returns the ``pruning.json`` dict.
 
@@ -293,13 +296,44 @@ def prune(
     ``spearman``, ``cumulative``, ``nn_baseline``, ``ood``, ``model``,
     ``temperatures``, ``trained_head_scores``, ``trained_spearman``, …),
     ``oneshot.nc``, ``report.md`` and the figures of
-    :data:`bayes_attn.oneshot.results.FIGURES`.
+    :data:`bayes_attn.oneshot.results.FIGURES`. ``verdict`` is
+    ``"inconclusive"`` (with ``inconclusive_reasons``) when the sampler's
+    R-hat or divergences failed at some sampled width. The folder is held and
+    its files replaced together, as for every job (``force``: write into a
+    non-empty folder this package did not write).
     """
     spec, out = _check_spec(spec), Path(out)
     if not isinstance(retrain, bool):
         raise ValueError(f"retrain must be a bool, got {retrain!r}")
-    with outputs.hold(out):  # writable, one writer at a time, no stale temporaries
-        return _prune(spec, out, data_dir, retrain, progress_bar)
+    check_data(spec, data_dir)
+    with outputs.output_folder(out, force=force) as stage:  # checked, held; files replaced together at the end
+        for name in ("model.npz", "model.json"):  # a model trained with the same settings is reused
+            if (out / name).is_file() and not (out / name).is_symlink():
+                shutil.copy2(out / name, stage.staging / name)
+        report = _prune(spec, stage.staging, data_dir, retrain, progress_bar)
+        report |= sampling_verdict(stage.staging / "oneshot.nc")
+        write_json(stage.staging / "pruning.json", report)
+        stage.record.update(verdict=report["verdict"])
+    return report
+
+
+def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> None:
+    """One-line ``ValueError`` when the data folder is missing, a file, or lacks a zip the task reads."""
+    t = spec.task
+    files = (list(t.files) if t.kind == "omniglot" else []) + ([t.runs_file] if "all_runs" in t.ood else [])
+    if files:
+        _checks.data_folder("data_dir", t.data_dir if data_dir is None else data_dir, files)
+
+
+def sampling_verdict(path: str | os.PathLike) -> dict:
+    """``{"verdict", "inconclusive_reasons"}`` from the R-hat and divergences of every sampled width in ``path``."""
+    ds = _io.load_dataset(path)
+    if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
+        return {"verdict": "not sampled", "inconclusive_reasons": []}
+    per = {f"N={int(N)}": {"max_r_hat": float(ds["rhat_U"][i]), "divergences": float(ds["divergences"][i])}
+           for i, N in enumerate(ds["sample_width"].values)}
+    verdict, reasons = points_verdict(per)
+    return {"verdict": verdict, "inconclusive_reasons": reasons}
 
 
 def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool) -> dict:
@@ -359,5 +393,4 @@ def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: 
                                  out / "path_kernels.png", max_examples=120)
     lap("files and figures")
     _io.write_text(out / "report.md", results.report_markdown(spec.name, report, ds, seconds))
-    _log(progress_bar, f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures")
     return report

@@ -13,15 +13,37 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from ..compare import Comparison, power_law_slope
 from ..theory import Theory
 
 
-def _subplots(*grid: int, figsize: tuple[float, float]):
-    fig = Figure(figsize=figsize)
+def _subplots(*grid: int, figsize: tuple[float, float], layout: str | None = None):
+    fig = Figure(figsize=figsize, layout=layout)
     return fig, fig.subplots(*grid)
+
+
+def _plain_log_ticks(ax, *axes: str) -> None:
+    """Log-scale tick labels as plain numbers (``10``, ``300``, ``0.001``), not ``6×10⁰``; no minor labels."""
+    for name in axes:
+        axis = getattr(ax, f"{name}axis")
+        axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(ticker.NullFormatter())
+
+
+INCONCLUSIVE = dict(marker="o", s=200, facecolors="none", edgecolors="red", linewidths=1.5, zorder=5)
+"""How sampled points with an inconclusive verdict (sampler diagnostics failed) are ringed."""
+
+
+def _inconclusive(ds: xr.Dataset) -> np.ndarray:
+    """Boolean ``[sample_width]``: the sampled point's verdict is ``"inconclusive"``."""
+    if "verdict" not in ds or "sample_width" not in ds["verdict"].dims:
+        return np.zeros(ds.sizes.get("sample_width", 0), dtype=bool)
+    v = ds["verdict"]
+    other = [d for d in v.dims if d != "sample_width"]
+    return np.asarray((v == "inconclusive").any(other).values if other else (v == "inconclusive").values, dtype=bool)
 
 
 def _save(fig, path) -> Path:
@@ -39,10 +61,14 @@ def _heatmap(ax, M, labels, title, vmax, cmap="RdBu_r", ylabel=True):
     if ylabel:
         ax.set_ylabel("path π")
     ax.set_title(title)
+    if not ylabel:
+        ax.tick_params(labelleft=False)
     if len(labels) <= 8:
         for i in range(M.shape[0]):
             for j in range(M.shape[1]):
-                ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=8)
+                dark = abs(M[i, j]) > 0.55 * vmax  # the colour maps are dark at both ends
+                ax.text(j, i, f"{M[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if dark else "black")
     return im
 
 
@@ -51,7 +77,7 @@ def order_parameter(c: Comparison, path, path_names: dict[str, str] | None = Non
     labels = [f"{p}\n{path_names[p]}" if path_names and p in path_names else p for p in c.path_labels]
     vmax = float(np.max(np.abs([c.U_theory, c.U_sampled])))
     diff = c.U_sampled - c.U_theory
-    fig, axes = _subplots(1, 3, figsize=(14, 4.4))
+    fig, axes = _subplots(1, 3, figsize=(15, 4.8), layout="constrained")
     im = _heatmap(axes[0], c.U_theory, labels, "theory U", vmax)
     _heatmap(axes[1], c.U_sampled, labels, "sampled U (posterior mean)", vmax, ylabel=False)
     fig.colorbar(im, ax=axes[:2], shrink=0.8, label="U[π, π']")
@@ -111,13 +137,19 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     ax = axes[0]
     ax.plot(w, ds["accuracy_theory"], "o-", color="tab:orange", label="theory (finite width)")
     if "sample_width" in ds.dims and ds.sizes["sample_width"]:
-        ax.errorbar(ds["sample_width"], ds["accuracy_sampled"], yerr=ds["accuracy_sampled_se"], fmt="s", ms=7,
-                    color="black", capsize=3, label="sampled (NUTS), ±1 s.e. over chains")
+        se = ds["accuracy_sampled_se"].values
+        ax.errorbar(ds["sample_width"], ds["accuracy_sampled"], yerr=se, fmt="s", ms=7, color="black", capsize=3,
+                    label="sampled (NUTS), ±1 s.e. over chains" + (" (none: < 3 chains)" if np.isnan(se).any() else ""))
+        bad = _inconclusive(ds)
+        if bad.any():
+            ax.scatter(ds["sample_width"].values[bad], ds["accuracy_sampled"].values[bad], **INCONCLUSIVE,
+                       label="inconclusive: sampler diagnostics failed")
     styles = ["-", "--", ":", "-."]
     for i, name in enumerate(ds["gp_model"].values):
         ax.axhline(float(ds["accuracy_gp"].sel(gp_model=name)), ls=styles[i % 4], color="tab:gray",
                    label=f"GP limit: {name}")
     ax.set_xscale("log")
+    _plain_log_ticks(ax, "x")
     ax.set_xlabel("width N")
     ax.set_ylabel("test accuracy")
     ax.set_title("Test accuracy vs width")
@@ -132,7 +164,12 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
             if "sample_width" in ds.dims and ds.sizes["sample_width"]:
                 ax.errorbar(ds["sample_width"], ds["U_sampled"].sel(path=p, path_=q), yerr=2 * ds["U_mcse"].sel(path=p, path_=q),
                             fmt="o", color=line[0].get_color(), ms=4)
+                bad = _inconclusive(ds)
+                if bad.any():
+                    ax.scatter(ds["sample_width"].values[bad], ds["U_sampled"].sel(path=p, path_=q).values[bad],
+                               **INCONCLUSIVE | {"s": 80})
     ax.set_xscale("log")
+    _plain_log_ticks(ax, "x")
     ax.set_xlabel("width N")
     ax.set_ylabel("U entry (lines: theory; points: sampled ±2 MCSE)")
     ax.set_title("Order parameter vs width")
@@ -151,6 +188,9 @@ def _gap_curve(ax, inv, ds: xr.Dataset, name: str, color: str, marker: str, tag:
     slope, slope_se, used = power_law_slope(inv, gap, se, floor)
     fit = "" if np.isnan(slope) else f", slope {slope:.2f} ± {slope_se:.2f}"
     ax.errorbar(inv, gap, yerr=se, fmt=marker + "-", color=color, capsize=3, label=f"{tag}{name}{fit}")
+    bad = _inconclusive(ds)
+    if bad.any():
+        ax.scatter(inv[bad], gap[bad], **INCONCLUSIVE | {"s": 120}, label=f"{tag}{name}: inconclusive (diagnostics failed)")
     ax.plot(inv, floor, "x:", color=color, alpha=0.5, label=f"{tag}{name}: MC noise floor")
     if not np.isnan(slope):
         x = inv[used]
@@ -181,6 +221,7 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
     for ax in axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _plain_log_ticks(ax, "x", "y")
         ax.set_xlabel("1 / N")
         ax.set_ylabel("relative error, sampled vs theory (noise-corrected)")
         ax.legend(fontsize=6)

@@ -1,11 +1,13 @@
 """Runs that chain the pieces: task → network → theory | posterior → comparison → report.
 
 - :func:`theory_run`: one width: theory and GP limit, with test accuracies.
+- :func:`sample_run`: one width: the posterior and its diagnostics.
 - :func:`run`: one width: theory, GP limit, sampling, comparison, report and figures.
 
 Sweeps over width and temperature are in :mod:`bayes_attn.sweep.table`. Every run
 holds its output folder (:mod:`bayes_attn.outputs`): checked writable and
-locked before computing, its files replaced together when it finishes.
+locked before computing, its files replaced together when it finishes; a
+folder holding files this package did not write is refused unless ``force``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from .. import _io, outputs
 from . import figures
-from ..compare import Comparison, accuracy, compare
+from ..compare import Comparison, accuracy, compare, diagnostic_failures
 from ..network import Network
 from ..posterior import Posterior, sample_posterior
 from ..spec import Spec
@@ -57,12 +59,13 @@ class TheoryResult:
     path: Path
 
 
-def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None) -> TheoryResult:
+def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
+               force: bool = False) -> TheoryResult:
     """Theory and GP limit at one width, with test accuracies; writes ``out/theory.nc`` and ``out/spec.toml``."""
     net = spec.net(width)
     T = spec.temperature if temperature is None else temperature
     x, y, xt, yt = spec.data()
-    with outputs.output_folder(out) as stage:
+    with outputs.output_folder(out, force=force) as stage:
         theory = solve_theory(net, x, y, temperature=T)
         gp = gp_limit(net, x, y, temperature=T)
         acc = accuracy(theory.predict(xt)[0], yt)
@@ -71,6 +74,39 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         _io.save(ds, stage.path("theory.nc"))
         stage.path("spec.toml").write_text(_ran(spec, net, T).to_toml())
     return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
+
+
+@dataclass(frozen=True, eq=False)
+class SampleResult:
+    """What :func:`sample_run` computed, and where it was written."""
+
+    posterior: Posterior
+    summary: object  # bayes_attn.posterior.Summary
+    out: Path
+
+
+def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
+               progress_bar: bool = True, force: bool = False, **sampler) -> SampleResult:
+    """The posterior at one width; writes ``posterior.nc``, ``summary.txt`` (ArviZ diagnostics), ``spec.toml``.
+
+    ``**sampler``: :class:`~bayes_attn.samplers.SamplerSettings` overrides. The
+    folder is held and its files replaced together, as in :func:`run`.
+    """
+    net = spec.net(width)
+    T = spec.temperature if temperature is None else temperature
+    settings = spec.sampler.replace(**sampler)
+    x, y, xt, _ = spec.data()
+    with outputs.output_folder(out, force=force) as stage:
+        post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
+        post.save(stage.path("posterior.nc"))
+        summary = post.summary()
+        stage.path("summary.txt").write_text(str(summary) + "\n")
+        ran = _ran(spec, net, T, json.loads(post.tree.attrs["settings"]))
+        stage.path("spec.toml").write_text(ran.to_toml())
+        failures = diagnostic_failures(summary.diagnostics())
+        stage.record.update(verdict="inconclusive" if failures else "diagnostics passed",
+                            sampler_settings=ran.sampler.to_dict())
+    return SampleResult(post, summary, stage.folder)
 
 
 def _ran(spec: Spec, net: Network, T: float, settings: dict | None = None) -> Spec:
@@ -93,7 +129,7 @@ class RunResult:
 
 
 def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
-        progress_bar: bool = True, **sampler) -> RunResult:
+        progress_bar: bool = True, force: bool = False, **sampler) -> RunResult:
     """Theory + GP + sampling + comparison at one width, written into ``out``.
 
     Writes ``theory.nc``, ``gp.nc``, ``posterior.nc``, ``comparison.nc``,
@@ -106,7 +142,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     T = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
     x, y, xt, yt = spec.data()
-    with outputs.output_folder(out) as stage:
+    with outputs.output_folder(out, force=force) as stage:
         theory = solve_theory(net, x, y, temperature=T)
         gp = gp_limit(net, x, y, temperature=T)
         post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)

@@ -35,6 +35,8 @@ import math
 import os
 import re
 import shlex
+import shutil
+import socket
 import sys
 import time
 import traceback
@@ -52,6 +54,8 @@ __all__ = [
     "InProcess",
     "Job",
     "Outcome",
+    "check_reachable",
+    "default_compilation_cache",
     "executor_from_options",
     "job_seed",
     "run_jobs",
@@ -62,6 +66,34 @@ JOBQUEUE_CLASSES = ("SLURMCluster", "PBSCluster", "SGECluster", "LSFCluster", "H
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 _BLAS_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _TRACEBACK_FRAMES = 5
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SHELL_OPTIONS = frozenset({"job_script_prologue", "env_extra", "python", "shebang", "worker_command", "job_cls",
+                           "header_skip", "job_directives_skip"})
+"""dask-jobqueue options whose values are shell code or change the script's commands: refused from a spec
+(set variables with the ``env`` table instead)."""
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a Dask scheduler to accept a connection before giving up."""
+
+
+def default_compilation_cache() -> str:
+    """The JAX compilation cache the Dask workers share: in the user's cache folder, never in an output folder.
+
+    ``$XDG_CACHE_HOME/bayes_attn/jax``, else ``~/.cache/bayes_attn/jax``.
+    """
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "bayes_attn", "jax")
+
+
+def _own_folder(path: str) -> str:
+    """Create ``path`` (mode 0700) if needed; refuse a symbolic link or a folder of another user."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    import stat as _stat
+
+    if not _stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        raise ValueError(f"compilation cache {path!r} must be a folder of this user, not a symbolic link; remove "
+                         "it or set XDG_CACHE_HOME")
+    return path
 
 
 def _canonical(obj: Any, what: str) -> str:
@@ -209,7 +241,7 @@ class DaskLocal:
 
         env = self.worker_env()
         if self.compilation_cache is not None:
-            os.makedirs(env["JAX_COMPILATION_CACHE_DIR"], exist_ok=True)
+            _own_folder(env["JAX_COMPILATION_CACHE_DIR"])
         dask_pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
         with contextlib.ExitStack() as stack:
             stack.enter_context(_restored_environ({*dask_pre, *env}))
@@ -240,12 +272,26 @@ class DaskScheduler:
             raise ValueError(f"address must be a scheduler address such as 'tcp://host:8786', got {self.address!r}")
         _check_retries(self.retries)
 
+    def check(self, timeout: float = CONNECT_TIMEOUT) -> None:
+        """A one-line ``ValueError`` when the scheduler does not accept a connection within ``timeout`` seconds."""
+        m = re.fullmatch(r"(?:(tcp|tls)://)?\[?([^\]\s/]+?)\]?:(\d+)/?", self.address.strip())
+        if m is None:
+            raise ValueError(f"scheduler must be an address such as 'tcp://host:8786', got {self.address!r}")
+        host, port = m.group(2), int(m.group(3))
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError as err:
+            raise ValueError(f"scheduler {self.address!r} cannot be reached ({err.strerror or err}, after at most "
+                             f"{timeout:g} s): start it (dask scheduler) or check the address and the network") from None
+
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:
         """Yield a ``distributed.Client`` connected to the scheduler; close it afterwards."""
         from distributed import Client
 
-        with Client(self.address) as client:
+        self.check()
+        with Client(self.address, timeout=f"{CONNECT_TIMEOUT * 2:g}s") as client:
             yield client
 
 
@@ -287,15 +333,38 @@ class DaskJobqueue:
             _check_resources(self.resources)
         if self.env is not None and not (isinstance(self.env, Mapping) and all(isinstance(k, str) for k in self.env)):
             raise ValueError(f"env must be a mapping of variable names to values, got {self.env!r}")
-        valid = _jobqueue_options(self.cls)
+        if self.env is not None:
+            bad_env = [k for k in self.env if not _ENV_NAME.fullmatch(k)]
+            if bad_env:
+                raise ValueError(f"cluster env names must be variable names (letters, digits, '_'), got {bad_env}")
+        valid = _jobqueue_options(self.cls) - SHELL_OPTIONS
+        shell = sorted(k for k in self.options if k in SHELL_OPTIONS)
+        if shell:
+            raise ValueError(f"cluster option(s) {', '.join(map(repr, shell))} put shell code into the batch script "
+                             "and are not taken from a spec; set variables with the cluster's env table")
         bad = sorted(k for k in self.options if k not in valid)
         if bad:
             raise ValueError(f"unknown {self.cls} option(s) {', '.join(map(repr, bad))}; valid options: "
                              f"{', '.join(sorted(valid))}")
+        for k, v in self.options.items():
+            for item in v if isinstance(v, list | tuple) else [v]:
+                if isinstance(item, str) and any(ord(c) < 32 or ord(c) == 127 for c in item):
+                    raise ValueError(f"cluster option {k!r} holds a line break or control character: {item!r}")
+                if not isinstance(item, str | int | float | bool) and item is not None:
+                    raise ValueError(f"cluster option {k!r} must be a string, number or list of them, got {item!r}")
+
+    def check(self) -> None:
+        """A one-line ``ValueError`` when the batch system's submit command (e.g. ``sbatch``) is not on ``PATH``."""
+        import dask_jobqueue
+
+        command = getattr(getattr(dask_jobqueue, self.cls).job_cls, "submit_command", None)
+        if command and shutil.which(command) is None:
+            raise ValueError(f"cluster class {self.cls} submits jobs with {command!r}, which is not on PATH here: "
+                             f"run the sweep on the cluster's login node, or use --executor dask without [cluster]")
 
     def cluster_options(self) -> dict[str, Any]:
         """The keyword arguments the cluster class is called with (``options`` plus ``env`` and ``resources``)."""
-        options = dict(self.options)
+        options = {k: _quoted(v) for k, v in self.options.items()}
         if self.env:
             prologue = list(options.get("job_script_prologue") or [])
             prologue += [f"export {k}={shlex.quote(str(v))}" for k, v in self.env.items()]
@@ -320,6 +389,7 @@ class DaskJobqueue:
         """Start the cluster and ask for ``workers`` workers; yield a ``distributed.Client``; close both afterwards."""
         from distributed import Client
 
+        self.check()
         with self.make_cluster() as cluster:
             cluster.scale(n=self.workers)
             _say(f"{self.cls}: asked for {self.workers} worker(s); job script:\n{cluster.job_script()}")
@@ -328,6 +398,22 @@ class DaskJobqueue:
 
 
 Executor = InProcess | DaskLocal | DaskScheduler | DaskJobqueue
+
+
+def _quoted(value: Any) -> Any:
+    """Strings (also in lists) quoted for the shell (``shlex.quote``); plain words are left as they are."""
+    if isinstance(value, str):
+        return shlex.quote(value)
+    if isinstance(value, list | tuple):
+        return [_quoted(v) for v in value]
+    return value
+
+
+def check_reachable(executor: Executor | None) -> None:
+    """Fail at once (one-line ``ValueError``) when ``executor`` cannot start: no submit command, no scheduler."""
+    check = getattr(executor, "check", None)
+    if check is not None:
+        check()
 
 
 def _check_resources(resources: Any) -> None:

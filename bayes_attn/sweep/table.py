@@ -172,6 +172,10 @@ def _theory_table(files: dict[tuple[int, float], Path], widths, temperatures) ->
         seconds="theory_seconds")
 
 
+MIN_CHAINS_SE = 3
+"""Fewest chains for a standard error over chains (with two, their spread is too often zero or meaningless)."""
+
+
 def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Dataset:
     """Per-width comparisons gathered along ``sample_width``."""
     sw = xr.DataArray(sample_widths, dims="sample_width", name="sample_width")
@@ -182,9 +186,11 @@ def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Da
     out["U_theory_at_sample_width"] = s["U_theory"]
     out["accuracy_sampled"] = s["accuracy"].sel(predictor="sampled", drop=True)
     out["accuracy_sampled_se"] = ("sample_width", [
-        float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] > 1 else np.nan
-        for d in sampled
+        float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] >= MIN_CHAINS_SE
+        else np.nan for d in sampled
     ])
+    out["accuracy_sampled_se"].attrs["note"] = (f"standard error over chains; NaN (unavailable) with fewer than "
+                                                f"{MIN_CHAINS_SE} chains")
     settings = [json.loads(d.attrs["sampler_settings"]) for d in sampled]
     out["sampler_seed"] = ("sample_width", [s["seed"] for s in settings])
     out["chain_method"] = ("sample_width", [s["chain_method"] for s in settings])
@@ -229,7 +235,7 @@ def _with_sampler(spec: Spec, overrides: dict) -> Spec:
 
 
 def _check_widths(name: str, widths) -> list[int]:
-    return sorted({_checks.positive_int(name, w) for w in widths})
+    return sorted({_checks.width(name, w) for w in widths})
 
 
 def _check_temperatures(temperatures) -> list[float]:
@@ -243,7 +249,8 @@ def _check_temperatures(temperatures) -> list[float]:
 # the sweeps
 # ----------------------------------------------------------------------------
 def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, temperature: float | None = None,
-          temperatures=None, executor: Executor | None = None, progress_bar: bool = True, **sampler) -> xr.Dataset:
+          temperatures=None, executor: Executor | None = None, progress_bar: bool = True, force: bool = False,
+          **sampler) -> xr.Dataset:
     """Theory at ``widths`` and sampling at ``sample_widths``, at one temperature or a grid; writes ``sweep.nc``.
 
     Args:
@@ -257,7 +264,11 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
     Per-job results go to ``out/widths/`` as they finish (a rerun resumes);
     ``sweep.nc`` and the figures replace the previous ones together when the
     sweep ends. Failed jobs are listed in ``sweep.nc`` (``failed_jobs``) and
-    the finished ones are kept; the table then covers what finished.
+    the finished ones are kept; the table then covers what finished. The
+    sweep's verdict (attribute ``verdict``, see :func:`sweep_verdict`) is
+    ``"inconclusive"`` when the sampler's diagnostics failed at some sampled
+    width (variable ``verdict`` per width); the figures mark those points.
+    ``force``: write into a non-empty folder this package did not write.
     """
     out = Path(out)
     widths = _check_widths("widths", widths or spec.compare.widths)
@@ -270,20 +281,56 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
     spec = _with_sampler(spec, sampler)
     data, validation = spec.data(), spec.validation()
-    with outputs.output_folder(out) as stage:
-        folder = stage.folder / "widths"
-        folder.mkdir(exist_ok=True)
+    with outputs.output_folder(out, force=force) as stage:
+        folder = _cache_folder(stage.folder)
         jobs = sweep_jobs(spec, folder, widths, sample_widths, temps, progress_bar=progress_bar and executor is None)
         outcomes = run_jobs(run_job, jobs, executor, progress=progress_bar)
         failed = _failures(outcomes)
         done = {(o.job.params["kind"], o.job.params["width"], o.job.params["temperature"]): Path(o.value)
                 for o in outcomes if o.ok}
         ds = _assemble(spec, done, widths, sample_widths, temps, data, validation)
-        ds.attrs.update(_provenance(spec, data, validation), failed_jobs=json.dumps(failed))
-        stage.record.update(failed_jobs=failed, jobs=len(jobs))
+        ds.attrs.update(_provenance(spec, data, validation), failed_jobs=json.dumps(failed), verdict=sweep_verdict(ds))
+        stage.record.update(failed_jobs=failed, jobs=len(jobs), verdict=ds.attrs["verdict"])
         _io.save(ds, stage.path("sweep.nc"))
         _sweep_figures(ds, spec, stage)
     return ds
+
+
+def _cache_folder(folder: Path) -> Path:
+    """``folder/widths``, the per-job cache: created if missing; refused when it is a link or not a folder."""
+    cache = folder / "widths"
+    if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
+        raise ValueError(f"out: {str(cache)!r} is a symbolic link or not a folder; the sweep keeps its per-width "
+                         "results there: remove it, or choose another output folder")
+    cache.mkdir(exist_ok=True)
+    return cache
+
+
+def sweep_verdict(ds: xr.Dataset) -> str:
+    """``"inconclusive"`` when some sampled width's verdict is, ``"disagree"`` when some disagrees, else
+    ``"agree"``; ``"theory only"`` without sampled widths."""
+    if "verdict" not in ds:
+        return "theory only"
+    verdicts = set(np.asarray(ds["verdict"].values).ravel().tolist())
+    for v in ("inconclusive", "disagree"):
+        if v in verdicts:
+            return v
+    return "agree"
+
+
+def inconclusive_points(ds: xr.Dataset) -> list[str]:
+    """``"N=…, T=…"`` for every sampled point whose verdict is ``"inconclusive"``."""
+    if "verdict" not in ds:
+        return []
+    v = ds["verdict"]
+    out = []
+    for i, N in enumerate(ds["sample_width"].values):
+        row = v.isel(sample_width=i)
+        temps = np.atleast_1d(ds["temperature"].values)
+        for j, verdict in enumerate(np.atleast_1d(row.values)):
+            if verdict == "inconclusive":
+                out.append(f"N={int(N)}, T={float(temps[j]):g}")
+    return out
 
 
 def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, validation) -> xr.Dataset:
@@ -363,6 +410,7 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     T = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
     spec = _with_sampler(spec, sampler)
     with outputs.output_folder(out) as stage:
+        _cache_folder(stage.folder)
         sampled, n_train = [], []
         for N in widths:
             P = max(2, int(round(alpha * N)))
