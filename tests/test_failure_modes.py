@@ -17,6 +17,8 @@ import xarray as xr
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.sweep import table
+from bayes_attn.sweep import table as sweeps
+from bayes_attn.sweep import executors
 from bayes_attn.compare import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
@@ -76,7 +78,7 @@ def test_sweep_records_its_provenance(tmp_path):
     assert "numpyro" in json.loads(saved.attrs["versions"])
     # the seed of every sampled width is stored, derived from the sampler seed, width and temperature
     seed = int(saved["sampler_seed"].sel(sample_width=3))
-    assert seed == ba.executors.job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
+    assert seed == executors.job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
     assert str(saved["chain_method"].sel(sample_width=3).values) in ("parallel", "vectorized", "sequential")
     assert bool(saved["converged_theory"].all())
     saved.close()
@@ -206,13 +208,14 @@ def test_spec_type_errors_name_the_field(change, match):
 # 10. stale temporaries ----------------------------------------------------------------------------------------
 def test_stale_temporaries_are_removed(tmp_path, capsys):
     out = tmp_path / "t"
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
     (out / "widths").mkdir(parents=True)
-    (out / "widths" / "tmpab12.nc.tmp").write_bytes(b"\0" * 1000)
-    (out / ".staging-xyz").mkdir()
-    (out / ".staging-xyz" / "theory.nc").write_bytes(b"\0")
+    (out / "widths" / ".bayes_attn-ab12.nc.tmp").write_bytes(b"\0" * 1000)
+    (out / ".bayes_attn-staging-xyz").mkdir()
+    (out / ".bayes_attn-staging-xyz" / "theory.nc").write_bytes(b"\0")
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
     assert "removed 2 temporary" in capsys.readouterr().err
-    assert not list(out.rglob("*.tmp")) and not list(out.glob(".staging-*"))
+    assert not list(out.rglob("*.tmp")) and not list(out.glob(".bayes_attn-staging-*"))
 
 
 # 11. same seed and chain method, same draws, from the library and the command ------------------------------------
