@@ -148,7 +148,7 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
     spec = spec_from_dict(THEORY_ONLY)
     out = tmp_path / "sw"
     table.sweep(spec, out, progress_bar=False)
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
     assert json.loads((out / "manifest.json").read_text())["files"] == sorted(
         n for n in before if n != "manifest.json")
 
@@ -158,9 +158,9 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(sweeps, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
     with pytest.raises(KeyboardInterrupt):
         table.sweep(spec, out, temperature=0.3, progress_bar=False)
-    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
     assert after == before
-    assert not list(out.glob(".staging-*"))
+    assert not list(out.glob(outputs.STAGING_PREFIX + "*"))
     assert (out / "widths" / "theory-N3-T0.3.nc").exists()  # the cache of the interrupted run may stay
 
 

@@ -382,7 +382,7 @@ def best_temperature_view(ds: xr.Dataset) -> xr.Dataset:
     )
     if "sample_width" in ds.dims:
         at = best.sel(width=ds["sample_width"]).rename(width="sample_width")
-        for v in ("U_sampled", "U_mcse", "accuracy_sampled", "accuracy_sampled_se"):
+        for v in ("U_sampled", "U_mcse", "accuracy_sampled", "accuracy_sampled_se", "verdict"):
             view[v] = ds[v].sel(temperature=at)
     return view
 
