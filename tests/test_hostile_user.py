@@ -147,6 +147,7 @@ def test_staging_symlink_is_neither_followed_nor_an_error(tmp_path, capsys):
     elsewhere.mkdir()
     (elsewhere / "keep.txt").write_text("keep")
     (out / ".bayes_attn-staging-evil").symlink_to(elsewhere)
+    (out / ".staging-evil").symlink_to(elsewhere)
     (out / ".bayes_attn-abc.nc.tmp").symlink_to(elsewhere / "keep.txt")
     assert cli.main(["theory", str(path), "--out", str(out)]) == 0
     assert (elsewhere / "keep.txt").read_text() == "keep"

@@ -274,10 +274,14 @@ class DaskScheduler:
 
     def check(self, timeout: float = CONNECT_TIMEOUT) -> None:
         """A one-line ``ValueError`` when the scheduler does not accept a connection within ``timeout`` seconds."""
-        m = re.fullmatch(r"(?:(tcp|tls)://)?\[?([^\]\s/]+?)\]?:(\d+)/?", self.address.strip())
+        address = self.address.strip()
+        scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+        if scheme not in ("tcp", "tls"):
+            return  # other transports (inproc, ucx, ws) are left to Dask
+        m = re.fullmatch(r"(?:(?:tcp|tls)://)?(\[[^\]]+\]|[^:/\s\[\]]+)(?::(\d+))?/?", address)
         if m is None:
             raise ValueError(f"scheduler must be an address such as 'tcp://host:8786', got {self.address!r}")
-        host, port = m.group(2), int(m.group(3))
+        host, port = m.group(1).strip("[]"), int(m.group(2) or 8786)
         try:
             with socket.create_connection((host, port), timeout=timeout):
                 pass
