@@ -27,19 +27,6 @@ from .spec import Spec, load_spec
 from .threads import one_blas_thread
 
 
-def _typed(check, what: str):
-    """An argparse type: an integer checked by ``check(what, value)`` (a one-line usage error otherwise)."""
-    def convert(text: str) -> int:
-        try:
-            return check(what, int(text))
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err).removeprefix(f"{what} ")) from None
-    convert.__name__ = what.lstrip("-")  # argparse names the type in its message
-    return convert
-
-
-WIDTH = _typed(_checks.width, "--width")
-SEED = _typed(_checks.seed, "--seed")
 DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<spec name>-N<width>-sample",
                "run": "runs/<spec name>-N<width>", "sweep": "runs/<spec name>-sweep", "prune": "runs/<spec name>"}
 """Each command's default output folder: no command replaces another's files."""
@@ -55,7 +42,7 @@ def _out(p: argparse.ArgumentParser, command: str) -> None:
 def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> None:
     p.add_argument("spec", nargs="?", help="TOML spec of task, network and sampler (default: embedded Fig. 2c Markov spec)")
     if width:
-        p.add_argument("--width", type=WIDTH, help="set every hidden width N (default: the spec's)")
+        p.add_argument("--width", type=int, help="set every hidden width N (default: the spec's)")
     else:
         p.set_defaults(width=None)
     p.add_argument("--temperature", type=float, help="likelihood temperature (default: the spec's)")
@@ -66,7 +53,7 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, help="number of chains")
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
-    p.add_argument("--seed", type=SEED, help="random seed of the sampler (0 to 2**32 - 1)")
+    p.add_argument("--seed", type=int, help="random seed of the sampler (0 to 2**32 - 1)")
     p.add_argument("--sampler", choices=list(SAMPLERS), help="the sampler: "
                    + "; ".join(f"{k}: {v.description}" for k, v in SAMPLERS.items()))
     p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
@@ -125,10 +112,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(p, "sweep", width=False)
     _sampling(p)
-    p.add_argument("--widths", type=_typed(_checks.width, "--widths"), nargs="+",
-                   help="widths for the theory (default: the spec's)")
-    p.add_argument("--sample-widths", type=_typed(_checks.width, "--sample-widths"), nargs="*",
-                   help="widths to sample at (default: the spec's; none: theory only)")
+    p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
+    p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
     p.add_argument("--temperatures", type=float, nargs="+",
                    help="a temperature grid instead of one temperature: the best per width is chosen on a validation set")
     p.add_argument("--executor", choices=["local", "dask"], default="local",
@@ -155,7 +140,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _check_options(args) -> None:
+    """Widths and seeds of the command line, checked before the spec is even read (one-line errors)."""
+    if args.width is not None:
+        if args.width < 1:
+            raise ValueError(f"--width must be a positive integer, got {args.width}")
+        _checks.width("--width", args.width)
+    for name in ("widths", "sample_widths"):
+        for w in getattr(args, name, None) or []:
+            _checks.width(f"--{name.replace('_', '-')}", w)
+    if getattr(args, "seed", None) is not None:
+        _checks.seed("--seed", args.seed)
+
+
 def _setup(args) -> tuple[Spec, Path, float]:
+    _check_options(args)
     spec = load_spec(args.spec)
     if args.temperature is not None and not args.temperature > 0:
         raise ValueError(f"--temperature must be positive, got {args.temperature}")
