@@ -403,6 +403,7 @@ def test_log_axis_ticks_are_plain_numbers_and_heatmap_numbers_readable():
     labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
     assert labels and all("times" not in s and "^" not in s for s in labels), labels
     M = np.array([[1.0, 0.0], [0.0, -1.0]])
-    figures._heatmap(ax, M, ["a", "b"], "t", 1.0)
-    colours = {t.get_text(): t.get_color() for t in ax.texts}
+    heat = Figure().subplots()
+    figures._heatmap(heat, M, ["a", "b"], "t", 1.0)
+    colours = {t.get_text(): t.get_color() for t in heat.texts}
     assert colours["1.00"] == "white" and colours["0.00"] == "black"
