@@ -16,7 +16,7 @@ import xarray as xr
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
-from bayes_attn.sweep import table
+from bayes_attn.sweep import job_seed, table
 from bayes_attn.compare import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
@@ -76,7 +76,7 @@ def test_sweep_records_its_provenance(tmp_path):
     assert "numpyro" in json.loads(saved.attrs["versions"])
     # the seed of every sampled width is stored, derived from the sampler seed, width and temperature
     seed = int(saved["sampler_seed"].sel(sample_width=3))
-    assert seed == ba.executors.job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
+    assert seed == job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
     assert str(saved["chain_method"].sel(sample_width=3).values) in ("parallel", "vectorized", "sequential")
     assert bool(saved["converged_theory"].all())
     saved.close()
