@@ -16,9 +16,7 @@ import xarray as xr
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
-from bayes_attn.sweep import table
-from bayes_attn.sweep import table as sweeps
-from bayes_attn.sweep import executors
+from bayes_attn.sweep import job_seed, table
 from bayes_attn.compare import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
@@ -78,7 +76,7 @@ def test_sweep_records_its_provenance(tmp_path):
     assert "numpyro" in json.loads(saved.attrs["versions"])
     # the seed of every sampled width is stored, derived from the sampler seed, width and temperature
     seed = int(saved["sampler_seed"].sel(sample_width=3))
-    assert seed == executors.job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
+    assert seed == job_seed(spec.sampler.seed, kind="sample", width=3, temperature=spec.temperature)
     assert str(saved["chain_method"].sel(sample_width=3).values) in ("parallel", "vectorized", "sequential")
     assert bool(saved["converged_theory"].all())
     saved.close()
@@ -93,7 +91,7 @@ def load_spec_text(text):
 def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
     path = _spec_file(tmp_path, THEORY_ONLY)
     out = tmp_path / "sw"
-    _forbid(monkeypatch, (sweeps, "solve_theory"), (sweeps, "gp_limit"))
+    _forbid(monkeypatch, (table, "solve_theory"), (table, "gp_limit"))
     with outputs.hold(out):
         assert cli.main(["sweep", str(path), "--out", str(out)]) == cli.EXIT_USAGE
         err = capsys.readouterr().err
@@ -133,10 +131,10 @@ def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatc
     spec = spec_from_dict(THEORY_ONLY)
     real = table.solve_theory
     with monkeypatch.context() as m:
-        m.setattr(sweeps, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
+        m.setattr(table, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
         with pytest.warns(RuntimeWarning, match="did not converge"):
             table.sweep(spec, tmp_path / "sw", progress_bar=False)
-    _forbid(monkeypatch, (sweeps, "solve_theory"))
+    _forbid(monkeypatch, (table, "solve_theory"))
     with pytest.warns(RuntimeWarning, match=r"theory at N=3, temperature=0.1 did not converge"):
         ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)  # resumed from files: still flagged
     assert not bool(ds["converged_theory"].sel(width=3))
@@ -155,7 +153,7 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sweeps, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
+    monkeypatch.setattr(table, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
     with pytest.raises(KeyboardInterrupt):
         table.sweep(spec, out, temperature=0.3, progress_bar=False)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}

@@ -91,3 +91,59 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
     out = subprocess.run([sys.executable, "-c", SAMPLE_WITH_PROGRESS_BAR], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "float64", "float64"]
+
+
+# The one-way flow (task → network → theory | posterior → compare → jobs → command): each group may
+# import only from the groups before it (and itself).
+LAYERS = [
+    {"_checks", "_io", "precision", "threads", "outputs", "_spec_types"},
+    {"network", "tasks"},
+    {"gp", "theory", "samplers"},
+    {"posterior", "calibration"},
+    {"compare"},
+    {"spec"},
+    {"run"},
+    {"sweep", "oneshot"},
+    {"cli"},
+]
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[1] if module.count(".") else module
+    return next(i for i, group in enumerate(LAYERS) if top in group)
+
+
+def _imports(module: str, source: str) -> set[str]:
+    """Absolute ``bayes_attn.x`` modules imported by ``source``, the text of ``module`` (relative imports resolved)."""
+    package = module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                names = [mod] if node.module else [f"{mod}.{a.name}" for a in node.names]
+            else:
+                names = [node.module] if node.module else []
+            found.update(n for n in names if n.startswith("bayes_attn."))
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("bayes_attn."))
+    return found
+
+
+def test_no_module_imports_up_the_flow():
+    upward = []
+    for path in sorted((ROOT / "bayes_attn").rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        if rel.parts == ("bayes_attn", "__init__"):
+            continue
+        here = _layer(".".join(rel.parts))
+        module = ".".join(rel.parts)
+        upward += [f"{module} -> {m}" for m in _imports(module, path.read_text()) if _layer(m) > here]
+    assert not upward, upward
+
+
+def test_upward_import_detector_can_fail():
+    found = _imports("bayes_attn.theory.solve", "from ..run import pipeline\nfrom . import result\n")
+    assert found == {"bayes_attn.run", "bayes_attn.theory.result"}
+    assert _layer("bayes_attn.run") > _layer("bayes_attn.theory.solve")

@@ -92,8 +92,8 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
         raise AssertionError("a finished width was recomputed")
 
     with monkeypatch.context() as m:
-        m.setattr(sweeps, "sample_posterior", fail)
-        m.setattr(sweeps, "solve_theory", fail)
+        m.setattr(table, "sample_posterior", fail)
+        m.setattr(table, "solve_theory", fail)
         again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
     # other settings: finished widths are not reused

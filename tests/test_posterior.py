@@ -35,6 +35,21 @@ def test_tiny_network_converges_on_invariant_observables(tiny_full):
     assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train", "f_test"}
 
 
+def test_arviz_namespace_reads_the_posterior(tiny_full, tmp_path):
+    """What users type after a plain install: ``import arviz as az`` on ``post.tree``."""
+    import arviz as az
+    import matplotlib
+
+    matplotlib.use("Agg")
+    net, x, y, xt, post = tiny_full
+    table = az.summary(post.tree, var_names=["U", "Ua"])
+    assert len(table) == net.D**2 + 1
+    assert np.all(np.isfinite(table["r_hat"].astype(float)))
+    plot = az.plot_trace(post.tree, var_names=["Ua"])
+    plot.savefig(tmp_path / "trace.png")
+    assert (tmp_path / "trace.png").stat().st_size > 0
+
+
 def test_tree_layout_and_order_parameter(tiny_full):
     net, x, y, xt, post = tiny_full
     p = post.tree["posterior"]

@@ -63,7 +63,7 @@ def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monke
             raise RuntimeError("solver exploded")
         return real(job)
 
-    monkeypatch.setattr(sweeps, "run_job", flaky)
+    monkeypatch.setattr(table, "run_job", flaky)
     status = cli.main(["sweep", str(path), "--out", str(tmp_path / "sw"), "--sample-widths", "--no-progress"])
     assert status == cli.EXIT_FAILED_JOBS
     assert "theory-N30-T0.1" in capsys.readouterr().err
@@ -72,7 +72,7 @@ def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monke
     assert [f["job"] for f in failed] == ["theory-N30-T0.1"] and "solver exploded" in failed[0]["error"]
     assert list(ds["width"].values) == [3]  # the finished width is there
     ds.close()
-    monkeypatch.setattr(sweeps, "run_job", real)
+    monkeypatch.setattr(table, "run_job", real)
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "sw"), "--sample-widths", "--no-progress"]) == 0
 
 
