@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -141,31 +141,34 @@ def _corrupt(path: Path, err: Exception) -> CorruptFileError:
     )
 
 
-def load_tree(path: str | os.PathLike) -> xr.DataTree:
-    """Read a whole netCDF ``DataTree`` into memory and close the file."""
+def load_tree(path: str | os.PathLike, samplers: Collection[str] | None = None) -> xr.DataTree:
+    """Read a whole netCDF ``DataTree`` into memory and close the file.
+
+    ``samplers``: the known sampler names; a file naming another (attribute ``sampler``) is refused.
+    """
     path = _existing(path)
     try:
         with xr.open_datatree(path, engine="netcdf4") as tree:
             tree = tree.load().copy()
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise _corrupt(path, err) from err
-    _check_attrs(tree.attrs, path)
+    _check_attrs(tree.attrs, path, samplers)
     return tree
 
 
-def load_dataset(path: str | os.PathLike) -> xr.Dataset:
-    """Read a whole netCDF ``Dataset`` into memory and close the file."""
+def load_dataset(path: str | os.PathLike, samplers: Collection[str] | None = None) -> xr.Dataset:
+    """Read a whole netCDF ``Dataset`` into memory and close the file (``samplers``: as for :func:`load_tree`)."""
     path = _existing(path)
     try:
         with xr.open_dataset(path, engine="netcdf4") as ds:
             ds = ds.load().copy()
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise _corrupt(path, err) from err
-    _check_attrs(ds.attrs, path)
+    _check_attrs(ds.attrs, path, samplers)
     return ds
 
 
-def _check_attrs(attrs: dict, path: Path) -> None:
+def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = None) -> None:
     """JSON attributes parse (else :class:`CorruptFileError`); a sampler name is known; versions are compared."""
     for name in JSON_ATTRS:
         if name in attrs:
@@ -174,13 +177,10 @@ def _check_attrs(attrs: dict, path: Path) -> None:
             except (TypeError, ValueError) as err:
                 raise CorruptFileError(f"{str(path)!r} cannot be read: its attribute {name!r} is not valid JSON "
                                        f"({err}); the file is corrupted") from None
-    if "sampler" in attrs:
-        from .samplers import SAMPLERS  # imported here: the samplers write files through this module
-
-        if str(attrs["sampler"]) not in SAMPLERS:
-            raise CorruptFileError(f"{str(path)!r} names the sampler {str(attrs['sampler'])!r}, which this version "
-                                   f"does not know (known: {', '.join(SAMPLERS)}); it was written by another "
-                                   "version or is corrupted")
+    if samplers is not None and "sampler" in attrs and str(attrs["sampler"]) not in samplers:
+        raise CorruptFileError(f"{str(path)!r} names the sampler {str(attrs['sampler'])!r}, which this version "
+                               f"does not know (known: {', '.join(samplers)}); it was written by another "
+                               "version or is corrupted")
     if "versions" not in attrs:
         warnings.warn(f"{str(path)!r} records no package versions: it was not written by this package's save "
                       "functions, or by a version before they recorded them", RuntimeWarning, stacklevel=3)

@@ -33,7 +33,7 @@ from numpyro.infer import MCMC, NUTS, init_to_sample
 from . import _checks, _io, gp
 from .network import Network, kernel_diag_from_xi, kernel_from_C, order_parameter_labels, path_kernel_from_xi
 from .precision import x64
-from .samplers import Options, SamplerSettings, get, memory, prepare
+from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, prepare
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
@@ -374,5 +374,5 @@ class Posterior:
 
 def load_posterior(path: str | os.PathLike) -> Posterior:
     """Read a :class:`Posterior` written by :meth:`Posterior.save`."""
-    tree = _io.load_tree(path)
+    tree = _io.load_tree(path, samplers=SAMPLERS)  # an unknown sampler name is refused
     return Posterior(tree, _network_from_tree(tree))

@@ -364,7 +364,10 @@ def test_other_version_missing_versions_and_unknown_sampler(tmp_path, monkeypatc
         _io.load_dataset(tmp_path / "old.nc")
     _io.save(ds.assign_attrs(sampler="magic"), tmp_path / "magic.nc")
     with pytest.raises(_io.CorruptFileError, match="sampler 'magic'"):
-        _io.load_dataset(tmp_path / "magic.nc")
+        _io.load_dataset(tmp_path / "magic.nc", samplers=ba.samplers.SAMPLERS)
+    import inspect
+
+    assert "samplers=SAMPLERS" in inspect.getsource(ba.posterior.load_posterior)  # posteriors are loaded so
 
 
 # 8. the theory is documented in the repository ------------------------------------------------------------------

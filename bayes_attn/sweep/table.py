@@ -36,7 +36,7 @@ from ..compare import accuracy, compare, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
 from ..run.pipeline import gp_accuracies
 from ..posterior import data_fingerprint, sample_posterior
-from ..samplers import SamplerSettings
+from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..theory import gp_limit, solve_theory
 
@@ -70,7 +70,7 @@ def _finished(path: Path, key: str) -> xr.Dataset | None:
     if not path.exists():
         return None
     try:
-        ds = _io.load_dataset(path)
+        ds = _io.load_dataset(path, samplers=SAMPLERS)
     except _io.CorruptFileError as err:
         warnings.warn(f"{err}; recomputing it", RuntimeWarning, stacklevel=2)
         return None
