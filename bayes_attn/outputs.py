@@ -24,6 +24,10 @@
 
 Resumable caches (a sweep's ``widths/``) are written straight into the held
 folder, one atomic file at a time, and are not part of the replacement.
+
+The package's netCDF files (checksummed, with the package versions) are
+written by :func:`save` and read by :func:`load_dataset`, which raises
+:class:`CorruptFileError` for a file that fails its checks.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._io import TMP_PREFIX, is_temporary, versions
+from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions
 
 LOCK = ".lock"
 MANIFEST = "manifest.json"

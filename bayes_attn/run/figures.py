@@ -25,7 +25,7 @@ def _subplots(*grid: int, figsize: tuple[float, float], layout: str | None = Non
     return fig, fig.subplots(*grid)
 
 
-def _plain_log_ticks(ax, *axes: str) -> None:
+def plain_log_ticks(ax, *axes: str) -> None:
     """Log-scale tick labels as plain numbers (``10``, ``300``, ``0.001``), not ``6×10⁰``; no minor labels."""
     for name in axes:
         axis = getattr(ax, f"{name}axis")
@@ -37,7 +37,7 @@ INCONCLUSIVE = dict(marker="o", s=200, facecolors="none", edgecolors="red", line
 """How sampled points with an inconclusive verdict (sampler diagnostics failed) are ringed."""
 
 
-def _inconclusive(ds: xr.Dataset) -> np.ndarray:
+def inconclusive_points(ds: xr.Dataset) -> np.ndarray:
     """Boolean ``[sample_width]``: the sampled point's verdict is ``"inconclusive"``."""
     if "verdict" not in ds or "sample_width" not in ds["verdict"].dims:
         return np.zeros(ds.sizes.get("sample_width", 0), dtype=bool)
@@ -53,7 +53,7 @@ def _save(fig, path) -> Path:
     return path
 
 
-def _heatmap(ax, M, labels, title, vmax, cmap="RdBu_r", ylabel=True):
+def heatmap(ax, M, labels, title, vmax, cmap="RdBu_r", ylabel=True):
     im = ax.imshow(M, cmap=cmap, vmin=-vmax, vmax=vmax)
     ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 6 else 0)
     ax.set_yticks(range(len(labels)), labels)
@@ -78,11 +78,11 @@ def order_parameter(c: Comparison, path, path_names: dict[str, str] | None = Non
     vmax = float(np.max(np.abs([c.U_theory, c.U_sampled])))
     diff = c.U_sampled - c.U_theory
     fig, axes = _subplots(1, 3, figsize=(15, 4.8), layout="constrained")
-    im = _heatmap(axes[0], c.U_theory, labels, "theory U", vmax)
-    _heatmap(axes[1], c.U_sampled, labels, "sampled U (posterior mean)", vmax, ylabel=False)
+    im = heatmap(axes[0], c.U_theory, labels, "theory U", vmax)
+    heatmap(axes[1], c.U_sampled, labels, "sampled U (posterior mean)", vmax, ylabel=False)
     fig.colorbar(im, ax=axes[:2], shrink=0.8, label="U[π, π']")
     dmax = float(np.max(np.abs(diff))) or 1.0
-    im2 = _heatmap(axes[2], diff, labels, "sampled − theory", dmax, cmap="PuOr_r", ylabel=False)
+    im2 = heatmap(axes[2], diff, labels, "sampled − theory", dmax, cmap="PuOr_r", ylabel=False)
     fig.colorbar(im2, ax=axes[2], shrink=0.8, label="difference")
     fig.suptitle(f"Order parameter, N = {c.width}")
     return _save(fig, path)
@@ -140,7 +140,7 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
         se = ds["accuracy_sampled_se"].values
         ax.errorbar(ds["sample_width"], ds["accuracy_sampled"], yerr=se, fmt="s", ms=7, color="black", capsize=3,
                     label="sampled (NUTS), ±1 s.e. over chains" + (" (none: < 3 chains)" if np.isnan(se).any() else ""))
-        bad = _inconclusive(ds)
+        bad = inconclusive_points(ds)
         if bad.any():
             ax.scatter(ds["sample_width"].values[bad], ds["accuracy_sampled"].values[bad], **INCONCLUSIVE,
                        label="inconclusive: sampler diagnostics failed")
@@ -149,7 +149,7 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
         ax.axhline(float(ds["accuracy_gp"].sel(gp_model=name)), ls=styles[i % 4], color="tab:gray",
                    label=f"GP limit: {name}")
     ax.set_xscale("log")
-    _plain_log_ticks(ax, "x")
+    plain_log_ticks(ax, "x")
     ax.set_xlabel("width N")
     ax.set_ylabel("test accuracy")
     ax.set_title("Test accuracy vs width")
@@ -164,12 +164,12 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
             if "sample_width" in ds.dims and ds.sizes["sample_width"]:
                 ax.errorbar(ds["sample_width"], ds["U_sampled"].sel(path=p, path_=q), yerr=2 * ds["U_mcse"].sel(path=p, path_=q),
                             fmt="o", color=line[0].get_color(), ms=4)
-                bad = _inconclusive(ds)
+                bad = inconclusive_points(ds)
                 if bad.any():
                     ax.scatter(ds["sample_width"].values[bad], ds["U_sampled"].sel(path=p, path_=q).values[bad],
                                **INCONCLUSIVE | {"s": 80})
     ax.set_xscale("log")
-    _plain_log_ticks(ax, "x")
+    plain_log_ticks(ax, "x")
     ax.set_xlabel("width N")
     ax.set_ylabel("U entry (lines: theory; points: sampled ±2 MCSE)")
     ax.set_title("Order parameter vs width")
@@ -188,7 +188,7 @@ def _gap_curve(ax, inv, ds: xr.Dataset, name: str, color: str, marker: str, tag:
     slope, slope_se, used = power_law_slope(inv, gap, se, floor)
     fit = "" if np.isnan(slope) else f", slope {slope:.2f} ± {slope_se:.2f}"
     ax.errorbar(inv, gap, yerr=se, fmt=marker + "-", color=color, capsize=3, label=f"{tag}{name}{fit}")
-    bad = _inconclusive(ds)
+    bad = inconclusive_points(ds)
     if bad.any():
         ax.scatter(inv[bad], gap[bad], **INCONCLUSIVE | {"s": 120}, label=f"{tag}{name}: inconclusive (diagnostics failed)")
     ax.plot(inv, floor, "x:", color=color, alpha=0.5, label=f"{tag}{name}: MC noise floor")
@@ -221,7 +221,7 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
     for ax in axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
-        _plain_log_ticks(ax, "x", "y")
+        plain_log_ticks(ax, "x", "y")
         ax.set_xlabel("1 / N")
         ax.set_ylabel("relative error, sampled vs theory (noise-corrected)")
         ax.legend(fontsize=6)
