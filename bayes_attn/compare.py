@@ -31,6 +31,7 @@ import xarray as xr
 
 from . import _checks, _io
 from .posterior import Posterior, data_fingerprint, fingerprint
+from .stats import accuracy
 from .theory import Theory, gp_limit
 
 
@@ -63,13 +64,6 @@ def points_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[
     """
     reasons = [f"{point}: {'; '.join(f)}" for point, d in diagnostics.items() if (f := diagnostic_failures(d))]
     return ("inconclusive" if reasons else "diagnostics passed"), reasons
-
-
-def accuracy(mean: np.ndarray, y: np.ndarray) -> float:
-    """Fraction of examples where ``sign(mean)`` equals the label ``y`` (±1, checked)."""
-    y = _checks.signs("y", y)
-    mean = _checks.array("mean", mean, shape=y.shape)
-    return float(np.mean(np.sign(mean) == y))
 
 
 @dataclass(frozen=True)
@@ -146,28 +140,6 @@ def _deeper_order_parameter_checks(theory: Theory, tree, rtol: float, n_sigma: f
         label = f"{name} (relative Frobenius)" if name != "Ua" else "Ua (relative)"
         checks.append(Check(label, *_relative_distance(draws, target.ravel(), se), rtol, n_sigma))
     return checks
-
-
-def power_law_slope(inv_width: np.ndarray, gap: np.ndarray, mcse: np.ndarray, noise_floor: np.ndarray,
-                    n_sigma: float = 2.0) -> tuple[float, float, np.ndarray]:
-    """Slope of ``log gap`` against ``log(1/N)`` by weighted least squares.
-
-    Only gaps resolved from Monte-Carlo noise enter (``gap > noise_floor + n_sigma · mcse``);
-    weights ``(gap / mcse)²`` (the s.e. of ``log gap`` is ``mcse / gap``).
-    Returns ``(slope, standard error, mask of the points used)``; NaNs when fewer than two points qualify.
-    """
-    inv_width, gap, mcse, floor = (np.asarray(a, dtype=np.float64) for a in (inv_width, gap, mcse, noise_floor))
-    use = (gap > floor + n_sigma * mcse) & (mcse > 0)
-    if use.sum() < 2:
-        return float("nan"), float("nan"), use
-    X = np.c_[np.ones(use.sum()), np.log(inv_width[use])]
-    w = (gap[use] / mcse[use]) ** 2
-    A = X.T @ (w[:, None] * X)
-    coef = np.linalg.solve(A, X.T @ (w * np.log(gap[use])))
-    resid = np.log(gap[use]) - X @ coef
-    dof = max(use.sum() - 2, 1)
-    scale = max(float(w @ resid**2) / dof, 1.0)  # inflate by the misfit when it exceeds the MC error
-    return float(coef[1]), float(np.sqrt(scale * np.linalg.inv(A)[1, 1])), use
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,7 +17,7 @@ import xarray as xr
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.sweep import job_seed, table
-from bayes_attn.compare import accuracy
+from bayes_attn.stats import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
 from test_pipeline_cli import TINY

@@ -16,7 +16,8 @@ import xarray as xr
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from ..compare import Comparison, power_law_slope
+from ..compare import Comparison
+from ..stats import power_law_slope
 from ..theory import Theory
 
 

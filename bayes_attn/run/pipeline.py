@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import _io, outputs
 from . import figures
-from ..compare import Comparison, accuracy, compare, diagnostic_failures
+from ..compare import Comparison, compare, diagnostic_failures
+from ..stats import accuracy
 from ..network import Network
 from ..posterior import Posterior, sample_posterior
 from ..spec import Spec

@@ -32,7 +32,8 @@ import xarray as xr
 
 from .. import _checks, _io, outputs
 from ..run import figures
-from ..compare import accuracy, compare, power_law_slope
+from ..compare import compare
+from ..stats import accuracy, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
 from ..run.pipeline import gp_accuracies
 from ..posterior import data_fingerprint, sample_posterior
