@@ -8,10 +8,12 @@ Shared by the run specs (:mod:`bayes_attn.spec`) and the one-shot specs
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import types
 import typing
+
+import numpy as np
+import tomli_w
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
@@ -25,16 +27,21 @@ def check_name(name: str) -> str:
     return name
 
 
-def toml_value(v) -> str:
+def _plain(v):
+    """``v`` as plain TOML values: NumPy scalars and arrays, tuples become numbers and lists; ``None`` entries are left out
+    (TOML has no null: a field left out takes its default, which is ``None`` for every optional field)."""
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(e)}" for k, e in v.items()) + "}"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(toml_value(e) for e in v) + "]"
-    return repr(v)
+        return {str(k): _plain(e) for k, e in v.items() if e is not None}
+    if isinstance(v, (tuple, list, np.ndarray)):
+        return [_plain(e) for e in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def to_toml(data: dict) -> str:
+    """TOML text of a spec's table ``data`` (written by tomli-w; NumPy scalars become plain numbers)."""
+    return tomli_w.dumps(_plain(data))
 
 
 def check_type(where: str, value, hint):

@@ -33,7 +33,7 @@ import numpy as np
 from . import _checks
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
-from ._spec_types import check_name, check_type, section, toml_value
+from ._spec_types import check_name, check_type, section, to_toml
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
 
@@ -140,20 +140,12 @@ class Spec:
 
     def to_toml(self) -> str:
         """The spec as TOML text (round-trips through :func:`load_spec`)."""
-        lines = [f'name = "{self.name}"', f"temperature = {self.temperature!r}", ""]
-        sections = (("task", self.task), ("network", self.network), ("sampler", self.sampler), ("compare", self.compare))
-        for key, obj in sections:
-            lines.append(f"[{key}]")
-            if key == "task":
-                lines.append('kind = "markov"')
-            for k, v in dataclasses.asdict(obj).items():
-                lines.append(f"{k} = {toml_value(v)}")
-            lines.append("")
+        data = {"name": self.name, "temperature": self.temperature,
+                "task": {"kind": "markov"} | dataclasses.asdict(self.task), "network": dataclasses.asdict(self.network),
+                "sampler": dataclasses.asdict(self.sampler), "compare": dataclasses.asdict(self.compare)}
         if self.cluster:
-            lines.append("[cluster]")
-            lines += [f"{k} = {toml_value(v)}" for k, v in self.cluster.items()]
-            lines.append("")
-        return "\n".join(lines)
+            data["cluster"] = self.cluster
+        return to_toml(data)
 
 
 def spec_from_dict(data: dict) -> Spec:

@@ -143,3 +143,15 @@ def test_cli_theory_only_sweep(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "accuracy_theory" in out and (tmp_path / "sw" / "sweep.nc").exists()
     assert not (tmp_path / "sw" / "finite_size.png").exists()  # nothing sampled, no finite-size plot
+
+
+def test_spec_with_numpy_scalars_writes_valid_toml():
+    """Specs are written by tomli-w: NumPy scalars (as a script computes them) become plain TOML numbers."""
+    import dataclasses
+    import tomllib
+
+    import numpy as np
+
+    spec = dataclasses.replace(Spec(), temperature=np.float64(0.1))
+    again = spec_from_dict(tomllib.loads(spec.to_toml()))
+    assert again.temperature == 0.1 and type(again.temperature) is float

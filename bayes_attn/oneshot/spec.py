@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _checks
-from .._spec_types import check_name, check_type, section, toml_value
+from .._spec_types import check_name, check_type, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
 from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
@@ -306,16 +306,7 @@ class OneShotSpec:
 
     def to_toml(self) -> str:
         """The spec as TOML text; ``OneShotSpec.from_dict(tomllib.loads(text)) == self``."""
-        lines = [f"name = {toml_value(self.name)}", ""]
-        for key in SECTIONS:
-            values = dataclasses.asdict(getattr(self, key))
-            lines.append(f"[{key}]")
-            lines += [f"{k} = {toml_value(v)}" for k, v in values.items() if not isinstance(v, dict)]
-            for k, v in values.items():
-                if isinstance(v, dict):
-                    lines += ["", f"[{key}.{k}]"] + [f"{p} = {toml_value(n)}" for p, n in v.items()]
-            lines.append("")
-        return "\n".join(lines)
+        return to_toml({"name": self.name} | {key: dataclasses.asdict(getattr(self, key)) for key in SECTIONS})
 
 
 def load_oneshot_spec(path: str | Path) -> OneShotSpec:
