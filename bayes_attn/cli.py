@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from . import outputs
+from ._cache import enable_compile_cache
 from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
@@ -50,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
         description="Bayesian posterior (NUTS) and statistical-mechanics theory of attention networks "
         "with fixed attention (Tiberi et al., NeurIPS 2024).",
     )
+    top.add_argument("--no-compile-cache", action="store_true",
+                     help="do not use the persistent JAX compilation cache in the user's cache folder "
+                     "(also: BAYES_ATTN_NO_COMPILE_CACHE=1)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser(
         "sample",
@@ -262,6 +266,7 @@ def cmd_prune(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     one_blas_thread()  # this process only; see bayes_attn.threads
+    enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn._cache
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from functools import partial
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -223,6 +224,7 @@ class Network:
         return forward_from_xi(xi, weights.V0, self.effective_weights(weights))
 
 
+@partial(jax.jit, static_argnames="readout")
 def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[jax.Array]:
     out = []
     for l, W in enumerate(att):
@@ -234,6 +236,7 @@ def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[j
     return out
 
 
+@partial(jax.jit, static_argnames="readout")
 def _xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
     omegas = _attention(att, x, readout)
     r = omegas[-1]  # [P, H_L, T]: the right-most factor of every path
@@ -260,6 +263,7 @@ def kernel_diag_from_xi(xi: jax.Array, s0sq: float) -> jax.Array:
     return s0sq * jnp.einsum("pdi,pei->dep", xi, xi) / (N0 * D)
 
 
+@jax.jit
 def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
     """``K = sum U C`` without forming ``C``: ``[P, P2]``."""
     D, N0 = xi1.shape[1], xi1.shape[2]
