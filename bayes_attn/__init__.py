@@ -41,7 +41,7 @@ _LAZY = {
     "samplers": (".samplers", None),
     "solve_theory": (".theory", "solve_theory"),
 }
-_SUBMODULES = ("calibration", "gp", "network", "posterior", "precision", "spec", "tasks", "theory", "threads",
+_SUBMODULES = ("calibration", "gp", "network", "posterior", "precision", "spec", "tasks", "theory", "threads", "compile_cache",
                "oneshot", "run", "sweep", "outputs", "cli")
 
 __all__ = sorted(k for k in _LAZY)

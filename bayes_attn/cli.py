@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from . import outputs
-from ._cache import enable_compile_cache
+from .compile_cache import enable_compile_cache
 from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
@@ -266,7 +266,7 @@ def cmd_prune(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     one_blas_thread()  # this process only; see bayes_attn.threads
-    enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn._cache
+    enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn.compile_cache
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.
