@@ -27,10 +27,13 @@ parallel when there is a device per chain, vectorized on an accelerator, and
 one after another on a CPU with fewer devices than chains (vectorized NUTS
 waits at every draw for the longest trajectory of all chains, and its batched
 steps are what extra threads would be needed for). XLA's thread pool is left
-as JAX started it, because a library cannot change it once JAX runs; the
-``bayes-attn`` command, which owns its process, calls
-:func:`single_thread_xla` before JAX starts. ``benchmarks/bench_contention.py``
-measures these choices quiet and beside one CPU-bound process per core.
+as JAX started it: a library cannot change it once JAX runs, and no single
+choice wins (measured on 2 busy cores: one intra-op thread makes a Fig. 2c
+gradient 15–35 % faster and an image-scale one, a ``600 × 1024`` matrix
+product, 1.9× slower). A script of small problems on a shared machine can
+call :func:`single_thread_xla` before it first uses JAX.
+``benchmarks/bench_contention.py`` measures the library's defaults quiet and
+beside one CPU-bound process per core.
 
 Every posterior records the settings it ran under (:func:`record`, the
 attribute ``threads`` of its tree).
