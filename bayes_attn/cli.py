@@ -19,7 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import _checks
+from . import _checks, outputs
+from .compile_cache import enable_compile_cache
 from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
@@ -70,6 +71,9 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 success; 2 bad input (nothing computed); 3 inconclusive (the sampler's diagnostics "
         "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
     )
+    top.add_argument("--no-compile-cache", action="store_true",
+                     help="do not use the persistent JAX compilation cache in the user's cache folder "
+                     "(also: BAYES_ATTN_NO_COMPILE_CACHE=1)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser(
         "sample",
@@ -251,15 +255,17 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .sweep.executors import DaskLocal, InProcess, check_reachable, default_compilation_cache, executor_from_options
+    from .compile_cache import cache_dir, disabled_by_env
+    from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
     from .sweep.table import inconclusive_points, sweep
 
     spec, out, temperature = _setup(args)
     cfg = _settings(spec, args)
     executor = executor_from_options(args.executor, args.workers, args.scheduler,
                                      spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
-    if isinstance(executor, DaskLocal):  # workers share compiled programs across jobs and reruns
-        executor = dataclasses.replace(executor, compilation_cache=default_compilation_cache(),
+    if isinstance(executor, DaskLocal) and not (args.no_compile_cache or disabled_by_env()):
+        # workers share compiled programs across jobs and reruns, in the user's cache folder
+        executor = dataclasses.replace(executor, compilation_cache=cache_dir(),
                                        env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
     check_reachable(executor)  # no submit command or no scheduler: fail now, not after the theory
     ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths,
@@ -307,6 +313,7 @@ def _error(command: str, message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     one_blas_thread()  # this process only; see bayes_attn.threads
+    enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn.compile_cache
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.

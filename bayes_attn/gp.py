@@ -24,6 +24,7 @@ def gram_cholesky(K: jax.Array, temperature: float) -> jax.Array:
     return jnp.linalg.cholesky(K + temperature * jnp.eye(K.shape[0], dtype=K.dtype))
 
 
+@jax.jit
 def moments(K: jax.Array, K_cross: jax.Array, k_diag: jax.Array, y: jax.Array, temperature: float):
     """Predictive mean and variance at query inputs.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from functools import partial
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -223,6 +224,7 @@ class Network:
         return forward_from_xi(xi, weights.V0, self.effective_weights(weights))
 
 
+@partial(jax.jit, static_argnames="readout")
 def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[jax.Array]:
     out = []
     for l, W in enumerate(att):
@@ -234,6 +236,7 @@ def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[j
     return out
 
 
+@partial(jax.jit, static_argnames="readout")
 def _xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
     omegas = _attention(att, x, readout)
     r = omegas[-1]  # [P, H_L, T]: the right-most factor of every path
@@ -260,6 +263,7 @@ def kernel_diag_from_xi(xi: jax.Array, s0sq: float) -> jax.Array:
     return s0sq * jnp.einsum("pdi,pei->dep", xi, xi) / (N0 * D)
 
 
+@jax.jit
 def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
     """``K = sum U C`` without forming ``C``: ``[P, P2]``."""
     D, N0 = xi1.shape[1], xi1.shape[2]
@@ -325,3 +329,62 @@ def forward_token(omegas: Sequence[jax.Array], x: jax.Array, weights: Weights, w
         else:
             z = jnp.einsum("hji,pis,phs->pj", Vl, z, omega) / math.sqrt(H * Nl)
     return z @ weights.a / math.sqrt(widths[-1])
+
+
+# ----------------------------------------------------------------------------
+# forms of the kernel K(U) = sum U C, chosen by shape
+# ----------------------------------------------------------------------------
+KERNEL_FORMS = ("tensor", "xi", "woodbury")
+"""Ways to evaluate ``K(U) = Σ U[π, π'] C[π, π']`` (and ``G = K + T I``) many times for one data set:
+
+- ``"tensor"``: contract ``U`` with the stored path kernel ``C`` ``[D, D, P, P]``
+  (``D² P²`` numbers read per evaluation: memory-bound, cheap for few paths);
+- ``"xi"``: from the path inputs, ``K = Φ Φᵀ`` with the features
+  ``Φ[μ, (k, i)] = sqrt(s0² / (N0 D)) Σ_π F[π, k] ξ_π(x_μ)_i`` for a factor
+  ``U = F Fᵀ`` (``F`` ``[D, r]``), or ``ξ (U ⊗ I) ξᵀ`` for a ``U`` of larger
+  rank: one matrix product of ``P² r N0`` flops, no ``[D, D, P, P]`` tensor;
+- ``"woodbury"``: ``G = T I + Φ Φᵀ`` is never formed; its log-determinant and
+  solves go through the ``r N0 × r N0`` capacitance ``I + Φᵀ Φ / T``
+  (possible only when ``r N0 < P``).
+
+All three are the same function of ``U`` in exact arithmetic
+(``tests/test_network.py`` checks it in float64). :func:`choose_kernel_form`
+picks the cheapest by the cost model :func:`kernel_form_costs`.
+"""
+
+TENSOR_READ_COST = 16.0
+"""Cost of reading one entry of ``C`` in the ``"tensor"`` form, in flops of a matrix product (the
+contraction is memory-bound). Any value from about 5 to 115 picks the faster form in every case of
+``benchmarks/bench_kernel_forms.py`` (``results/kernel_forms.json``)."""
+
+
+def kernel_form_costs(D: int, P: int, N0: int, rank: int | None = None) -> dict[str, float]:
+    """Estimated cost (flop-equivalents) of one evaluation of the likelihood ``Normal(Y | 0, G)`` per form.
+
+    ``rank`` is the number of columns ``r`` of the factor ``F`` of ``U`` (default ``D``);
+    ``"woodbury"`` is absent when ``r N0 >= P``. Counts the kernel and the
+    factorisation (Cholesky ``P³ / 3``, or the capacitance ``P m² + m³ / 3`` with ``m = r N0``).
+    """
+    r = D if rank is None else min(int(rank), D)
+    m = r * N0
+    chol = P**3 / 3
+    costs = {
+        "tensor": TENSOR_READ_COST * D * D * P * P + chol,
+        "xi": 2.0 * P * D * m + 2.0 * P * P * m + chol,
+    }
+    if m < P:
+        costs["woodbury"] = 2.0 * P * D * m + 2.0 * P * m * m + m**3 / 3
+    return costs
+
+
+def choose_kernel_form(D: int, P: int, N0: int, rank: int | None = None) -> str:
+    """The cheapest of :data:`KERNEL_FORMS` for ``D`` paths, ``P`` examples, ``N0`` features and ``U`` of ``rank``."""
+    costs = kernel_form_costs(D, P, N0, rank)
+    return min(costs, key=costs.get)
+
+
+def path_features(xi: jax.Array, F: jax.Array, s0sq: float) -> jax.Array:
+    """``Φ`` ``[P, r N0]`` with ``Φ Φᵀ = K(F Fᵀ)``, from path inputs ``xi`` ``[P, D, N0]`` and ``F`` ``[D, r]``."""
+    D, N0 = xi.shape[1], xi.shape[2]
+    phi = jnp.einsum("pdi,dk->pki", xi, F) * math.sqrt(s0sq / (N0 * D))
+    return phi.reshape(xi.shape[0], -1)

@@ -30,7 +30,7 @@ import pandas as pd
 import xarray as xr
 from numpyro.infer import MCMC, NUTS, init_to_sample
 
-from . import _checks, _io, gp
+from . import _checks, _io, gp, threads
 from .network import Network, kernel_diag_from_xi, kernel_from_C, order_parameter_labels, path_kernel_from_xi
 from .precision import x64
 from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, prepare
@@ -96,11 +96,10 @@ def sample_posterior(
             f"keep_weights and keep_effective_weights need a sampler that draws weights; "
             f"{cfg.name!r} samples the order parameters only"
         )
-    chain_method = cfg.chain_method
-    if chain_method == "auto":
-        chain_method = "parallel" if jax.local_device_count() >= cfg.num_chains else "vectorized"
+    chain_method = resolve_chain_method(cfg.chain_method, cfg.num_chains)
 
-    with x64(cfg.dtype == "float64"):
+    with x64(cfg.dtype == "float64"), threads.limits():
+        thread_record = threads.record(chain_method)
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
         model, args = smp.build(inputs)
         latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
@@ -130,10 +129,20 @@ def sample_posterior(
     tree = Posterior.from_draws(
         net, draws, sample_stats(extra), x, y, temperature,
         sampler=cfg.name, settings=json.dumps(settings_record), seconds=seconds, num_warmup=cfg.num_warmup,
-        seed=cfg.seed, dtype=cfg.dtype, versions=json.dumps(_io.versions()),
+        seed=cfg.seed, dtype=cfg.dtype, versions=json.dumps(_io.versions()), threads=json.dumps(thread_record),
         **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}),
     ).tree
     return Posterior(tree, net)
+
+
+def resolve_chain_method(chain_method: str, num_chains: int) -> str:
+    """NumPyro's chain method for ``"auto"``: ``parallel`` with a device per chain, ``vectorized`` on an
+    accelerator, else ``sequential`` (see :mod:`bayes_attn.threads`); other values are returned as they are."""
+    if chain_method != "auto":
+        return chain_method
+    if jax.local_device_count() >= num_chains:
+        return "parallel"
+    return "sequential" if jax.default_backend() == "cpu" else "vectorized"
 
 
 def fingerprint(x: np.ndarray) -> str:

@@ -30,9 +30,13 @@ import numpyro.distributions as dist
 
 from .. import gp
 from ..network import (
+    KERNEL_FORMS,
     Network,
+    choose_kernel_form,
     forward_from_xi,
     kernel_from_C,
+    kernel_from_xi,
+    path_features,
     order_parameters_from_partial_weights,
     partial_effective_weights,
     path_kernel_from_xi,
@@ -89,6 +93,50 @@ def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | Non
     xi = net.xi(x).astype(jdt)
     xi_test = None if x_test is None else net.xi(x_test).astype(jdt)
     return SamplerInputs(net, x, xi, jnp.asarray(y, jdt), xi_test, float(temperature))
+
+
+# ----------------------------------------------------------------------------
+# the likelihood Y ~ Normal(0, K(U) + temperature I) in the form chosen by shape
+# ----------------------------------------------------------------------------
+def likelihood_form(inputs: SamplerInputs, rank: int) -> str:
+    """The kernel form (:data:`bayes_attn.network.KERNEL_FORMS`) for ``U`` of ``rank`` on these inputs."""
+    P, D, N0 = inputs.xi.shape
+    return choose_kernel_form(D, P, N0, rank)
+
+
+def likelihood_data(inputs: SamplerInputs, form: str) -> jax.Array:
+    """What the likelihood reads: ``C`` ``[D, D, P, P]`` for ``"tensor"``, else the path inputs ``[P, D, N0]``."""
+    if form not in KERNEL_FORMS:
+        raise ValueError(f"form must be one of {KERNEL_FORMS}, got {form!r}")
+    if form == "tensor":
+        return path_kernel_from_xi(inputs.xi, inputs.xi, inputs.net.variances[0])
+    return inputs.xi
+
+
+def gram(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: float) -> jax.Array:
+    """``K(U)`` ``[P, P]`` from ``U`` ``[D, D]`` (or its factor ``F`` ``[D, r]``, ``U = F Fᵀ``) in ``form``.
+
+    ``"woodbury"`` never forms ``K``; asked for it, this returns ``K`` by the ``"xi"`` form.
+    """
+    if form == "tensor":
+        return kernel_from_C(U, data)
+    if F is not None and F.shape[1] <= F.shape[0]:
+        phi = path_features(data, F, s0sq)
+        return phi @ phi.T
+    return kernel_from_xi(U, data, data, s0sq)
+
+
+def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: float,
+                temperature: float) -> dist.Distribution:
+    """``Normal(0, K(U) + temperature I)`` over ``[P]``, evaluated in ``form`` (see :func:`gram`)."""
+    P = data.shape[-1] if form == "tensor" else data.shape[0]
+    zeros = jnp.zeros(P, U.dtype)
+    if form == "woodbury":
+        if F is None:
+            raise ValueError("the 'woodbury' form needs a factor F of U")
+        diag = jnp.full(P, temperature, U.dtype)
+        return dist.LowRankMultivariateNormal(zeros, path_features(data, F, s0sq), diag)
+    return dist.MultivariateNormal(zeros, scale_tril=gp.gram_cholesky(gram(U, F, data, form, s0sq), temperature))
 
 
 # ----------------------------------------------------------------------------
@@ -173,16 +221,18 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     xi, y, T = inputs.xi, inputs.y, inputs.temperature
     s0sq = inputs.net.variances[0]
     D, N0 = xi.shape[1], xi.shape[2]
-    C = path_kernel_from_xi(xi, xi, s0sq)
+    form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
+    data = likelihood_data(inputs, form)
     xis = [xi] if inputs.xi_test is None else [xi, inputs.xi_test]
     scale = math.sqrt(s0sq / (N0 * D))
 
     def one(U, k):
         k1, k2 = jax.random.split(k)
-        RZ = _psd_sqrt(U) @ jax.random.normal(k1, (D, N0), U.dtype) * scale
+        R = _psd_sqrt(U)
+        RZ = R @ jax.random.normal(k1, (D, N0), U.dtype) * scale
         priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
         eps = math.sqrt(T) * jax.random.normal(k2, y.shape, U.dtype)
-        alpha = gp.pathwise_weights(kernel_from_C(U, C), priors[0], y, eps, T)
+        alpha = gp.pathwise_weights(gram(U, R, data, form, s0sq), priors[0], y, eps, T)
         v = (s0sq / (N0 * D)) * jnp.einsum("b,bei,de->di", alpha, xi, U)  # K(x, X) alpha = xi(x) · v
         return [f + jnp.einsum("pdi,di->p", xq, v) for f, xq in zip(priors, xis)]
 

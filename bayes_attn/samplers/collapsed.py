@@ -13,7 +13,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpyro
-import numpyro.distributions as dist
 
 from .. import gp
 from ..network import effective_weights, forward_from_xi, kernel_from_C, path_kernel_from_xi
@@ -24,24 +23,29 @@ from .base import (
     SamplerInputs,
     conditional_outputs,
     full_observables,
+    likelihood_data,
+    likelihood_form,
+    observation,
     upper,
     upper_weights,
     weight_observables,
 )
 
 
-def model(C, y, *, heads, widths, variances, temperature):
-    """``C``: path kernel ``[D, D, P, P]`` of the training inputs; ``Y ~ Normal(0, sum U C + temperature I)``."""
-    dtype = C.dtype
-    V, a = upper_weights(heads, widths, variances, dtype)
-    w = effective_weights(V, a, widths)
-    chol = gp.gram_cholesky(kernel_from_C(w @ w.T / w.shape[1], C), temperature)
-    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(C.shape[-1], dtype), scale_tril=chol), obs=y)
+def model(data, y, *, heads, widths, variances, temperature, form="tensor"):
+    """``Y ~ Normal(0, K(U) + temperature I)`` with ``U = w wᵀ / N1``; ``data`` as the likelihood's ``form`` reads it
+    (:func:`~bayes_attn.samplers.base.likelihood_data`: ``C`` ``[D, D, P, P]`` or the path inputs ``[P, D, N0]``)."""
+    V, a = upper_weights(heads, widths, variances, data.dtype)
+    F = effective_weights(V, a, widths) / math.sqrt(widths[0])  # U = F Fᵀ, F [D, N1]
+    numpyro.sample("y", observation(F @ F.T, F, data, form, variances[0], temperature), obs=y)
 
 
 def build(inputs: SamplerInputs):
-    C = path_kernel_from_xi(inputs.xi, inputs.xi, inputs.net.variances[0])
-    return partial(model, **inputs.consts()), (C, inputs.y)
+    """The model with the likelihood's form chosen by shape (rank of ``U``: ``min(N1, D)``) and its data."""
+    form = likelihood_form(inputs, inputs.net.widths[0])
+    if form == "woodbury" and inputs.net.widths[0] > inputs.net.D:  # the factor F has N1 > D columns
+        form = "xi"
+    return partial(model, form=form, **inputs.consts()), (likelihood_data(inputs, form), inputs.y)
 
 
 def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Array:

@@ -34,7 +34,8 @@ class SamplerSettings:
         seed: random seed (NUTS and the conditional draws).
         dtype: ``"float64"`` or ``"float32"`` (float32 suits GPUs).
         chain_method: NumPyro's ``"parallel"``, ``"vectorized"``, ``"sequential"``,
-            or ``"auto"`` (parallel when there is a device per chain, else vectorized).
+            or ``"auto"`` (parallel when there is a device per chain, else vectorized on an
+            accelerator and sequential on a CPU; see :mod:`bayes_attn.threads`).
         thinning: keep every ``thinning``-th draw.
         target_accept: NUTS target acceptance probability, in (0, 1).
         max_tree_depth: NUTS maximum tree depth (at most ``2**depth - 1`` leapfrog steps).

@@ -51,7 +51,12 @@ of the inputs), each the concatenation over the levels in the order of
 The sampled dimension is ``Σ_k (entries of A_k)``, independent of the widths
 once they exceed the path counts: 14 for the Fig. 2c network (heads (2, 2):
 ``A_a`` 1 + ``A_2`` 3 + ``A_1`` 10). Each gradient costs one ``P × P``
-Cholesky. Per draw the stored observables are ``U`` (= ``U_1``, ``[D, D]``),
+Cholesky, or with ``r_1 N0 < P`` one ``r_1 N0 × r_1 N0`` (Woodbury). The
+likelihood's kernel form is chosen by shape
+(:func:`bayes_attn.network.choose_kernel_form`, rank ``r_1``): the stored
+path kernel ``C`` for few paths (Fig. 2c), the features ``Φ = ξ F_1`` with
+``K = Φ Φᵀ`` for many (16 paths at ``P = 600``: no ``[D, D, P, P]`` tensor),
+Woodbury when ``r_1 N0 < P``. Per draw the stored observables are ``U`` (= ``U_1``, ``[D, D]``),
 ``U_2 .. U_L`` and ``Ua`` (scalar); afterwards ``f_train``, ``f_test`` are
 drawn exactly from their Gaussian conditional given ``U_1`` (§5). Raw weights
 are not drawn (``draws_weights=False``).
@@ -76,9 +81,16 @@ import numpyro.distributions as dist
 import scipy.special
 from numpyro.distributions import constraints
 
-from .. import gp
-from ..network import kernel_from_C, path_kernel_from_xi
-from .base import Options, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
+from .base import (
+    Options,
+    Sampler,
+    SamplerInputs,
+    conditional_outputs,
+    likelihood_data,
+    likelihood_form,
+    observation,
+    order_parameter_observables,
+)
 
 
 # ----------------------------------------------------------------------------
@@ -147,6 +159,17 @@ def order_parameters_from_factors(A_list: Sequence[jax.Array], heads: Sequence[i
         ``U_l`` ``[D_l, D_l]`` with ``D_l = H_l ··· H_L`` (``h_l`` slowest) and
         ``Ua`` a scalar. Pure JAX: can be ``vmap``-ed over draws.
     """
+    Fs = factor_chain(A_list, heads, widths, variances)
+    Us = [F @ F.T for F in Fs]
+    return Us[:-1], Us[-1][0, 0]
+
+
+def factor_chain(A_list: Sequence[jax.Array], heads: Sequence[int], widths: Sequence[int],
+                 variances: Sequence[float]) -> list[jax.Array]:
+    """The factors ``[F_1, ..., F_L, F_a]`` (``U_k = F_k F_kᵀ``, ``F_k`` ``[D_k, r_k]``) of the recursion of §7.
+
+    Arguments as for :func:`order_parameters_from_factors`.
+    """
     L = len(heads)
     if len(A_list) != L + 1 or len(widths) != L + 1 or len(variances) != L + 2:
         raise ValueError(f"need L + 1 = {L + 1} factors and widths and L + 2 variances, got "
@@ -154,7 +177,7 @@ def order_parameters_from_factors(A_list: Sequence[jax.Array], heads: Sequence[i
     dtype = A_list[-1].dtype
     hs = (*heads, 1)
     F = jnp.ones((1, 1), dtype)  # F_{L+2}
-    Us = []
+    Fs = []
     for k in reversed(range(L + 1)):  # a, L, ..., 1
         A, H, n = A_list[k], hs[k], widths[k]
         rows, cols = F.shape
@@ -163,8 +186,8 @@ def order_parameters_from_factors(A_list: Sequence[jax.Array], heads: Sequence[i
         scale = jnp.asarray(math.sqrt(variances[k + 1] / n), dtype)
         # (I_H ⊗ F) A: row (h, p) is F[p, :] · A[h·cols:(h+1)·cols, :]
         F = scale * jnp.einsum("pq,hqr->hpr", F, A.reshape(H, cols, A.shape[1])).reshape(H * rows, A.shape[1])
-        Us.insert(0, F @ F.T)
-    return Us[:-1], Us[-1][0, 0]
+        Fs.insert(0, F)
+    return Fs
 
 
 # ----------------------------------------------------------------------------
@@ -273,21 +296,25 @@ def factors_from_draw(z: dict, heads: Sequence[int], widths: Sequence[int]) -> l
     return factors_from_sites(z["t"], z.get("z"), heads, widths)
 
 
-def model(C, y, *, heads, widths, variances, temperature):
-    """``C``: path kernel ``[D, D, P, P]``; Wishart-chain prior via Bartlett factors; ``Y ~ Normal(0, K(U_1) + T I)``.
+def model(data, y, *, heads, widths, variances, temperature, form="tensor"):
+    """Wishart-chain prior via Bartlett factors; ``Y ~ Normal(0, K(U_1) + T I)``.
 
-    ``y=None`` samples ``y`` from the prior predictive.
+    ``data`` is what the likelihood's ``form`` reads (:func:`~bayes_attn.samplers.base.likelihood_data`):
+    the path kernel ``C`` ``[D, D, P, P]`` (``"tensor"``) or the path inputs ``[P, D, N0]``
+    (``"xi"``, ``"woodbury"``, which use the factor ``F_1`` of ``U_1``). ``y=None`` samples
+    ``y`` from the prior predictive.
     """
-    dtype = C.dtype
-    A_list = factor_sites(heads, widths, dtype)
-    Us, _ = order_parameters_from_factors(A_list, heads, widths, variances)
-    chol = gp.gram_cholesky(kernel_from_C(Us[0], C), temperature)
-    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(C.shape[-1], dtype), scale_tril=chol), obs=y)
+    A_list = factor_sites(heads, widths, data.dtype)
+    F1 = factor_chain(A_list, heads, widths, variances)[0]
+    obs = observation(F1 @ F1.T, F1, data, form, variances[0], temperature)
+    numpyro.sample("y", obs, obs=y)
 
 
 def build(inputs: SamplerInputs):
-    C = path_kernel_from_xi(inputs.xi, inputs.xi, inputs.net.variances[0])
-    return partial(model, **inputs.consts()), (C, inputs.y)
+    """The model with the likelihood's form chosen by shape (rank of ``U_1``: ``r_1``) and its data."""
+    net = inputs.net
+    form = likelihood_form(inputs, factor_shapes(net.heads, net.widths)[0][1])
+    return partial(model, form=form, **inputs.consts()), (likelihood_data(inputs, form), inputs.y)
 
 
 def observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:

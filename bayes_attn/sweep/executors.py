@@ -45,6 +45,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
+from ..compile_cache import own_folder
+
 __all__ = [
     "JOBQUEUE_CLASSES",
     "DaskJobqueue",
@@ -55,7 +57,6 @@ __all__ = [
     "Job",
     "Outcome",
     "check_reachable",
-    "default_compilation_cache",
     "executor_from_options",
     "job_seed",
     "run_jobs",
@@ -73,27 +74,6 @@ SHELL_OPTIONS = frozenset({"job_script_prologue", "env_extra", "python", "sheban
 (set variables with the ``env`` table instead)."""
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a Dask scheduler to accept a connection before giving up."""
-
-
-def default_compilation_cache() -> str:
-    """The JAX compilation cache the Dask workers share: in the user's cache folder, never in an output folder.
-
-    ``$XDG_CACHE_HOME/bayes_attn/jax``, else ``~/.cache/bayes_attn/jax``.
-    """
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "bayes_attn", "jax")
-
-
-def _own_folder(path: str) -> str:
-    """Create ``path`` (mode 0700) if needed; refuse a symbolic link or a folder of another user."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    import stat as _stat
-
-    if not _stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
-        raise ValueError(f"compilation cache {path!r} must be a folder of this user, not a symbolic link; remove "
-                         "it or set XDG_CACHE_HOME")
-    return path
 
 
 def _canonical(obj: Any, what: str) -> str:
@@ -241,7 +221,7 @@ class DaskLocal:
 
         env = self.worker_env()
         if self.compilation_cache is not None:
-            _own_folder(env["JAX_COMPILATION_CACHE_DIR"])
+            own_folder(env["JAX_COMPILATION_CACHE_DIR"])
         dask_pre = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
         with contextlib.ExitStack() as stack:
             stack.enter_context(_restored_environ({*dask_pre, *env}))

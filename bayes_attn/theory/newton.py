@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 
-from .. import _checks
+from .. import _checks, threads
 from ..precision import float64
 from .objective import (
     Problem,
@@ -124,7 +124,7 @@ class NewtonSolver:
 
     def minimise(self, Us0: Sequence[np.ndarray], problem: Problem) -> NewtonResult:
         """Minimise ``S / N_max`` of ``problem`` from the SPD matrices ``Us0 = [U_1, ..., U_L]``."""
-        with float64():
+        with float64(), threads.limits():
             return self._minimise(Us0, problem)
 
     def _coordinates(self, Us0, problem: Problem) -> tuple[np.ndarray, Callable, Callable, Callable]:

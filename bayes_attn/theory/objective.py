@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks
+from .. import _checks, threads
 from ..network import Network, path_kernel_from_xi
 from ..precision import float64
 from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
@@ -110,7 +110,7 @@ def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float,
     ``form`` defaults to ``"C"`` when ``D² P² <= C_MAX_ENTRIES``, else ``"xi"``.
     Arguments are assumed checked (see :func:`check_problem`).
     """
-    with float64():
+    with float64(), threads.limits():
         xi = net.xi(x)
         P, D, N0 = xi.shape
         if form is None:
@@ -295,13 +295,15 @@ def _vgh(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.
 # jit-compiled entry points (float64 whatever the caller's JAX default)
 # ----------------------------------------------------------------------------
 def _jit_float64(fn: Callable) -> Callable:
-    """``jax.jit(fn)``, called under float64 with ``numpy`` arguments read as float64."""
+    """``jax.jit(fn)``, called under float64 and :func:`bayes_attn.threads.limits` with ``numpy``
+    arguments read as float64 (it waits for the result, so that the thread limit covers the work)."""
     jitted = jax.jit(fn)
 
     @functools.wraps(fn)
     def call(*args):
-        with float64():
-            return jitted(*(jnp.asarray(a, dtype=jnp.float64) if isinstance(a, (np.ndarray, float)) else a for a in args))
+        with float64(), threads.limits():
+            return jax.block_until_ready(
+                jitted(*(jnp.asarray(a, dtype=jnp.float64) if isinstance(a, (np.ndarray, float)) else a for a in args)))
 
     return call
 

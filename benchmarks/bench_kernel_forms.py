@@ -1,0 +1,125 @@
+"""Benchmark: one gradient of the ``wishart`` likelihood in each kernel form, side by side.
+
+The likelihood ``Y ~ Normal(0, K(U_1) + T I)`` evaluated as the stored path-kernel
+tensor ``C`` ``[D, D, P, P]`` (the only form before the choice by shape), the
+ξ product ``Φ Φᵀ`` and the Woodbury form (where ``r N0 < P``); see
+:data:`bayes_attn.network.KERNEL_FORMS`. Per case: seconds per jitted
+``value_and_grad`` of NumPyro's potential (the cost of one leapfrog step),
+median over rounds in which the forms take turns (so that a change of load
+hits all of them alike), float32 and float64; the form
+:func:`bayes_attn.network.choose_kernel_form` picks, and the bytes of the data
+each form holds. The load average is recorded before every case.
+
+Cases: the one-shot image task's scale (heads (4, 4): 16 paths, P = 600,
+N0 = 64, width 100, so ``r_1 = 16``), the same at width 2 (``r_1 = 2``:
+Woodbury applies), and the Fig. 2c network (4 paths, P = 100, N0 = 231).
+Random inputs: the cost depends on the shapes only.
+
+Run::
+
+    .venv/bin/python benchmarks/bench_kernel_forms.py          # a few minutes
+    .venv/bin/python benchmarks/bench_kernel_forms.py --quick  # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import jax
+import numpy as np
+from numpyro.infer.util import initialize_model
+
+import bayes_attn as ba
+from bayes_attn import threads
+from bayes_attn.network import choose_kernel_form, kernel_form_costs
+from bayes_attn.precision import x64
+from bayes_attn.samplers import prepare
+from bayes_attn.samplers.base import likelihood_data
+from bayes_attn.samplers.wishart import factor_shapes, model
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CASES = {
+    "image N=100": dict(heads=(4, 4), P=600, N0=64, T=8, width=100),
+    "image N=2": dict(heads=(4, 4), P=600, N0=64, T=8, width=2),
+    "fig2c N=100": dict(heads=(2, 2), P=100, N0=231, T=31, width=100),
+}
+
+
+def problem(heads, P, N0, T, width, seed=0):
+    rng = np.random.default_rng(seed)
+    att = [rng.normal(size=(h, N0, N0)) / N0 for h in heads]
+    net = ba.Network(att, width, 1.0, "mean")
+    x = rng.normal(size=(P, T, N0))
+    y = np.where(rng.random(P) < 0.5, -1.0, 1.0)
+    return net, x, y
+
+
+def gradient_fn(inputs, form):
+    data = likelihood_data(inputs, form)
+    m = partial(model, form=form, **inputs.consts())
+    info = initialize_model(jax.random.key(0), m, model_args=(data, inputs.y))
+    f = jax.jit(jax.value_and_grad(info.potential_fn))
+    z = info.param_info.z
+    jax.block_until_ready(f(z))  # compile
+    return (lambda: jax.block_until_ready(f(z))), int(data.nbytes)
+
+
+def time_case(name, cfg, dtype, rounds, per_round):
+    net, x, y = problem(**cfg)
+    P, D, N0, r = cfg["P"], net.D, cfg["N0"], factor_shapes(net.heads, net.widths)[0][1]
+    forms = [f for f in ("tensor", "xi", "woodbury") if f in kernel_form_costs(D, P, N0, r)]
+    load = os.getloadavg()
+    with x64(dtype == "float64"), threads.limits():
+        inputs = prepare(net, x, y, None, 0.1, dtype)
+        fns = {f: gradient_fn(inputs, f) for f in forms}
+        times = {f: [] for f in forms}
+        for _ in range(rounds):
+            for f in forms:
+                call = fns[f][0]
+                t0 = time.perf_counter()
+                for _ in range(per_round):
+                    call()
+                times[f].append((time.perf_counter() - t0) / per_round)
+    sec = {f: statistics.median(v) for f, v in times.items()}
+    chosen = choose_kernel_form(D, P, N0, r)
+    out = dict(case=name, dtype=dtype, D=D, P=P, N0=N0, rank=r, chosen=chosen, load_before=load,
+               seconds_per_gradient=sec, data_bytes={f: fns[f][1] for f in forms},
+               speedup_chosen_vs_tensor=sec["tensor"] / sec[chosen], fastest=min(sec, key=sec.get))
+    print(f"{name:12s} {dtype}  r={r:2d}  " + "  ".join(f"{f} {1e3 * s:8.2f} ms" for f, s in sec.items())
+          + f"   chosen {chosen} ({out['speedup_chosen_vs_tensor']:.2f}x vs tensor)   load {load[0]:.1f}", flush=True)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small cases, few repeats; output to a temp folder")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--per-round", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    cases = CASES
+    if a.quick:
+        cases = {"tiny": dict(heads=(2, 2), P=40, N0=6, T=4, width=3), "tiny r=1": dict(heads=(2, 2), P=40, N0=6, T=4, width=1)}
+        a.rounds, a.per_round = 2, 2
+    out_dir = a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS)
+    runs = [time_case(n, c, dt, a.rounds, a.per_round) for n, c in cases.items() for dt in ("float32", "float64")]
+    record = dict(runs=runs, rounds=a.rounds, per_round=a.per_round, threads=threads.record(),
+                  cpu_count=os.cpu_count(), platform=platform.platform(), python=sys.version.split()[0],
+                  jax=jax.__version__, load_after=os.getloadavg(),
+                  note="seconds per jitted value_and_grad of the wishart potential; median over rounds, forms interleaved")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "kernel_forms.json").write_text(json.dumps(record, indent=1))
+    print(f"wrote {out_dir / 'kernel_forms.json'}")
+
+
+if __name__ == "__main__":
+    main()
