@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import errno
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ from .precision import DTYPES
 from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
 from .spec import Spec, load_spec
 from .threads import one_blas_thread
+
+log = logging.getLogger(__name__)
 
 
 DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<spec name>-N<width>-sample",
@@ -71,6 +74,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 success; 2 bad input (nothing computed); 3 inconclusive (the sampler's diagnostics "
         "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
     )
+    top.add_argument("-v", "--verbose", action="store_true",
+                     help="more messages (debug level); --no-progress of a subcommand keeps only warnings and errors")
     top.add_argument("--no-compile-cache", action="store_true",
                      help="do not use the persistent JAX compilation cache in the user's cache folder "
                      "(also: BAYES_ATTN_NO_COMPILE_CACHE=1)")
@@ -185,6 +190,27 @@ EXIT_INTERRUPTED = 130
 """Exit status after Ctrl-C (the output folder keeps the previous run's files)."""
 
 
+class _Format(logging.Formatter):
+    """Messages as they are; warnings and errors prefixed with their level (``WARNING: ...``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text if record.levelno < logging.WARNING else f"{record.levelname}: {text}"
+
+
+def configure_logging(level: int) -> None:
+    """The package's messages (logger ``bayes_attn``) to this process's current stderr at ``level``."""
+    logger = logging.getLogger("bayes_attn")
+    for h in [h for h in logger.handlers if getattr(h, "_bayes_attn", False)]:
+        logger.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Format("%(message)s"))
+    handler._bayes_attn = True
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
 def _diagnostics_status(diagnostics: dict[str, float]) -> int:
     """0, or :data:`EXIT_DIAGNOSTICS` with a warning on stderr when a diagnostic failed."""
     from .compare import diagnostic_failures
@@ -192,14 +218,14 @@ def _diagnostics_status(diagnostics: dict[str, float]) -> int:
     failures = diagnostic_failures(diagnostics)
     if not failures:
         return 0
-    print("WARNING: the sampler's diagnostics failed: " + "; ".join(failures) + ". Do not trust these draws; "
-          "sample longer (--warmup, --samples, --chains).", file=sys.stderr)
+    log.warning("the sampler's diagnostics failed: " + "; ".join(failures) + ". Do not trust these draws; "
+                "sample longer (--warmup, --samples, --chains).")
     return EXIT_DIAGNOSTICS
 
 
 def _inconclusive(reasons: list[str], what: str) -> int:
-    print(f"WARNING: inconclusive: the sampler's diagnostics failed at {what}: " + "; ".join(reasons)
-          + ". Do not trust these draws; sample longer (--warmup, --samples, --chains).", file=sys.stderr)
+    log.warning(f"inconclusive: the sampler's diagnostics failed at {what}: " + "; ".join(reasons)
+                + ". Do not trust these draws; sample longer (--warmup, --samples, --chains).")
     return EXIT_DIAGNOSTICS
 
 
@@ -280,7 +306,7 @@ def cmd_sweep(args) -> int:
     print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:
-        print(f"WARNING: {len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
+        log.warning(f"{len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
               "finished; run the sweep again to retry them.", file=sys.stderr)
         return EXIT_FAILED_JOBS
     points = inconclusive_points(ds)
@@ -312,6 +338,8 @@ def _error(command: str, message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    configure_logging(logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "no_progress", False)
+                      else logging.INFO)
     one_blas_thread()  # this process only; see bayes_attn.threads
     enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn.compile_cache
     # One CPU device per chain, so chains run in parallel rather than in lockstep

@@ -37,6 +37,7 @@ import datetime
 import errno
 import fcntl
 import json
+import logging
 import os
 import shutil
 import stat
@@ -48,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions
+
+log = logging.getLogger(__name__)
 
 LOCK = ".lock"
 MANIFEST = "manifest.json"
@@ -139,8 +142,8 @@ def remove_stale(folder: Path) -> list[Path]:
             p.rmdir()
             stale.append(p)
     if stale:
-        print(f"removed {len(stale)} temporary file(s) left by an interrupted run in {folder}: "
-              + ", ".join(str(p.relative_to(folder)) for p in stale), file=sys.stderr)
+        log.info(f"removed {len(stale)} temporary file(s) left by an interrupted run in {folder}: "
+                 + ", ".join(str(p.relative_to(folder)) for p in stale))
     return stale
 
 

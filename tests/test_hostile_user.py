@@ -407,3 +407,23 @@ def test_log_axis_ticks_are_plain_numbers_and_heatmap_numbers_readable():
     figures.heatmap(heat, M, ["a", "b"], "t", 1.0)
     colours = {t.get_text(): t.get_color() for t in heat.texts}
     assert colours["1.00"] == "white" and colours["0.00"] == "black"
+
+
+def test_messages_go_through_logging_quiet_or_verbose(tmp_path, capsys):
+    """Library messages use the ``logging`` module: shown at the command's default level, hidden by --no-progress."""
+    import logging
+
+    def stale_then_hold(level):
+        folder = tmp_path / f"o{level}"
+        folder.mkdir()
+        (folder / outputs.MARKER).touch()
+        (folder / ".bayes_attn-abc.nc.tmp").write_text("left by a killed run")
+        cli.configure_logging(level)
+        with outputs.output_folder(folder):
+            pass
+        return capsys.readouterr().err
+
+    assert "removed 1 temporary file(s)" in stale_then_hold(logging.INFO)
+    assert stale_then_hold(logging.WARNING) == ""
+    logging.getLogger("bayes_attn.cli").warning("look")
+    assert capsys.readouterr().err == "WARNING: look\n"

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -46,6 +47,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
 from ..compile_cache import own_folder
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "JOBQUEUE_CLASSES",
@@ -688,7 +691,7 @@ def _restored_environ(keys: Iterable[str]) -> Iterator[None]:
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    log.info(text)
 
 
 class _Progress:

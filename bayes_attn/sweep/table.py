@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
+import logging
 import time
 import tomllib
 import warnings
@@ -40,6 +40,8 @@ from ..posterior import data_fingerprint, sample_posterior
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..theory import gp_limit, solve_theory
+
+log = logging.getLogger(__name__)
 
 CACHE_VERSION = 2
 """Bumped when the per-job files change layout: older files are recomputed."""
@@ -76,7 +78,7 @@ def _finished(path: Path, key: str) -> xr.Dataset | None:
         warnings.warn(f"{err}; recomputing it", RuntimeWarning, stacklevel=2)
         return None
     if ds.attrs.get("settings_key") != key:
-        print(f"{path} was made with other settings: recomputing it", file=sys.stderr)
+        log.info(f"{path} was made with other settings: recomputing it")
         return None
     return ds
 
@@ -214,7 +216,7 @@ def _slopes(ds: xr.Dataset) -> dict[str, float]:
 def _failures(outcomes) -> list[dict]:
     failed = [{"job": o.job.name, "error": o.error} for o in outcomes if not o.ok]
     for f in failed:
-        print(f"job {f['job']} failed: {f['error']}", file=sys.stderr)
+        log.warning(f"job {f['job']} failed: {f['error']}")
     return failed
 
 
