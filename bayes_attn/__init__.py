@@ -18,6 +18,8 @@ Names are imported on first use (``bayes_attn.threads``, ``bayes_attn.Network``,
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING
 
 _LAZY = {
@@ -62,6 +64,23 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
+
+
+class _Package(types.ModuleType):
+    """``bayes_attn.compare`` is the function :func:`~bayes_attn.compare.compare`, also after its module loads.
+
+    Python sets a package's attribute to a submodule when the submodule is first imported; for the one
+    name shared by a function and its module that would hide the function (``from bayes_attn.compare
+    import ...`` still reaches the module through ``sys.modules``).
+    """
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "compare" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly

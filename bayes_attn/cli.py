@@ -208,7 +208,6 @@ def configure_logging(level: int) -> None:
     handler._bayes_attn = True
     logger.addHandler(handler)
     logger.setLevel(level)
-    logger.propagate = False
 
 
 def _diagnostics_status(diagnostics: dict[str, float]) -> int:
@@ -307,7 +306,7 @@ def cmd_sweep(args) -> int:
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:
         log.warning(f"{len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
-              "finished; run the sweep again to retry them.", file=sys.stderr)
+                    "finished; run the sweep again to retry them.")
         return EXIT_FAILED_JOBS
     points = inconclusive_points(ds)
     if points:

@@ -6,6 +6,7 @@ The job functions below run on its worker processes, which need not be able to
 import this test module: it is registered with cloudpickle to travel by value.
 """
 
+import logging
 import os
 import signal
 import subprocess
@@ -174,7 +175,8 @@ def test_in_process_run_does_not_import_dask():
 # ------------------------------------------------------------------ on Dask
 
 
-def test_dask_local_gives_the_in_process_results_with_worker_settings(tmp_path, capfd, deadline):
+def test_dask_local_gives_the_in_process_results_with_worker_settings(tmp_path, capfd, deadline, caplog):
+    caplog.set_level(logging.INFO, logger="bayes_attn")
     jobs = [Job.seeded(f"sample-N{w}-T0.01", {"kind": "sample", "width": w, "temperature": 0.01}, BASE_SEED)
             for w in (10, 20, 40, 80, 160)]
     here = run_jobs(probe, jobs, InProcess(), progress=False)
@@ -198,8 +200,8 @@ def test_dask_local_gives_the_in_process_results_with_worker_settings(tmp_path, 
     assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax-cache") and (tmp_path / "jax-cache").is_dir()
     assert env["XLA_FLAGS"] == os.environ.get("XLA_FLAGS")  # XLA's threads untouched: same numbers as here
     assert set(there[0].value["openblas_threads"]) <= {blas}  # set before NumPy loaded on the worker
-    err = capfd.readouterr().err
-    assert "Dask dashboard: http" in err and "jobs: 5/5 finished, 0 failed" in err
+    assert "jobs: 5/5 finished, 0 failed" in capfd.readouterr().err  # the progress line
+    assert "Dask dashboard: http" in caplog.text  # a message, through logging
 
 
 JAX_SCRIPT = """
