@@ -20,7 +20,7 @@ from bayes_attn.tasks import (
     split_by_group,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared/data/omniglot"
+DATA = Path(__file__).resolve().parents[1] / "data/omniglot"  # the subset shipped with the project
 SMALL = ("images_background_small1.zip", "images_background_small2.zip")
 
 
@@ -127,10 +127,10 @@ def test_imageset_subset_rotations_and_splits(fake_omniglot):
 
 
 # ----- the real Omniglot files ------------------------------------------------
-needs_data = pytest.mark.skipif(
-    not all((DATA / f).is_file() for f in (*SMALL, "all_runs.zip")),
-    reason=f"Omniglot zips not found in {DATA} (see shared/data/omniglot/README.md)",
-)
+def test_the_omniglot_subset_ships_with_the_project():
+    for f in (*SMALL, "all_runs.zip", "LICENSE", "README.md"):
+        assert (DATA / f).is_file(), f"{f} is missing from {DATA}"
+    assert "MIT" in (DATA / "LICENSE").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,6 @@ def omniglot():
     return read_omniglot(DATA, SMALL, size=32)
 
 
-@needs_data
 def test_real_omniglot_counts(omniglot):
     assert omniglot.n_classes == 242 and len(omniglot.group_names) == 8
     assert len(omniglot) == 4840 and omniglot.duplicates == 1000
@@ -148,7 +147,6 @@ def test_real_omniglot_counts(omniglot):
     assert 0.02 < omniglot.images.mean() < 0.3  # ink is the minority: ink = 1 convention
 
 
-@needs_data
 def test_real_default_split(omniglot):
     parts = split_by_group(omniglot)
     assert set(parts) == {"gd_train", "theory_train", "test"}
@@ -159,7 +157,6 @@ def test_real_default_split(omniglot):
     assert parts["theory_train"].n_classes >= 20 and parts["test"].n_classes >= 20
 
 
-@needs_data
 def test_real_runs():
     runs = read_omniglot_runs(DATA)
     assert runs.n_classes == 400 and len(runs) == 800 and len(runs.group_names) == 20
@@ -173,7 +170,6 @@ def test_real_runs():
     assert np.all(g[ep.classes[:, 0]] == g[ep.classes[:, 1]])
 
 
-@needs_data
 def test_split_classes_never_leak_into_other_episodes(omniglot):
     parts = split_by_group(omniglot)
     used = {k: {p.class_names[c] for c in make_episodes(p, 400, seed=1).classes.ravel()} for k, p in parts.items()}

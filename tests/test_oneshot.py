@@ -21,7 +21,7 @@ from bayes_attn.oneshot.training import TrainConfig
 from conftest import random_data, random_network
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared/data/omniglot"
+DATA = ROOT / "data/omniglot"
 SPECS = sorted((ROOT / "models").glob("*oneshot*.toml")) + sorted((ROOT / "models").glob("omniglot_*.toml"))
 
 
@@ -35,7 +35,7 @@ def test_spec_files_load_and_round_trip(path):
 def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
     spec = OneShotSpec()
     assert OneShotSpec.from_dict(tomllib.loads(spec.to_toml())) == spec
-    assert set(spec.task.split) == {"gd_train", "theory_train", "validation", "test"}
+    assert set(spec.task.split) == {"gd_train", "validation", "test"} and spec.task.theory_part == "gd_train"
     other = OneShotSpec(task=TaskSpec(n_test=2000, data_dir="elsewhere"))
     assert other.training_hash() == spec.training_hash()
     assert OneShotSpec(training=TrainConfig(epochs=3)).training_hash() != spec.training_hash()
@@ -48,7 +48,7 @@ def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
     ({"theory": {"temperatures": [0.1, "hot"]}}, r"theory.temperatures\[1\] must be a number"),
     ({"training": {"lr": "fast"}}, "training.lr must be a number"),
     ({"sampler": {"num_chains": 0}}, "num_chains"),
-    ({"task": {"split": {"gd_train": ["Greek"]}}}, "task.split must be a table with exactly the parts"),
+    ({"task": {"split": {"gd_train": ["Greek"]}}}, "task.split must be a table with the parts"),
     ({"task": {"kind": "cifar"}}, "task.kind"),
     ({"theory": {"sample_widths": [5]}}, "theory.sample_widths must be among"),
     ({"model": {"depth": 2}}, r"\[model\] has unknown keys"),
@@ -88,7 +88,7 @@ def test_temperature_is_chosen_on_validation_never_on_test():
     x, y = random_data(40)
     xv, yv = random_data(60, seed=7)
     xt, yt = random_data(50, seed=8)
-    spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.02, 0.3, 3.0), sample_widths=()))
+    spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.02, 0.3, 3.0), sample_widths=(), score_width=3))
     scan = temperature_scan(spec, net, x, y, xv, yv, xt, yt, progress_bar=False)
     ds = scan.dataset
     for i, N in enumerate(ds["width"].values):
@@ -115,18 +115,18 @@ def test_one_head_score_implementation():
 # ----- end to end on the real Omniglot files ------------------------------------------------
 TINY = OneShotSpec(
     name="tiny",
-    task=TaskSpec(data_dir=str(DATA), n_gd_train=200, n_theory_train=40, n_validation=40, n_test=60, n_ood=20),
+    task=TaskSpec(data_dir=str(DATA), rotations=True, shift=2, n_gd_train=200, n_theory_train=40, n_theory_draws=3,
+                  n_validation=40, n_test=60, n_ood=20),
     model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
     training=TrainConfig(lr=1e-3, batch=50, epochs=1),
     theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10, score_temperature=1.0),
     sampler=SamplerSettings(num_chains=1, num_warmup=10, num_samples=10, max_tree_depth=4),
-    pruning=PruningSpec(n_random=2),
+    pruning=PruningSpec(n_random=2, n_bootstrap=20, spread_bootstrap=5),
 )
 
 
 def needs_omniglot():
-    if not (DATA / "images_background_small1.zip").is_file():
-        pytest.skip("the Omniglot files are not in ../shared/data/omniglot")
+    assert (DATA / "images_background_small1.zip").is_file(), f"the shipped Omniglot subset is missing from {DATA}"
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +143,23 @@ def tiny_sets():
     return sets, oneshot.evaluation_episodes(TINY, sets)
 
 
-def test_the_four_class_sets_are_disjoint(tiny_sets):
+def test_theory_episodes_come_from_training_classes_and_test_classes_are_disjoint(tiny_sets):
     sets, ev = tiny_sets
-    parts = (sets.gd_train, sets.theory_train, sets.validation, sets.test)
+    parts = (sets.gd_train, sets.validation, sets.test)
     names = [{n.split("@")[0] for n in s.class_names} for s in parts]
     assert all(not (a & b) for i, a in enumerate(names) for b in names[i + 1:])
     assert set(sets.validation.groups) == {"Tagalog"} and "Tagalog" not in set(sets.gd_train.groups)
+    assert set(sets.test.groups) == {"Balinese", "Early_Aramaic"}
     assert any("@" in n for n in sets.gd_train.class_names) and not any("@" in n for n in sets.test.class_names)
+    # the theory's P episodes: unrotated drawings of the gradient-descent classes, every draw
+    assert set(sets.theory_train.class_names) == {n for n in sets.gd_train.class_names if "@" not in n}
+    draws = oneshot.theory_draws(TINY, sets, ev["theory_train"])
+    assert len(draws) == 3 and draws[0] is ev["theory_train"]
+    assert not np.array_equal(draws[1].episodes.indices, draws[0].episodes.indices)
+    for d in draws:
+        used = {d.episodes.class_names[c] for c in np.unique(d.episodes.classes)}
+        assert used <= names[0] and not used & (names[1] | names[2])
+        assert np.array_equal(d.episodes.images, sets.theory_train.images[d.episodes.indices])  # unshifted
     assert ev["theory_train"].x.shape == (40, 48, 64) and set(ev) >= {"validation", "test", "ood/all_runs", "ood/digits"}
 
 
@@ -161,7 +171,11 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
         assert (out / f).is_file(), f
     saved = json.loads((out / "pruning.json").read_text())
     assert {"base_accuracy", "head_scores", "accuracy_drops", "spearman", "base_se", "drop_se", "cumulative",
-            "nn_baseline", "ood"} <= set(saved)
+            "nn_baseline", "ood", "theory_accuracy", "gp_accuracy", "spearman_draws", "spearman_median",
+            "spearman_q05", "spearman_q95", "theory_ablation", "deviations"} <= set(saved)
+    assert len(saved["spearman_draws"]) + saved["n_constant"] == 3 * 5
+    assert saved["spearman_median"] == pytest.approx(float(np.median(saved["spearman_draws"])))
+    assert saved["spearman_q05"] <= saved["spearman_median"] <= saved["spearman_q95"]
     assert set(saved["ood"]) == {"all_runs", "digits"}
     assert [len(s) for s in saved["head_scores"]] == [2, 2]
     assert set(saved["cumulative"]) == {"ascending", "descending", "random"}

@@ -275,3 +275,107 @@ def test_single_head_drops_and_cumulative_pruning():
     assert {"base_accuracy", "head_scores", "accuracy_drops", "spearman"} <= set(json.loads(text))
     rnd = rep["cumulative"]["random"]
     assert len(rnd["accuracy_mean"]) == 4 and rnd["accuracy_mean"][0] == 1.0
+
+
+# ----- the optimiser: Adam with an L2 penalty (the authors') or AdamW ------------------------------
+def test_adam_adds_the_l2_penalty_to_the_gradient_and_adamw_decouples_it():
+    import optax
+
+    p = {"w": np.array([2.0, -1.0])}
+    g = {"w": np.array([0.5, 0.25])}
+    for name, twin in (("adam", optax.adam(0.1)), ("adamw", None)):
+        tc = TrainConfig(lr=0.1, weight_decay=0.3, optimizer=name)
+        opt = tc.optax()
+        upd, _ = opt.update(g, opt.init(p), p)
+        if twin is not None:  # Adam of (g + wd·θ)
+            want, _ = twin.update({"w": g["w"] + 0.3 * p["w"]}, twin.init(p), p)
+        else:  # Adam of g, then −lr·wd·θ
+            plain = optax.adam(0.1)
+            want, _ = plain.update(g, plain.init(p), p)
+            want = {"w": want["w"] - 0.1 * 0.3 * p["w"]}
+        np.testing.assert_allclose(upd["w"], want["w"], rtol=1e-12)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        TrainConfig(optimizer="sgd")
+
+
+# ----- head removal in the model = removal of the head's paths from the path sum ---------------------
+@pytest.mark.parametrize("removed", [[(0, 1)], [(1, 0)], [(1, 2)], [(0, 0), (1, 1)], [(1, 0), (1, 2)]])
+def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(removed):
+    import jax.numpy as jnp
+
+    from bayes_attn.network import forward_from_xi
+
+    from bayes_attn.precision import float64
+
+    with float64():  # both sides in float64, so 1e-6 tests the algebra, not float32 round-off
+        params = training.init_params(SMALL, jax.random.PRNGKey(6), dtype=jnp.float64)
+        x = small_x(P=9)
+        f_gd = training.predict(pruning.ablate(params, SMALL, removed), x)
+        net, weights = training.to_network(params, SMALL)
+        w = np.asarray(net.effective_weights(weights), dtype=np.float64)  # [D, N1]
+        m = pruning.path_factors(SMALL.heads, removed)
+        f_paths = np.asarray(forward_from_xi(jnp.asarray(np.asarray(net.xi(x)), jnp.float64),
+                                             jnp.asarray(np.asarray(weights.V0), jnp.float64), jnp.asarray(m[:, None] * w)))
+    np.testing.assert_allclose(f_gd, f_paths, rtol=1e-6, atol=1e-6 * np.abs(f_paths).max())
+    # the paths through a removed head are exactly the zero factors (h1 slowest)
+    gone = [any(p[l] == h for l, h in removed) for p in itertools.product(*[range(H) for H in SMALL.heads])]
+    np.testing.assert_array_equal(m == 0, gone)
+
+
+def test_theory_ablation_is_the_predictor_with_the_heads_paths_out_of_U():
+    from conftest import random_data, random_network
+
+    from bayes_attn.oneshot.scan import path_inputs, predictor_mean
+    from bayes_attn.theory import solve_theory
+
+    net = random_network((2, 3), width=5, N0=6, scale=2.0)
+    x, y = random_data(30)
+    xt, yt = random_data(40, seed=9)
+    t = solve_theory(net, x, y, temperature=0.3)
+    xi, xit = path_inputs(net, x), path_inputs(net, xt)
+    ab = pruning.theory_head_drops(t.U, 0.3, xi, y, xit, yt, net.heads)
+    f = predictor_mean(t.U, 0.3, xi, y, xit)
+    assert ab["accuracy"] == pytest.approx(np.mean(np.where(f >= 0, 1, -1) == yt))
+    # by hand: zero the rows and columns of the paths through head (1, 2), rescale the rest by 3/2
+    keep = np.array([p[1] != 2 for p in itertools.product(range(2), range(3))], float)
+    f2 = predictor_mean(1.5 * np.outer(keep, keep) * t.U, 0.3, xi, y, xit)
+    assert ab["drops"][1][2] == pytest.approx(ab["accuracy"] - np.mean(np.where(f2 >= 0, 1, -1) == yt))
+    assert [len(d) for d in ab["drops"]] == [2, 3]
+
+
+# ----- the spread statistics -----------------------------------------------------------------------
+def test_spearman_spread_on_a_case_with_a_known_answer():
+    drops = np.array([0.1, 0.2, 0.3, 0.4])
+    # scores: the identity order (ρ = 1), its reverse (ρ = −1), one swap of the top two (ρ = 0.8)
+    scores = [[1, 2, 3, 4], [4, 3, 2, 1], [1, 2, 4, 3]]
+    # drop resamples that keep the order (every ρ as above) and one constant row (no ρ)
+    resamples = [drops, 2 * drops, drops + 1, np.full(4, 0.2)]
+    r = pruning.spearman_spread(scores, resamples)
+    want = [1.0] * 3 + [-1.0] * 3 + [0.8] * 3
+    np.testing.assert_allclose(r["spearman_draws"], want)
+    assert r["n_constant"] == 3 and r["n_draws"] == 3 and r["n_resamples"] == 4
+    assert r["spearman_median"] == pytest.approx(0.8)
+    assert r["spearman_q05"] == pytest.approx(np.quantile(want, 0.05)) == pytest.approx(-1.0)
+    assert r["spearman_q95"] == pytest.approx(1.0)
+    # a layer's only head (NaN) is left out of every ρ
+    r = pruning.spearman_spread([[1, 2, np.nan]], [[0.1, 0.2, np.nan]])
+    assert r["spearman_draws"] == [pytest.approx(1.0)]
+    with pytest.raises(ValueError, match="same number of heads"):
+        pruning.spearman_spread([[1, 2, 3]], [[1, 2]])
+
+
+def test_class_bootstrap_moves_classes_together_and_matches_the_cluster_variance():
+    classes = np.repeat(np.arange(40), 5)  # 40 classes, 5 episodes each
+    boots = pruning.class_bootstrap(classes, 400, seed=1)
+    for i in boots[:20]:
+        counts = np.bincount(classes[i], minlength=40)
+        assert np.all(counts % 5 == 0) and counts.sum() == 200
+    # episodes of a class all right or all wrong: the se is the one of 40 independent classes, not of 200 episodes
+    correct = np.repeat(np.random.default_rng(2).random(40) < 0.7, 5)
+    acc, se = pruning.bootstrap_accuracy(correct, boots)
+    p = correct[::5].mean()
+    assert acc == pytest.approx(p)
+    want = math.sqrt(p * (1 - p) / 40)  # Monte-Carlo error of a bootstrap sd with 400 resamples: ~3.5 %
+    assert se == pytest.approx(want, rel=0.15)
+    assert se > 1.8 * math.sqrt(p * (1 - p) / 200)
+    assert pruning.class_bootstrap(classes, 3, seed=1)[0].tolist() == boots[0].tolist()

@@ -22,6 +22,7 @@ from .pipeline import (
     prune,
     sample_widths,
     temperature_scan,
+    theory_draws,
     tokenizer,
     train_model,
 )
@@ -29,5 +30,5 @@ from .pipeline import (
 __all__ = [
     "EpisodeSet", "ImageSets", "OneShotSpec", "Scan", "TrainedModel", "datasets", "evaluation_episodes",
     "gd_episodes", "load_oneshot_spec", "predictor_mean", "prune", "sample_widths", "temperature_scan",
-    "tokenizer", "train_model",
+    "theory_draws", "tokenizer", "train_model",
 ]

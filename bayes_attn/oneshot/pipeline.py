@@ -2,12 +2,16 @@
 
 Pure steps, each small, and :func:`prune`, the whole job:
 
-1. :func:`datasets`: read the images and split the classes into four
+1. :func:`datasets`: read the images and split the classes into three
    disjoint sets — ``gd_train`` (with rotations as new classes when asked),
-   ``theory_train``, ``validation``, ``test`` — plus the OOD sets.
+   ``validation``, ``test`` — plus the OOD sets. The theory's training
+   episodes come from the ``gd_train`` classes, unrotated and unshifted (as
+   the authors replay their training split), unless the split names its own
+   ``theory_train`` classes.
 2. :func:`evaluation_episodes`: the fixed episodes and their tokens ``x0``
    ``[n, T, N0]`` (``P`` theory-training episodes, validation, test, OOD);
-   :func:`gd_episodes`: fresh shifted training episodes of one epoch.
+   :func:`theory_draws`: further draws of the ``P`` episodes;
+   :func:`gd_episodes`: fresh training episodes of one epoch.
 3. :func:`train_model`: gradient descent on fresh episodes every epoch
    (``model.npz``), its test and OOD accuracy and the pixel baseline.
 4. :func:`temperature_scan` (:mod:`bayes_attn.oneshot.scan`): theory at every
@@ -16,16 +20,19 @@ Pure steps, each small, and :func:`prune`, the whole job:
 5. :func:`sample_widths`: the posterior (``[sampler]``) at the chosen temperatures.
 6. :func:`prune`: head scores from the theory's ``U`` at ``score_width``,
    ``score_temperature``; single-head drops and cumulative pruning of the
-   gradient-descent model on the test episodes; files and figures.
+   gradient-descent model on the test episodes; the same removal in the
+   theory (a head's paths out of ``U``); the spread of the score–drop ρ
+   over draws of the ``P`` episodes × class bootstraps of the test
+   episodes; files and figures.
 
 **Temperature choice.** The paper chose ``T`` per width by *test* accuracy.
 Here it is chosen by accuracy on separate validation episodes drawn from a
-fourth alphabet (default Tagalog, :data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`),
-disjoint from the gradient-descent, theory-training and test classes, so
-that validation episodes are new classes like the test episodes, and the
-test accuracy at the chosen ``T`` is an honest estimate. (Episodes of the
-theory-training alphabet would reuse the ``P`` training episodes' images and
-classes and favour memorisation.)
+alphabet of its own (default Tagalog, :data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`),
+disjoint from the gradient-descent (and theory-training) and test classes,
+so that validation episodes are new classes like the test episodes, and the
+test accuracy at the chosen ``T`` is an honest estimate. Standard errors of
+test accuracies come from a bootstrap over the query's class
+(:func:`~bayes_attn.oneshot.pruning.class_bootstrap`).
 
 Symbols (THEORY.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
 training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
@@ -46,8 +53,8 @@ import numpy as np
 
 from .. import _checks, _io, outputs
 from . import figures, results, pruning, training
-from .scan import Scan, predictor_mean, sample_widths, temperature_scan
-from .spec import OneShotSpec, load_oneshot_spec
+from .scan import Scan, path_inputs, predictor_mean, sample_widths, temperature_scan
+from .spec import OneShotSpec, deviations, load_oneshot_spec
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
 from ..compare import points_verdict
 from ..theory import gp_limit, head_scores, solve_theory
@@ -67,6 +74,7 @@ __all__ = [
     "prune",
     "sample_widths",
     "temperature_scan",
+    "theory_draws",
     "tokenizer",
     "train_model",
 ]
@@ -93,7 +101,9 @@ def episode_seed(spec: OneShotSpec, tag: str, *extra: int) -> int:
 
 # ----- 1. images ---------------------------------------------------------------
 class ImageSets(NamedTuple):
-    """The class-disjoint image sets (``gd_train`` with rotations when asked) and the OOD sets by name."""
+    """The image sets: ``gd_train`` (with rotations when asked), ``theory_train`` (the
+    unrotated ``gd_train`` classes, or the split's own ``theory_train``),
+    ``validation``, ``test`` (class-disjoint from the others) and the OOD sets by name."""
 
     gd_train: ImageSet
     theory_train: ImageSet
@@ -105,12 +115,13 @@ class ImageSets(NamedTuple):
 def datasets(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> ImageSets:
     """Read, split and augment the images of ``spec.task``.
 
-    ``data_dir`` (default ``spec.task.data_dir``, relative to the current
-    directory) holds the zip files; ``kind = "digits"`` needs it only for the
-    ``all_runs`` OOD set. Omniglot is split by alphabet, digits by class name.
+    ``data_dir`` (default :meth:`OneShotSpec.data_path`: ``task.data_dir``
+    relative to the spec file) holds the zip files; ``kind = "digits"`` needs
+    it only for the ``all_runs`` OOD set. Omniglot is split by alphabet,
+    digits by class name.
     """
     task = _check_spec(spec).task
-    folder = Path(task.data_dir if data_dir is None else data_dir)
+    folder = spec.data_path(data_dir)
     if task.kind == "omniglot":
         parts = split_by_group(read_omniglot(folder, task.files, task.size), task.split)
     else:
@@ -124,7 +135,7 @@ def datasets(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> Im
     ood = {}
     for name in task.ood:
         ood[name] = read_omniglot_runs(folder, task.size, task.runs_file) if name == "all_runs" else read_digits(task.size)
-    return ImageSets(gd, parts["theory_train"], parts["validation"], parts["test"], ood)
+    return ImageSets(gd, parts[task.theory_part], parts["validation"], parts["test"], ood)
 
 
 # ----- 2. episodes and tokens --------------------------------------------------
@@ -165,8 +176,16 @@ def evaluation_episodes(spec: OneShotSpec, sets: ImageSets) -> dict[str, Episode
     return out
 
 
+def theory_draws(spec: OneShotSpec, sets: ImageSets, first: EpisodeSet | None = None) -> list[EpisodeSet]:
+    """``task.n_theory_draws`` draws of the ``P`` theory-training episodes; draw 0 is ``evaluation_episodes``' (``first``)."""
+    t = _check_spec(spec).task
+    first = _episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train") if first is None else first
+    return [first] + [_episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train", k)
+                      for k in range(1, t.n_theory_draws)]
+
+
 def gd_episodes(spec: OneShotSpec, sets: ImageSets, epoch: int) -> EpisodeSet:
-    """``task.n_gd_train`` fresh gradient-descent episodes of ``epoch``, images shifted by up to ``task.shift``."""
+    """``task.n_gd_train`` fresh gradient-descent episodes of ``epoch`` (images shifted by up to ``task.shift``)."""
     epoch = _checks.positive_int("epoch", epoch, minimum=0)
     t = _check_spec(spec).task
     return _episode_set(spec, sets.gd_train, t.n_gd_train, "gd_train", epoch, shift=t.shift)
@@ -268,6 +287,56 @@ def train_model(
     return TrainedModel(params, config, history, metrics)
 
 
+# ----- 5. uncertainty -------------------------------------------------------------
+PAPER_SPEARMAN_RHO = 0.86
+"""The paper's head score vs single-head drop Spearman ρ (its Fig. 3, 2 × 4 heads)."""
+
+
+def _uncertainty(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: Scan, ev: dict,
+                 scores, score_theory, report: dict, progress_bar: bool) -> dict:
+    """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ."""
+    th, pr = spec.theory, spec.pruning
+    tr, te = ev["theory_train"], ev["test"]
+    heads = model.config.heads
+    query_class = te.episodes.classes[:, 2]
+    boots = pruning.class_bootstrap(query_class, pr.n_bootstrap, seed=pr.seed)
+    c0, rows = pruning.head_correctness(model.params, model.config, te.x, te.y)
+    out = dict(zip(("base_accuracy", "base_se"), pruning.bootstrap_accuracy(c0, boots)))
+    out["se_method"] = (f"bootstrap over the query's class ({len(np.unique(query_class))} test classes, "
+                        f"{pr.n_bootstrap} resamples)")
+    xi_tr, xi_te, s0 = path_inputs(net, tr.x), path_inputs(net, te.x), net.variances[0]
+
+    def acc_se(U, T):
+        f = predictor_mean(U, T, xi_tr, tr.y, xi_te, s0sq=s0)
+        return pruning.bootstrap_accuracy(np.where(f >= 0, 1.0, -1.0) == te.y, boots)
+
+    T_th, T_gp = scan.best_temperature(th.score_width), float(scan.dataset["gp_best_temperature"])
+    out["theory_accuracy"], out["theory_se"] = acc_se(scan.theory(th.score_width).U, T_th)
+    out["theory_temperature"], out["theory_width"] = T_th, th.score_width
+    out["gp_accuracy"], out["gp_se"] = acc_se(net.gp_U, T_gp)
+    out["gp_temperature"] = T_gp
+    ablation = pruning.theory_head_drops(score_theory.U, th.score_temperature, xi_tr, tr.y, xi_te, te.y, heads, s0sq=s0)
+    ablation["spearman_score"] = pruning.spearman(scores, ablation["drops"], seed=pr.seed)
+    ablation["spearman_gd_drops"] = pruning.spearman(ablation["drops"], report["accuracy_drops"], seed=pr.seed)
+    out["theory_ablation"] = ablation
+    # the spread of ρ: draws of the P episodes × class bootstraps of the test episodes
+    score_draws = [np.concatenate([np.ravel(s) for s in scores])]
+    net_score = net.with_width(th.score_width)
+    for k, d in enumerate(theory_draws(spec, sets, tr)[1:], start=1):
+        t = solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
+        score_draws.append(np.concatenate([np.ravel(s) for s in head_scores(t.U, heads)]))
+        _log(progress_bar, f"theory draw {k}: head scores {np.round(score_draws[-1], 3).tolist()}")
+    removable = np.array([heads[l] > 1 for l, _ in pruning.all_heads(heads)])
+    drop_rows = []
+    for i in pruning.class_bootstrap(query_class, pr.spread_bootstrap, seed=pr.seed + 1):
+        d = c0[i].mean() - rows[:, i].mean(axis=1)
+        drop_rows.append(np.where(removable, d, np.nan))
+    out |= pruning.spearman_spread(score_draws, drop_rows)
+    out["spearman_score_draws"] = [s.tolist() for s in score_draws]
+    out["paper_spearman_rho"] = PAPER_SPEARMAN_RHO
+    return out
+
+
 # ----- 6. the whole job ----------------------------------------------------------
 def _top_paths(U: np.ndarray, labels: list[str]) -> list[str]:
     """The two paths of largest ``U[π, π]`` and the one of smallest (for the path-kernel figure)."""
@@ -360,11 +429,13 @@ def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: 
     key = (th.score_width, th.score_temperature)
     score_theory = scan.theories.get(key) or solve_theory(net.with_width(th.score_width), tr.x, tr.y,
                                                           temperature=th.score_temperature)
-    scores = head_scores(score_theory.U, model.config.heads)
+    heads = model.config.heads
+    scores = head_scores(score_theory.U, heads)
     report = pruning.pruning_report(model.params, model.config, te.x, te.y, scores,
                                     n_random=spec.pruning.n_random, seed=spec.pruning.seed)
     trained = training.trained_order_parameters(model.params, model.config)
-    trained_scores = head_scores(trained.U, model.config.heads)
+    trained_scores = head_scores(trained.U, heads)
+    report |= _uncertainty(spec, sets, net, model, scan, ev, scores, score_theory, report, progress_bar)
     report |= {
         "nn_baseline": model.metrics["nn_baseline"],
         "ood": model.metrics["ood"],
@@ -377,6 +448,8 @@ def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: 
                          "finite_width": {str(int(N)): float(T) for N, T in zip(scan.dataset["width"].values,
                                                                                   scan.dataset["best_temperature"].values)},
                          "gp": float(scan.dataset["gp_best_temperature"])},
+        "theory_classes": spec.task.theory_part,
+        "deviations": deviations(spec),
     }
     lap("head scores and pruning")
     write_json(out / "pruning.json", report)

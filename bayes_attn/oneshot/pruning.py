@@ -104,20 +104,33 @@ class HeadDrops:
         return asdict(self)
 
 
-def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
-    """Remove each head alone (with rescaling) and measure the accuracy drop on ``x [P, T, N0]``, ``y [P]``."""
+def head_correctness(params: Params, config: ModelConfig, x, y) -> tuple[np.ndarray, np.ndarray]:
+    """Per-example correctness of the full model ``[P]`` and without each head alone ``[n_heads, P]`` (bool).
+
+    Heads layer-major; the row of a layer's only head is the full model's (it cannot be removed).
+    """
     check_params(params, config)
     x = _checks.inputs("x", x, config.N0)
-    c0 = correct(params, x, y).astype(np.float64)
+    c0 = correct(params, x, y)
+    rows = [c0 if H == 1 else correct(ablate(params, config, [(l, h)]), x, y) for l, h in all_heads(config.heads)
+            for H in (config.heads[l],)]
+    return c0, np.array(rows)
+
+
+def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
+    """Remove each head alone (with rescaling) and measure the accuracy drop on ``x [P, T, N0]``, ``y [P]``."""
+    c0, rows = head_correctness(params, config, x, y)
+    c0 = c0.astype(np.float64)
     n = c0.size
     acc, drops, ses = [], [], []
+    k = 0
     for l, H in enumerate(config.heads):
         acc.append([]), drops.append([]), ses.append([])
         for h in range(H):
+            c, k = rows[k].astype(np.float64), k + 1
             if H == 1:  # the only head of a layer cannot be removed
                 acc[-1].append(None), drops[-1].append(None), ses[-1].append(None)
                 continue
-            c = correct(ablate(params, config, [(l, h)]), x, y).astype(np.float64)
             diff = c0 - c
             acc[-1].append(float(c.mean()))
             drops[-1].append(float(diff.mean()))
@@ -287,3 +300,121 @@ def pruning_report(params: Params, config: ModelConfig, x, y, scores, *, n_rando
             "random": random_pruning(params, config, x, y, n_orders=n_random, seed=seed),
         },
     }
+
+
+# ----- theory-side ablation -----------------------------------------------------
+def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
+    """The factor of each path's effective weight ``w_π`` when heads go as in :func:`ablate`: ``[D]``.
+
+    0 for a path through a removed head, else ``Π_l sqrt(H_l/(H_l − k_l))`` (the
+    survivors' rescaling; ``k_l`` heads removed from layer ``l``). Paths row-major,
+    ``h1`` slowest (THEORY.md §2). So the ablated model is the path sum of §2
+    with ``w_π`` times these factors, and its ``U`` is ``m mᵀ ∘ U``.
+    """
+    heads = [int(H) for H in heads]
+    sets = _removal_sets(heads_removed, heads)
+    out = np.ones(1)
+    for H, s in zip(heads, sets):
+        f = np.full(H, math.sqrt(H / (H - len(s))))
+        f[list(s)] = 0.0
+        out = np.outer(out, f).ravel()
+    return out
+
+
+def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test, heads: Sequence[int], *,
+                      s0sq: float = 1.0) -> dict:
+    """Remove each head's paths from the theory's ``U`` and re-evaluate its predictor on the test episodes.
+
+    ``U`` ``[D, D]`` becomes ``m mᵀ ∘ U`` with ``m`` = :func:`path_factors` (the
+    same removal and rescaling as :func:`ablate` applies to the trained model);
+    the predictor mean of THEORY.md §4 is recomputed with the training episodes'
+    path inputs ``xi_train`` ``[P, D, N0]`` and evaluated at ``xi_test``.
+    Returns ``{"accuracy": base, "accuracy_without": [[…]], "drops": [[…]]}``
+    per layer (``None`` for a layer's only head).
+    """
+    from .scan import predictor_mean  # the one predictor through xi
+
+    U = np.asarray(U, dtype=np.float64)
+    y_test = np.asarray(y_test, dtype=np.float64)
+
+    def acc(Um):
+        f = predictor_mean(Um, temperature, xi_train, y_train, xi_test, s0sq=s0sq)
+        return float(np.mean(np.where(f >= 0, 1.0, -1.0) == y_test))
+
+    base = acc(U)
+    without, drops = [], []
+    for l, H in enumerate(heads):
+        without.append([]), drops.append([])
+        for h in range(H):
+            if H == 1:
+                without[-1].append(None), drops[-1].append(None)
+                continue
+            m = path_factors(heads, [(l, h)])
+            a = acc(np.outer(m, m) * U)
+            without[-1].append(a), drops[-1].append(base - a)
+    return {"accuracy": base, "accuracy_without": without, "drops": drops}
+
+
+# ----- uncertainty: class bootstrap and the spread of ρ ------------------------------
+def class_bootstrap(classes, n_boot: int, seed: int = 0) -> list[np.ndarray]:
+    """Cluster-bootstrap resamples of episodes: ``n_boot`` index arrays into ``classes`` ``[n]``.
+
+    Each resample draws as many classes as there are, with replacement, and
+    takes every episode of each drawn class (so episodes that share a class
+    move together). ``classes``: one cluster label per episode (e.g. the
+    query's class).
+    """
+    classes = np.asarray(classes).ravel()
+    if classes.size == 0:
+        raise ValueError("classes must label at least one episode")
+    n_boot = _checks.positive_int("n_boot", n_boot)
+    _, inv = np.unique(classes, return_inverse=True)
+    members = [np.flatnonzero(inv == g) for g in range(inv.max() + 1)]
+    rng = np.random.default_rng(seed)
+    return [np.concatenate([members[g] for g in rng.integers(len(members), size=len(members))]) for _ in range(n_boot)]
+
+
+def bootstrap_accuracy(correct, resamples: Sequence[np.ndarray]) -> tuple[float, float]:
+    """``(accuracy, se)``: the mean of ``correct`` ``[n]`` and the sd of its mean over the ``resamples``."""
+    c = np.asarray(correct, dtype=np.float64).ravel()
+    means = np.array([c[i].mean() for i in resamples])
+    return float(c.mean()), float(means.std(ddof=1)) if len(means) > 1 else float("nan")
+
+
+def rank_correlation(a, b) -> float:
+    """Spearman ρ of two flat arrays (average ranks for ties); NaN when either is constant."""
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    ra = scipy.stats.rankdata(a) - (a.size + 1) / 2
+    rb = scipy.stats.rankdata(b) - (b.size + 1) / 2
+    norm = math.sqrt(float(ra @ ra) * float(rb @ rb))
+    return float(ra @ rb) / norm if norm > 0 else float("nan")
+
+
+def spearman_spread(score_draws, drop_resamples) -> dict:
+    """ρ(score, drop) over every draw of the scores × every resample of the drops.
+
+    Args:
+        score_draws: ``[n_draws, n_heads]`` head scores, one row per draw of the
+            theory's training episodes.
+        drop_resamples: ``[n_resamples, n_heads]`` accuracy drops, one row per
+            (class-bootstrap) resample of the test episodes.
+
+    Heads with a non-finite entry (a layer's only head) are left out. Returns
+    ``spearman_draws`` (the finite values of ρ, draw-major), ``spearman_median``,
+    ``spearman_q05``, ``spearman_q95`` (``numpy.quantile``, linear), and
+    ``n_draws``, ``n_resamples``, ``n_constant`` (pairs with a constant side, no ρ).
+    """
+    S = np.atleast_2d(np.asarray(score_draws, dtype=np.float64))
+    Dr = np.atleast_2d(np.asarray(drop_resamples, dtype=np.float64))
+    if S.shape[1] != Dr.shape[1]:
+        raise ValueError(f"score_draws and drop_resamples must have the same number of heads, got {S.shape[1]} and {Dr.shape[1]}")
+    keep = np.all(np.isfinite(S), axis=0) & np.all(np.isfinite(Dr), axis=0)
+    if keep.sum() < 2:
+        raise ValueError("spearman_spread needs at least 2 heads with finite scores and drops")
+    rho = np.array([rank_correlation(s[keep], d[keep]) for s in S for d in Dr])
+    finite = rho[np.isfinite(rho)]
+    if finite.size == 0:
+        raise ValueError("every pair of scores and drops has a constant side: no ρ")
+    q05, med, q95 = (float(v) for v in np.quantile(finite, [0.05, 0.5, 0.95]))
+    return {"spearman_draws": finite.tolist(), "spearman_median": med, "spearman_q05": q05, "spearman_q95": q95,
+            "n_draws": int(S.shape[0]), "n_resamples": int(Dr.shape[0]), "n_constant": int(rho.size - finite.size)}

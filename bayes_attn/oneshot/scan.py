@@ -188,7 +188,8 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
     sign of the posterior mean of ``f_test``, ``agreement`` (fraction of test
     signs equal to the theory's at the same width and temperature),
     ``U_sampled`` (posterior mean) and ``U_theory`` ``[sample_width, path, path_]``,
-    ``rhat_U`` (largest R-hat over the entries of ``U``), ``divergences``,
+    ``rhat_U`` (largest R-hat over the entries of ``U``), ``ess_U`` (smallest
+    bulk ESS over them), ``divergences``,
     ``mean_steps``, ``sampling_seconds``; and the posteriors by width.
     """
     x = net.check_inputs(x, "x")
@@ -213,6 +214,7 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
             "U_sampled": post.order_parameter(1),
             "U_theory": scan.theory(N).U,
             "rhat_U": _max_rhat(stats["U"]),
+            "ess_U": _min_ess(stats["U"]),
             "divergences": int(post.tree["sample_stats"]["diverging"].sum()),
             "mean_steps": float(post.tree["sample_stats"]["n_steps"].mean()),
             "sampling_seconds": seconds,
@@ -231,6 +233,7 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
             "U_sampled": (("sample_width", "path", "path_"), np.array([r["U_sampled"] for r in rows]).reshape(-1, D, D)),
             "U_theory": (("sample_width", "path", "path_"), np.array([r["U_theory"] for r in rows]).reshape(-1, D, D)),
             "rhat_U": (("sample_width",), np.array([r["rhat_U"] for r in rows], float)),
+            "ess_U": (("sample_width",), np.array([r["ess_U"] for r in rows], float)),
             "divergences": (("sample_width",), np.array([r["divergences"] for r in rows], int)),
             "mean_steps": (("sample_width",), np.array([r["mean_steps"] for r in rows], float)),
             "sampling_seconds": (("sample_width",), np.array([r["sampling_seconds"] for r in rows], float)),
@@ -240,6 +243,13 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
                "num_samples": spec.sampler.num_samples, "num_warmup": spec.sampler.num_warmup},
     )
     return ds, posteriors
+
+
+def _min_ess(U: xr.DataArray) -> float:
+    """Smallest bulk ESS over the entries of ``U`` ``[chain, draw, path, path_]``."""
+    import arviz_stats as azs
+
+    return float(np.nanmin(np.asarray(azs.ess(U, method="bulk").values)))
 
 
 def _max_rhat(U: xr.DataArray) -> float:

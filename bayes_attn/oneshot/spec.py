@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,28 +52,35 @@ from .training import ModelConfig, TrainConfig
 
 KINDS = ("omniglot", "digits")
 OOD_SETS = ("all_runs", "digits")
-PARTS = ("gd_train", "theory_train", "validation", "test")
-"""The four disjoint class sets: gradient-descent training, theory/sampling
-training (the ``P`` episodes), validation (chooses the temperature) and test."""
+PARTS = ("gd_train", "validation", "test")
+"""The three disjoint class sets: gradient-descent training, validation
+(chooses the temperature) and test. The theory's ``P`` training episodes come
+from the ``gd_train`` classes (unaugmented), as in the authors' code, unless
+the split names a fourth part ``theory_train`` (then its own classes)."""
+
+OPTIONAL_PARTS = ("theory_train",)
 
 ONESHOT_SPLIT: dict[str, tuple[str, ...]] = {
-    "gd_train": tuple(a for a in DEFAULT_SPLIT["gd_train"] if a != "Tagalog"),
-    "theory_train": DEFAULT_SPLIT["theory_train"],
+    "gd_train": ("Greek", "Japanese_(katakana)", "Korean", "Latin", "Sanskrit"),
     "validation": ("Tagalog",),
-    "test": DEFAULT_SPLIT["test"],
+    "test": ("Balinese", "Early_Aramaic"),
 }
-""":data:`~bayes_attn.tasks.DEFAULT_SPLIT` with a fourth, validation alphabet:
-Tagalog (17 characters) moves out of ``gd_train`` (179 characters left)."""
+"""Alphabet split of the 8 distinct small-set alphabets: ``gd_train`` 179
+characters (also the classes of the theory's training episodes), validation
+Tagalog (17), test Balinese and Early_Aramaic pooled (46 characters)."""
 
 DIGITS_SPLIT: dict[str, tuple[str, ...]] = {
-    "gd_train": ("digit0", "digit1", "digit2", "digit3"),
-    "theory_train": ("digit4", "digit5"),
+    "gd_train": ("digit0", "digit1", "digit2", "digit3", "digit4", "digit5"),
     "validation": ("digit6", "digit7"),
     "test": ("digit8", "digit9"),
 }
 """Class split of scikit-learn's digits (one group: split by class name)."""
 
-DEFAULT_DATA_DIR = "../shared/data/omniglot"
+DEFAULT_DATA_DIR = "../data/omniglot"
+"""The Omniglot subset shipped with the project, relative to ``models/``."""
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The folder holding ``bayes_attn/``, ``models/`` and ``data/``."""
 
 
 def _positive_ints(name: str, values, minimum: int = 1) -> tuple[int, ...]:
@@ -91,18 +99,26 @@ class TaskSpec:
 
     Args:
         kind: ``"omniglot"`` (zip files in ``data_dir``) or ``"digits"`` (scikit-learn's, no files).
-        data_dir: folder of the zip files, relative to the current directory
-            (a caller's ``data_dir`` argument overrides it).
+        data_dir: folder of the zip files; a relative path is relative to the
+            spec file's folder (``models/`` for a spec built in code), so the
+            default is the subset shipped in ``data/omniglot``; a caller's
+            ``data_dir`` argument overrides it.
         files: the Omniglot zips read (default the two "small" background sets).
         runs_file: the one-shot runs zip (``all_runs``, an OOD set).
         size, patch, channels, label_scale: images ``size×size``, cut into
             ``patch×patch`` tokens of ``N0 = channels·patch²`` features (paper 32, 8, 3).
         split: part → alphabets (omniglot) or class names (digits), for the
-            parts of :data:`PARTS`; default :data:`ONESHOT_SPLIT` / :data:`DIGITS_SPLIT`.
-        rotations: add 90°/180°/270° rotations as new classes to ``gd_train`` only.
-        shift: random translation (pixels) of gradient-descent training images.
+            parts of :data:`PARTS` (and optionally ``theory_train``: theory
+            episodes from classes of their own instead of ``gd_train``'s);
+            default :data:`ONESHOT_SPLIT` / :data:`DIGITS_SPLIT`.
+        rotations: add 90°/180°/270° rotations as new classes to gradient-descent
+            training only (the theory's episodes stay unrotated).
+        shift: random translation (pixels) of gradient-descent training images only.
         n_gd_train: fresh gradient-descent episodes per epoch.
         n_theory_train: ``P``, the theory/sampling training episodes.
+        n_theory_draws: draws of the ``P`` episodes (each its own seed; draw 0
+            is the one of the scan) over which the head-score–drop Spearman ρ
+            is spread (``spearman_draws``).
         n_validation, n_test, n_ood: validation, test and per-OOD-set episodes.
         ood: out-of-distribution sets, among :data:`OOD_SETS` (``all_runs``:
             the 20 one-shot runs, both classes of an episode from one run).
@@ -118,10 +134,11 @@ class TaskSpec:
     channels: int = 1
     label_scale: float = 1.0
     split: dict[str, tuple[str, ...]] | None = None
-    rotations: bool = True
-    shift: int = 2
+    rotations: bool = False
+    shift: int = 0
     n_gd_train: int = 20000
     n_theory_train: int = 600
+    n_theory_draws: int = 5
     n_validation: int = 1000
     n_test: int = 1000
     n_ood: int = 1000
@@ -136,6 +153,7 @@ class TaskSpec:
         if isinstance(self.files, str) or not self.files or not all(isinstance(f, str) and f for f in self.files):
             raise ValueError(f"task.files must be a non-empty list of zip file names, got {self.files!r}")
         object.__setattr__(self, "files", tuple(self.files))
+        _checks.positive_int("task.n_theory_draws", self.n_theory_draws)
         for name in ("size", "patch", "channels", "n_gd_train", "n_theory_train", "n_validation", "n_test", "n_ood"):
             _checks.positive_int(f"task.{name}", getattr(self, name), minimum=2 if name.startswith("n_") else 1)
             if name.startswith("n_") and getattr(self, name) % 2:
@@ -156,10 +174,12 @@ class TaskSpec:
         if self.kind == "digits" and "digits" in self.ood:
             raise ValueError("task.ood cannot hold 'digits' when task.kind is 'digits' (it is not out of distribution)")
         split = (ONESHOT_SPLIT if self.kind == "omniglot" else DIGITS_SPLIT) if self.split is None else self.split
-        if not isinstance(split, dict) or set(split) != set(PARTS):
-            raise ValueError(f"task.split must be a table with exactly the parts {list(PARTS)}, got {split!r}")
+        if not isinstance(split, dict) or not set(PARTS) <= set(split) <= set(PARTS + OPTIONAL_PARTS):
+            raise ValueError(f"task.split must be a table with the parts {list(PARTS)} (and optionally "
+                             f"{list(OPTIONAL_PARTS)}), got {split!r}")
+        parts = [p for p in PARTS + OPTIONAL_PARTS if p in split]
         seen: dict[str, str] = {}
-        for part in PARTS:
+        for part in parts:
             names = split[part]
             if isinstance(names, str) or not names or not all(isinstance(n, str) for n in names):
                 raise ValueError(f"task.split.{part} must be a non-empty list of names, got {names!r}")
@@ -167,12 +187,17 @@ class TaskSpec:
                 if n in seen:
                     raise ValueError(f"task.split: {n!r} is in both {seen[n]!r} and {part!r}; the parts must be disjoint")
                 seen[n] = part
-        object.__setattr__(self, "split", {p: tuple(split[p]) for p in PARTS})
+        object.__setattr__(self, "split", {p: tuple(split[p]) for p in parts})
 
     @property
     def N0(self) -> int:
         """Features per token, ``channels·patch²``."""
         return self.channels * self.patch**2
+
+    @property
+    def theory_part(self) -> str:
+        """The part whose classes the theory's ``P`` episodes come from (``gd_train`` unless the split names ``theory_train``)."""
+        return "theory_train" if "theory_train" in self.split else "gd_train"
 
 
 @dataclass(frozen=True)
@@ -230,6 +255,8 @@ class TheorySpec:
         _checks.positive_int("theory.score_width", self.score_width)
         object.__setattr__(self, "score_temperature", _checks.positive("theory.score_temperature", self.score_temperature))
         object.__setattr__(self, "variances", _checks.positive("theory.variances", self.variances))
+        if self.score_width not in self.widths:
+            raise ValueError(f"theory.score_width must be among theory.widths {list(self.widths)}, got {self.score_width}")
         missing = [w for w in self.sample_widths if w not in self.widths]
         if missing:
             raise ValueError(f"theory.sample_widths must be among theory.widths {list(self.widths)}, got {missing}")
@@ -237,13 +264,27 @@ class TheorySpec:
 
 @dataclass(frozen=True)
 class PruningSpec:
-    """Random pruning orders (the reference curve) and their seed."""
+    """Random pruning orders, the class bootstrap of the test episodes, their seed.
+
+    Args:
+        n_random: random pruning orders (the reference curve).
+        n_bootstrap: class-bootstrap resamples of the test episodes for the
+            standard errors of accuracies.
+        spread_bootstrap: class-bootstrap resamples of the test episodes per
+            draw of the theory's training episodes in ``spearman_draws``
+            (``task.n_theory_draws × spread_bootstrap`` values of ρ).
+        seed: seed of the random orders and of the bootstraps.
+    """
 
     n_random: int = 10
+    n_bootstrap: int = 200
+    spread_bootstrap: int = 20
     seed: int = 0
 
     def __post_init__(self):
         _checks.positive_int("pruning.n_random", self.n_random, minimum=2)
+        _checks.positive_int("pruning.n_bootstrap", self.n_bootstrap, minimum=2)
+        _checks.positive_int("pruning.spread_bootstrap", self.spread_bootstrap)
         _checks.positive_int("pruning.seed", self.seed, minimum=0)
 
 
@@ -262,12 +303,24 @@ class OneShotSpec:
     theory: TheorySpec = field(default_factory=TheorySpec)
     sampler: SamplerSettings = field(default_factory=lambda: SamplerSettings(num_chains=2, num_warmup=200, num_samples=200))
     pruning: PruningSpec = field(default_factory=PruningSpec)
+    source: str | None = field(default=None, compare=False, repr=False)
+    """The spec file it was read from (``None`` when built in code); relative ``data_dir`` resolve against its folder."""
 
     def __post_init__(self):
         check_name(self.name)
         for key, cls in SECTIONS.items():
             if not isinstance(getattr(self, key), cls):
                 raise ValueError(f"{key} must be a {cls.__name__}, got {type(getattr(self, key)).__name__}")
+
+    def data_path(self, data_dir: str | os.PathLike | None = None) -> Path:
+        """The data folder: ``data_dir`` when given (as is), else ``task.data_dir`` resolved against the spec file's folder."""
+        if data_dir is not None:
+            return Path(data_dir).expanduser()
+        path = Path(self.task.data_dir).expanduser()
+        if path.is_absolute():
+            return path
+        base = Path(self.source).resolve().parent if self.source else PROJECT_ROOT / "models"
+        return Path(os.path.normpath(base / path))
 
     @property
     def model_config(self) -> ModelConfig:
@@ -277,7 +330,7 @@ class OneShotSpec:
     def training_settings(self) -> dict:
         """Everything the trained model depends on (a JSON-ready dict; ``data_dir`` and evaluation sets excluded)."""
         t = dataclasses.asdict(self.task)
-        for k in ("data_dir", "n_theory_train", "n_validation", "n_test", "n_ood", "ood"):
+        for k in ("data_dir", "n_theory_train", "n_theory_draws", "n_validation", "n_test", "n_ood", "ood"):
             t.pop(k)
         t["split"] = {"gd_train": list(t["split"]["gd_train"])}
         return {"task": t, "model": dataclasses.asdict(self.model), "training": self.training.to_dict()}
@@ -309,6 +362,46 @@ class OneShotSpec:
         return to_toml({"name": self.name} | {key: dataclasses.asdict(getattr(self, key)) for key in SECTIONS})
 
 
+TORCH_QK_SCALE = 1 / 3**0.5
+"""``qk_scale`` giving PyTorch's default ``nn.Linear`` standard deviation ``1/sqrt(3·fan_in)``."""
+
+PAPER_RECIPE = {
+    "task.channels": 3, "task.rotations": False, "task.shift": 0, "task.label_scale": 1.0,
+    "model.width": 512, "model.d_qk": 128, "model.qk_scale": round(TORCH_QK_SCALE, 3),
+    "training.optimizer": "adam", "training.lr": 3e-4, "training.weight_decay": 5e-5, "training.batch": 128,
+    "theory.score_width": 10, "theory.score_temperature": 0.5,
+}
+"""The authors' settings (THEORY.md §6) that a spec sets; :func:`deviations` lists the others."""
+
+PAPER_STEPS = 41_000
+"""About the authors' number of Adam steps (10 epochs at batch 128)."""
+
+
+def deviations(spec: OneShotSpec) -> list[str]:
+    """Every way ``spec`` departs from the authors' Fig. 3 recipe, one line each (fixed departures included)."""
+    out = []
+    for key, want in PAPER_RECIPE.items():
+        section_, name = key.split(".")
+        got = getattr(getattr(spec, section_), name)
+        if isinstance(want, float) and isinstance(got, float) and abs(got - want) <= 1e-3 * abs(want):
+            continue
+        if got != want:
+            out.append(f"{key} = {got!r} (authors: {want!r})")
+    steps = spec.training.epochs * -(-spec.task.n_gd_train // spec.training.batch)
+    if steps < 0.9 * PAPER_STEPS:
+        out.append(f"{steps} optimiser steps (authors: ~{PAPER_STEPS})")
+    out += [
+        "initialisation: normal with std qk_scale/sqrt(fan_in) for query/key and 1/sqrt(fan_in) for V0, the value "
+        "maps and the readout (PyTorch's nn.Linear default: uniform, std 1/sqrt(3 fan_in)); no biases",
+        "fresh episodes each epoch from a seeded sampler (authors: their episode loader)",
+        f"theory episodes: fresh episodes of the {spec.task.theory_part} classes (authors: a replay of their "
+        "training loader's episodes)",
+        "temperature chosen on validation episodes (authors: on the test episodes)",
+        "the 8 smallest Omniglot background alphabets (242 characters) instead of the full 964/659-character sets",
+    ]
+    return out
+
+
 def load_oneshot_spec(path: str | Path) -> OneShotSpec:
     """Read a one-shot TOML spec (``ValueError`` for a missing file, bad TOML or a bad field)."""
     path = Path(path)
@@ -318,4 +411,4 @@ def load_oneshot_spec(path: str | Path) -> OneShotSpec:
         table = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from err
-    return OneShotSpec.from_dict(table)
+    return dataclasses.replace(OneShotSpec.from_dict(table), source=str(path.resolve()))

@@ -39,6 +39,7 @@ from ..network import Network, Weights, order_parameters_from_weights
 
 FORMAT = "bayes_attn.training.gd_model"
 FORMAT_VERSION = 1
+OPTIMIZERS = ("adam", "adamw")
 
 
 # ----- configuration ----------------------------------------------------------
@@ -89,11 +90,14 @@ class TrainConfig:
     """Training settings (defaults: the paper's, THEORY.md §6).
 
     Args:
-        lr: AdamW learning rate (3e-4).
-        weight_decay: AdamW decoupled weight decay (5e-5).
+        lr: learning rate (3e-4).
+        weight_decay: weight decay (5e-5): an L2 penalty added to the gradient
+            before Adam for ``optimizer = "adam"`` (PyTorch's ``Adam(weight_decay=…)``,
+            the authors' choice), decoupled for ``"adamw"``.
         batch: mini-batch size (128).
         epochs: passes over the training set (10).
         seed: seed of the initialisation and of the mini-batch permutations.
+        optimizer: ``"adam"`` (default) or ``"adamw"``.
     """
 
     lr: float = 3e-4
@@ -101,6 +105,7 @@ class TrainConfig:
     batch: int = 128
     epochs: int = 10
     seed: int = 0
+    optimizer: str = "adam"
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _checks.positive("lr", self.lr))
@@ -111,10 +116,17 @@ class TrainConfig:
         object.__setattr__(self, "batch", _checks.positive_int("batch", self.batch))
         object.__setattr__(self, "epochs", _checks.positive_int("epochs", self.epochs, minimum=0))
         object.__setattr__(self, "seed", _checks.positive_int("seed", self.seed, minimum=0))
+        _checks.choice("optimizer", self.optimizer, OPTIMIZERS)
 
     def to_dict(self) -> dict:
         """JSON-ready dict."""
         return asdict(self)
+
+    def optax(self) -> optax.GradientTransformation:
+        """The optimiser: Adam on the gradient plus ``weight_decay·θ`` (``"adam"``), or AdamW."""
+        if self.optimizer == "adamw":
+            return optax.adamw(self.lr, weight_decay=self.weight_decay)
+        return optax.chain(optax.add_decayed_weights(self.weight_decay), optax.adam(self.lr))
 
 
 class Params(NamedTuple):
@@ -307,7 +319,7 @@ def train(
     progress_bar: bool = True,
     augment: Callable[[int, np.random.Generator], tuple] | None = None,
 ) -> tuple[Params, History]:
-    """Train by AdamW on the MSE to ±1 labels; returns ``(params, history)``.
+    """Train by Adam (``train_config.optimizer``) on the MSE to ±1 labels; returns ``(params, history)``.
 
     Args:
         params_or_config: starting :class:`Params`, or a :class:`ModelConfig`
@@ -351,7 +363,7 @@ def train(
         x_val = _checks.inputs("x_val", x_val, N0)
         y_val = _check_pm1("y_val", y_val, x_val.shape[0])
 
-    opt = optax.adamw(train_config.lr, weight_decay=train_config.weight_decay)
+    opt = train_config.optax()
     opt_state = opt.init(params)
     B = train_config.batch
 

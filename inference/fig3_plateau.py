@@ -1,0 +1,47 @@
+"""Does the loss plateau at chance of the Fig. 3 training come from the query/key initialisation?
+
+Short runs of the CPU model of ``models/omniglot_oneshot.toml`` (Adam with L2
+5e-5, batch 128, no augmentation, fresh episodes of the training classes every
+100 steps) at a given query/key scale and learning rate; prints the mean
+training loss and the validation accuracy (Tagalog, 1000 episodes) every 100
+steps as one JSON line. The measured runs are in
+``inference/results/fig3/plateau.json``.
+
+    python inference/fig3_plateau.py QK_SCALE [EPOCHS_OF_100_STEPS] [LR]
+"""
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+from bayes_attn.oneshot import pipeline as pl
+from bayes_attn.oneshot.spec import load_oneshot_spec
+from bayes_attn.oneshot.training import train
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    qk = float(sys.argv[1])
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+    lr = float(sys.argv[3]) if len(sys.argv) > 3 else 3e-4
+    base = load_oneshot_spec(ROOT / "models/omniglot_oneshot.toml")
+    spec = dataclasses.replace(
+        base,
+        task=dataclasses.replace(base.task, n_gd_train=128 * 100),
+        model=dataclasses.replace(base.model, qk_scale=qk),
+        training=dataclasses.replace(base.training, lr=lr, epochs=epochs),
+    )
+    sets = pl.datasets(spec)
+    val = pl.evaluation_episodes(spec, sets)["validation"]
+    t0 = time.time()
+    _, hist = train(spec.model_config, None, None, spec.training, x_val=val.x, y_val=val.y,
+                    augment=lambda e, rng: pl.gd_episodes(spec, sets, e)[1:])
+    print(json.dumps({"qk_scale": qk, "lr": lr, "batch": spec.training.batch, "steps_per_epoch": 100,
+                      "loss": hist.loss, "val_accuracy": hist.val_accuracy, "seconds": time.time() - t0}))
+
+
+if __name__ == "__main__":
+    main()
