@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _checks, _io, outputs
+from .. import _checks, _io, outputs, stats
 from . import figures, results, pruning, training
 from .scan import Scan, path_inputs, predictor_mean, sample_widths, temperature_scan
 from .spec import OneShotSpec, deviations, load_oneshot_spec
@@ -232,7 +232,7 @@ def _saved_model(spec: OneShotSpec, out: Path):
 
 
 def _accuracy_se(correct: np.ndarray) -> dict:
-    return dict(zip(("accuracy", "se"), training.proportion(correct)))
+    return dict(zip(("accuracy", "se"), stats.proportion(correct)))
 
 
 def train_model(

@@ -14,7 +14,6 @@ and lists, ready for JSON.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -173,30 +172,19 @@ def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int
     if n < 2:
         raise ValueError(f"spearman needs at least 2 finite (score, drop) pairs, got {n}")
     n_permutations = _checks.positive_int("n_permutations", n_permutations)
-    ra = scipy.stats.rankdata(a) - (n + 1) / 2
-    rb = scipy.stats.rankdata(b) - (n + 1) / 2
     out = {"alternative": alternative, "n": int(n)}
-    norm = math.sqrt(float(ra @ ra) * float(rb @ rb))
-    if norm == 0:
+    rho = rank_correlation(a, b)
+    if np.isnan(rho):
         return {**out, "rho": None, "p_value": None, "method": "constant input", "n_permutations": 0}
-    rho = float(ra @ rb) / norm
-    if n <= exact_max:
-        perms = np.array(list(itertools.permutations(range(n))))
-        method = "exact"
-    else:
-        rng = np.random.default_rng(seed)
-        perms = rng.permuted(np.tile(np.arange(n), (n_permutations, 1)), axis=1)
-        method = "permutation"
-    null = (rb[perms] @ ra) / norm
-    tol = 1e-12
-    if alternative == "greater":
-        hits = int(np.sum(null >= rho - tol))
-    elif alternative == "less":
-        hits = int(np.sum(null <= rho + tol))
-    else:
-        hits = int(np.sum(np.abs(null) >= abs(rho) - tol))
-    p = hits / len(perms) if method == "exact" else (1 + hits) / (1 + len(perms))
-    return {**out, "rho": rho, "p_value": float(p), "method": method, "n_permutations": int(len(perms))}
+    exact = n <= exact_max
+    # ranks are fixed under re-pairing, so ρ of a pairing is a dot product of centred ranks
+    ra, rb = (scipy.stats.rankdata(v) - (n + 1) / 2 for v in (a, b))
+    norm = math.sqrt(float(ra @ ra) * float(rb @ rb))
+    res = scipy.stats.permutation_test(
+        (ra, rb), lambda u, v, axis: np.sum(u * v, axis=axis) / norm, permutation_type="pairings", vectorized=True,
+        n_resamples=np.inf if exact else n_permutations, alternative=alternative, rng=seed)
+    return {**out, "rho": rho, "p_value": float(res.pvalue), "method": "exact" if exact else "permutation",
+            "n_permutations": math.factorial(n) if exact else n_permutations}
 
 
 # ----- cumulative pruning -----------------------------------------------------
@@ -384,10 +372,9 @@ def bootstrap_accuracy(correct, resamples: Sequence[np.ndarray]) -> tuple[float,
 def rank_correlation(a, b) -> float:
     """Spearman ρ of two flat arrays (average ranks for ties); NaN when either is constant."""
     a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
-    ra = scipy.stats.rankdata(a) - (a.size + 1) / 2
-    rb = scipy.stats.rankdata(b) - (b.size + 1) / 2
-    norm = math.sqrt(float(ra @ ra) * float(rb @ rb))
-    return float(ra @ rb) / norm if norm > 0 else float("nan")
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(scipy.stats.spearmanr(a, b).statistic)
 
 
 def spearman_spread(score_draws, drop_resamples) -> dict:

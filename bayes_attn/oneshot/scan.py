@@ -23,13 +23,12 @@ import numpy as np
 import scipy.linalg
 import xarray as xr
 
-from .. import _checks
+from .. import _checks, stats
 from ..network import Network, kernel_from_xi
 from .spec import OneShotSpec
 from ..posterior import Posterior, sample_posterior
 from ..precision import float64
 from ..theory import Theory, solve_theory
-from .training import accuracy_from_predictions
 
 __all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "temperature_scan"]
 
@@ -141,15 +140,15 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
             init = list(t.order_parameters) if ok else init
             theories[(N, T)] = t
             converged[i, j], iterations[i, j], seconds[i, j], U_scan[i, j] = ok, t.iterations, t.solve_seconds, t.U
-            acc_val[i, j] = accuracy_from_predictions(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
-            acc_test[i, j] = accuracy_from_predictions(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+            acc_val[i, j] = stats.accuracy_se(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
+            acc_test[i, j] = stats.accuracy_se(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
             if progress_bar:
                 print(f"theory N={N} T={T:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
                       f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}", file=sys.stderr, flush=True)
     gp_val, gp_test = np.zeros(nT), np.zeros(nT)
     for j, T in enumerate(temps):
-        gp_val[j] = accuracy_from_predictions(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
-        gp_test[j] = accuracy_from_predictions(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+        gp_val[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
+        gp_test[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
     best = np.array([choose(acc_val[i], converged[i]) for i in range(nW)])
     gp_best = choose(gp_val)
     n = y_test.size
@@ -209,7 +208,7 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
         stats = post.tree["posterior"]
         rows.append({
             "temperature_sampled": T,
-            "accuracy_sampled": accuracy_from_predictions(f, y_test),
+            "accuracy_sampled": stats.accuracy_se(f, y_test),
             "agreement": float(np.mean((f >= 0) == (theory_mean >= 0))),
             "U_sampled": post.order_parameter(1),
             "U_theory": scan.theory(N).U,

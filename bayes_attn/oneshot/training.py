@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _checks, _io
+from .. import _checks, _io, stats
 from ..network import Network, Weights, order_parameters_from_weights
 
 FORMAT = "bayes_attn.training.gd_model"
@@ -270,34 +270,18 @@ def predict(params: Params, x, chunk: int = 512) -> np.ndarray:
     return np.concatenate(out).astype(np.float64)
 
 
-def accuracy_from_predictions(f, y) -> tuple[float, float]:
-    """``(accuracy, standard error)`` of ``sign(f)`` against ``y`` ±1 (``f >= 0`` predicts +1)."""
-    f = np.asarray(f, dtype=np.float64).ravel()
-    y = _check_pm1("y", y, f.shape[0])
-    return proportion(np.where(f >= 0, 1.0, -1.0) == y)
-
-
 def accuracy(params: Params, x, y) -> tuple[float, float]:
     """``(accuracy, se)`` of the model's sign on ``x [P, T, N0]`` with labels ``y [P]`` ±1; ``se = sqrt(acc(1-acc)/P)``."""
     x = _checks.inputs("x", x, int(params.V0.shape[1]))
     y = _check_pm1("y", y, x.shape[0])
-    return accuracy_from_predictions(predict(params, x), y)
+    return stats.accuracy_se(predict(params, x), y)
 
 
 def correct(params: Params, x, y) -> np.ndarray:
     """Per-example correctness (bool ``[P]``) of the model's sign."""
     x = _checks.inputs("x", x, int(params.V0.shape[1]))
     y = _check_pm1("y", y, x.shape[0])
-    return np.where(predict(params, x) >= 0, 1.0, -1.0) == y
-
-
-def proportion(correct: np.ndarray) -> tuple[float, float]:
-    """``(accuracy, se)`` of a boolean array of correct predictions; ``se = sqrt(acc(1-acc)/n)``."""
-    n = correct.size
-    if n == 0:
-        raise ValueError("accuracy needs at least one example")
-    acc = float(np.mean(correct))
-    return acc, math.sqrt(acc * (1.0 - acc) / n)
+    return stats.correct(predict(params, x), y)
 
 
 def _check_pm1(name: str, y, P: int) -> np.ndarray:
@@ -562,4 +546,4 @@ def nearest_neighbour_accuracy(images, y, *, positive_support: int = 0) -> tuple
     d1 = np.sum((flat[:, 2] - flat[:, 1]) ** 2, axis=1)
     nearest = np.where(d0 <= d1, 0, 1)
     pred = np.where(nearest == positive_support, 1.0, -1.0)
-    return proportion(pred == y)
+    return stats.proportion(pred == y)
