@@ -5,6 +5,7 @@ Pure NumPy; every job (run, sweep, one-shot) calls these and nothing else for th
 - Classification: ``sign(f)`` with ``f >= 0`` read as +1 (THEORY.md §4, "classification uses
   ``sign(mean)``"; a tie at exactly 0 counts as +1 everywhere).
 - Accuracy's standard error is the binomial one, ``sqrt(acc (1 - acc) / n)``.
+- A temperature is chosen by *validation* accuracy, among the converged solves (never the test set).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["accuracy", "accuracy_se", "correct", "power_law_slope", "proportion"]
+__all__ = ["accuracy", "accuracy_se", "choose_temperature", "correct", "power_law_slope", "proportion"]
 
 
 def correct(f, y) -> np.ndarray:
@@ -64,3 +65,14 @@ def power_law_slope(inv_width: np.ndarray, gap: np.ndarray, mcse: np.ndarray, no
     dof = max(use.sum() - 2, 1)
     scale = max(float(w @ resid**2) / dof, 1.0)  # inflate by the misfit when it exceeds the MC error
     return float(coef[1]), float(np.sqrt(scale * np.linalg.inv(A)[1, 1])), use
+
+
+def choose_temperature(accuracy, eligible=None) -> int:
+    """Index of the best validation ``accuracy`` ``[n_T]``; ties: the first (the lowest temperature of an ascending grid).
+
+    ``eligible`` (bool ``[n_T]``, e.g. which theory solves converged): only these count, unless none is.
+    """
+    acc = np.asarray(accuracy, dtype=np.float64)
+    if eligible is not None and np.any(eligible):
+        acc = np.where(np.asarray(eligible, dtype=bool), acc, -np.inf)
+    return int(np.argmax(acc))

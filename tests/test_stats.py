@@ -42,3 +42,11 @@ def test_power_law_slope_leaves_out_gaps_inside_the_noise():
     slope, se, used = power_law_slope(1 / N, gap, np.full(3, 1e-4), np.array([0.0, 0.0, 0.01]))
     assert used.tolist() == [True, True, False] and slope == pytest.approx(1.0)
     assert np.isnan(power_law_slope(1 / N, gap, np.full(3, 1.0), np.zeros(3))[0])
+
+
+def test_temperature_choice_prefers_converged_solves_then_the_lowest_temperature():
+    from bayes_attn.stats import choose_temperature
+
+    assert choose_temperature([0.7, 0.9, 0.9]) == 1
+    assert choose_temperature([0.7, 0.9, 0.8], [True, False, True]) == 2
+    assert choose_temperature([0.7, 0.9], [False, False]) == 1  # none converged: all count

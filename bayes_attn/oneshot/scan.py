@@ -84,17 +84,6 @@ class Scan(NamedTuple):
         return self.theories[(int(width), T)]
 
 
-def choose(accuracy, eligible=None) -> int:
-    """Index of the best ``accuracy`` ``[n_T]`` (ties: the first, i.e. the lowest temperature of an ascending grid).
-
-    ``eligible`` (bool ``[n_T]``): only these count, unless none is.
-    """
-    acc = np.asarray(accuracy, dtype=np.float64)
-    if eligible is not None and np.any(eligible):
-        acc = np.where(eligible, acc, -np.inf)
-    return int(np.argmax(acc))
-
-
 def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test, y_test, *,
                      progress_bar: bool = True) -> Scan:
     """Theory at every ``spec.theory.widths`` × ``temperatures`` and the GP limit per temperature.
@@ -149,8 +138,8 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     for j, T in enumerate(temps):
         gp_val[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
         gp_test[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
-    best = np.array([choose(acc_val[i], converged[i]) for i in range(nW)])
-    gp_best = choose(gp_val)
+    best = np.array([stats.choose_temperature(acc_val[i], converged[i]) for i in range(nW)])
+    gp_best = stats.choose_temperature(gp_val)
     n = y_test.size
     at_best = acc_test[np.arange(nW), best]
     ds = xr.Dataset(

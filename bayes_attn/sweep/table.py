@@ -33,7 +33,7 @@ import xarray as xr
 from .. import _checks, _io, outputs
 from ..run import figures
 from ..compare import compare
-from ..stats import accuracy, power_law_slope
+from ..stats import accuracy, choose_temperature, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
 from ..run.pipeline import gp_accuracies
 from ..posterior import data_fingerprint, sample_posterior
@@ -363,10 +363,12 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
         ds.attrs["temperature"] = temps[0]
         return ds
     if widths:
-        best = ds["accuracy_validation_theory"].idxmax("temperature")
+        val, ok = ds["accuracy_validation_theory"], ds["converged_theory"]
+        idx = [choose_temperature(val.sel(width=N).values, ok.sel(width=N).values) for N in ds["width"].values]
+        best = xr.DataArray(np.asarray(temps)[idx], coords={"width": ds["width"]}, dims="width", name="temperature")
         ds["best_temperature_theory"] = best
         ds["accuracy_theory_at_best"] = ds["accuracy_theory"].sel(temperature=best)
-    i = int(np.argmax(gp_val))
+    i = choose_temperature(gp_val)
     ds["best_temperature_gp"] = temps[i]
     ds["accuracy_gp_at_best"] = ds["accuracy_gp"].isel(temperature=i)
     ds.attrs["temperatures"] = json.dumps(temps)
