@@ -74,7 +74,7 @@ from ..precision import float64
 from ..samplers.wishart import _lower_indices, assemble, factor_shapes, order_parameters_from_factors
 from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
 from .newton import newton_direction
-from .objective import Problem, data_term, make_problem
+from .objective import Problem, data_derivatives, data_term, make_problem
 from .result import LaplaceExpansion, Theory
 
 __all__ = [
@@ -199,8 +199,32 @@ def _observables(theta, problem, coordinates, shapes):
 
 # ----------------------------------------------------------------------------
 # jit-compiled pieces (float64 whatever the caller's default)
+#
+# S(θ) = S_p(θ) + d(u(θ)): the prior part S_p (no training data) and the data
+# term d(u) = ½ (ln det G + Yᵀ G⁻¹ Y), a function of u = vech U_1 only. S_p and
+# u(θ) are differentiated by JAX; d by the closed forms of
+# objective.data_derivatives (value, gradient, Hessian in u), its third
+# derivative by JAX reverse mode over that Hessian. Chain rule, with J = ∂u/∂θ:
+#   S' = S_p' + Jᵀ d',   H = S_p'' + Jᵀ d'' J + ∇²(d'·u),
+#   v  = ∇_θ [tr(Σ S_p''(θ)) + tr(d'' J(θ) Σ J(θ)ᵀ) + tr(Σ ∇²(d'·u)(θ))]   (d', d'' frozen)
+#        + Jᵀ (T + d'' c),   T_b = ∂_b tr(A d''(u)) (A = J Σ Jᵀ frozen),   c_a = tr(Σ ∇²u_a).
 # ----------------------------------------------------------------------------
 _static = partial(jax.jit, static_argnames=("coordinates", "shapes"))
+
+
+def _prior(theta, problem, coordinates, shapes):
+    return _MAPS[coordinates][1](theta, problem, shapes)
+
+
+def _u(theta, problem, coordinates, shapes):
+    U1 = _order_parameters(theta, problem, coordinates, shapes)[0][0]
+    return U1[np.triu_indices(U1.shape[0])]
+
+
+def _data(u, problem):
+    """``d(u)``, ``d'``, ``d''``: the data term, halved, in the vech entries of ``U_1``."""
+    f, g, H = data_derivatives(u, problem)
+    return 0.5 * f, 0.5 * g, 0.5 * H
 
 
 @_static
@@ -208,34 +232,55 @@ def _value(theta, problem, coordinates, shapes):
     return _action(theta, problem, coordinates, shapes)
 
 
+def _grad_hess(theta, problem, coordinates, shapes):
+    Sp = partial(_prior, problem=problem, coordinates=coordinates, shapes=shapes)
+    u = partial(_u, problem=problem, coordinates=coordinates, shapes=shapes)
+    fp, gp = jax.value_and_grad(Sp)(theta)
+    J = jax.jacfwd(u)(theta)
+    fd, gd, Hd = _data(u(theta), problem)
+
+    def F(t):  # S_p + d'·u with d' frozen: its Hessian is S_p'' + ∇²(d'·u)
+        return Sp(t) + gd @ u(t)
+
+    H = jax.hessian(F)(theta) + J.T @ Hd @ J
+    return fp + fd, gp + J.T @ gd, 0.5 * (H + H.T), (F, u, J, Hd)
+
+
 @_static
 def _value_grad_hess(theta, problem, coordinates, shapes):
-    S = partial(_action, problem=problem, coordinates=coordinates, shapes=shapes)
-    f, g = jax.value_and_grad(S)(theta)
-    return f, g, jax.hessian(S)(theta)
+    return _grad_hess(theta, problem, coordinates, shapes)[:3]
 
 
 @_static
 def _expansion(theta, problem, coordinates, shapes):
     """Everything §8 needs at ``θ̂``: ``g``, the corrected means, the covariance of ``g``, ``H``, ``v``."""
-    S = partial(_action, problem=problem, coordinates=coordinates, shapes=shapes)
     g = partial(_observables, problem=problem, coordinates=coordinates, shapes=shapes)
-    H = jax.hessian(S)(theta)
-    H = 0.5 * (H + H.T)
+    _, _, H, (F, u, J, Hd) = _grad_hess(theta, problem, coordinates, shapes)
     Lh = jnp.linalg.cholesky(H)  # NaN when H is not positive definite
     n = theta.shape[0]
     Linv = solve_triangular(Lh, jnp.eye(n, dtype=theta.dtype), lower=True)
     Sigma = Linv.T @ Linv  # Σ = H⁻¹ = L⁻ᵀ L⁻¹
-    R = Linv.T  # Σ = R Rᵀ
-    v = jax.grad(lambda t: jnp.vdot(Sigma, jax.hessian(S)(t)))(theta)  # v_j = ∂_j tr(Σ H(θ)), Σ fixed
-    g0, J = g(theta), jax.jacfwd(g)(theta)
+    R = Linv.T  # Σ = R Rᵀ, columns r_k
 
-    def second(r):  # r ᵀ g'' r, for every observable
-        return jax.jvp(lambda t: jax.jvp(g, (t,), (r,))[1], (theta,), (r,))[1]
+    def second(fn, r, t=theta):  # second directional derivative of fn along r, at t
+        return jax.jvp(lambda s: jax.jvp(fn, (s,), (r,))[1], (t,), (r,))[1]
 
-    half_trace = 0.5 * jnp.sum(jax.vmap(second)(R.T), axis=0)  # ½ tr(g'' Σ)
-    mean = g0 + half_trace - 0.5 * J @ (Sigma @ v)
-    cov = J @ Sigma @ J.T
+    # v (see the comment above): tr(Σ ∇²F(t)) + tr(d'' J(t) Σ J(t)ᵀ) = Σ_k [rₖᵀ F''(t) rₖ + |J(t) rₖ|²_d'']
+    def frozen(t):
+        def one(r):
+            Jr = jax.jvp(u, (t,), (r,))[1]
+            return second(F, r, t) + Jr @ Hd @ Jr
+        return jnp.sum(jax.vmap(one)(R.T))
+
+    A = J @ Sigma @ J.T
+    T = jax.grad(lambda w: jnp.vdot(A, _data(w, problem)[2]))(u(theta))
+    c = jnp.sum(jax.vmap(lambda r: second(u, r))(R.T), axis=0)
+    v = jax.grad(frozen)(theta) + J.T @ (T + Hd @ c)
+    # the observables g
+    g0, Jg = g(theta), jax.jacfwd(g)(theta)
+    half_trace = 0.5 * jnp.sum(jax.vmap(lambda r: second(g, r))(R.T), axis=0)  # ½ tr(g'' Σ)
+    mean = g0 + half_trace - 0.5 * Jg @ (Sigma @ v)
+    cov = Jg @ Sigma @ Jg.T
     return g0, mean, cov, H, v
 
 
