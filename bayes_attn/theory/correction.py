@@ -481,8 +481,11 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
     (:class:`~bayes_attn.theory.result.LaplaceExpansion`), which
     :meth:`Theory.predict` uses for the corrected predictor.
 
-    Warns (``RuntimeWarning``) when the Newton solve for ``θ̂`` does not
-    converge or ``H`` is not positive definite there.
+    Warns (``RuntimeWarning``, and says so in ``laplace.message``) when the
+    Newton solve for ``θ̂`` does not converge, ``H`` is not positive definite
+    there, or a corrected mean of some ``U_l`` is not positive semi-definite
+    (then the next-order terms are as large as the leading ones: the widths
+    are too small for the expansion).
     """
     if not isinstance(theory, Theory):
         raise ValueError(f"theory must be a Theory, got {type(theory).__name__}")
@@ -494,17 +497,28 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
     res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
                  max_iter=max_iter)
     hmin = float(np.linalg.eigvalsh(res.hessian)[0]) if np.all(np.isfinite(res.hessian)) else float("nan")
-    ok = res.converged and hmin > 0 and np.all(np.isfinite(res.mean))
-    if not ok:
-        warnings.warn(
-            f"the Laplace correction is unreliable: {res.message}; Hessian min eigenvalue {hmin:.3g}",
-            RuntimeWarning,
-            stacklevel=2,
-        )
     heads = net.heads
     point_Us, point_Ua = _split(res.point, heads)
     mean_Us, mean_Ua = _split(res.mean, heads)
     sd_Us, sd_Ua = _split(np.sqrt(np.clip(np.diag(res.covariance), 0.0, None)), heads)
+    problems = []
+    if not res.converged:
+        problems.append(res.message)
+    if not hmin > 0:
+        problems.append(f"the Hessian of S at the expansion point is not positive definite (min eigenvalue {hmin:.3g})")
+    if not np.all(np.isfinite(res.mean)):
+        problems.append("the corrected means are not finite")
+    else:
+        # a posterior mean of positive semi-definite matrices is one: a negative eigenvalue means the next-order
+        # terms are as large as the leading ones (widths too small for the expansion)
+        low = [float(np.linalg.eigvalsh(U)[0]) / max(np.abs(U).max(), 1e-300) for U in mean_Us] + [np.sign(mean_Ua)]
+        bad = [f"U_{l}" if l <= net.L else "Ua" for l, e in enumerate(low, start=1) if e < -1e-9]
+        if bad:
+            problems.append(f"the corrected mean of {', '.join(bad)} is not positive semi-definite: "
+                            "the widths are too small for the expansion")
+    message = res.message if not problems else "; ".join(dict.fromkeys([res.message, *problems]))
+    if problems:
+        warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
     n1 = net.D * (net.D + 1) // 2
     expansion = LaplaceExpansion(
         coordinates=coordinates,
@@ -517,7 +531,7 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
         hessian_min_eigenvalue=hmin,
         converged=bool(res.converged),
         iterations=res.iterations,
-        message=res.message,
+        message=message,
         seconds=res.seconds,
     )
     return dataclasses.replace(
