@@ -384,3 +384,120 @@ def test_two_coordinate_choices_agree_to_second_order():
     assert -1.4 < _slope(Ns, shift) < -0.7, shift
     assert _slope(Ns, sd_diff) < -0.8, sd_diff
     assert diff[-1] < 0.1 * shift[-1]
+
+
+# ----------------------------------------------------------------------------
+# against the exact posterior: the wishart sampler (THEORY.md §7)
+# ----------------------------------------------------------------------------
+SAMPLING = dict(sampler="wishart", num_warmup=400, num_chains=2, progress_bar=False)
+
+
+@functools.cache
+def _fig2c(N):
+    """Fig. 2c network (``models/markov_4paths.toml``: P = 100, T = 0.01), 40 test inputs: the corrected theory
+    and 2 × 1000 (N = 10) or 2 × 2000 draws of the ``wishart`` sampler (Monte-Carlo floor of the distance of
+    ``U`` about 0.007 and 0.0025)."""
+    task, net = markov.fig2c(N)
+    x, y, xt, _ = task.generate()
+    xt = xt[:40]
+    sol = th.solve_theory(net, x, y, temperature=0.01, correction="laplace")
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, seed=N, num_samples=1000 if N <= 10 else 2000,
+                               **SAMPLING)
+    s = post.summary()
+    assert s.max_rhat < 1.02 and s.min_ess > 400 and s.divergences == 0, s.by_variable()
+    return net, x, y, xt, sol, post
+
+
+def _distance(post, name, theory):
+    """``compare``'s relative Frobenius distance of the posterior mean of ``name`` from ``theory``:
+    ``(value, mcse, noise_floor, noise_sd)``."""
+    import arviz_stats as azs
+
+    draws = post.tree["posterior"][name].values
+    se = np.atleast_1d(np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)).ravel()
+    return _relative_distance(draws.reshape(*draws.shape[:2], -1), np.ravel(theory), se)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("N, tol, factor", [(10, 0.02, 1 / 3), (100, 0.008, 1 / 2)])
+def test_fig2c_U_against_wishart(N, tol, factor):
+    """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
+    sampled posterior mean, and within ``factor`` of the leading order's distance; the predicted sd of
+    ``U[1-1, 1-1]`` matches the sampled one to ``O(1/N)``."""
+    net, x, y, xt, sol, post = _fig2c(N)
+    lead, _, floor, _ = _distance(post, "U", sol.U_leading)
+    corr = _distance(post, "U", sol.U)[0]
+    assert floor < 0.4 * tol  # the Monte-Carlo error leaves room to tell the two apart
+    assert corr <= tol and corr <= factor * lead, (lead, corr, floor)
+    sd = float(post.tree["posterior"]["U"].values[..., 0, 0].std())
+    assert sol.U_sd[0, 0] == pytest.approx(sd, rel=1.0 / N + 0.05)
+
+
+def _per_draw_moments(net, x, y, T, U, xt):
+    """Mean and variance of ``f(xt)`` given each draw of ``U`` ``[chain, draw, D, D]``: ``[chain, draw, P*]`` each."""
+    with x64(True):
+        xi, xs, s0 = net.xi(x), net.xi(xt), net.variances[0]
+        C, Cx, Cxx = path_kernel_from_xi(xi, xi, s0), path_kernel_from_xi(xs, xi, s0), kernel_diag_from_xi(xs, s0)
+        yj = jnp.asarray(y)
+
+        def one(u):
+            return gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), yj, T)
+
+        m, v = jax.jit(jax.vmap(one))(jnp.asarray(U.reshape(-1, *U.shape[2:])))
+    return np.asarray(m).reshape(*U.shape[:2], -1), np.asarray(v).reshape(*U.shape[:2], -1)
+
+
+@pytest.mark.slow
+def test_fig2c_predictor_against_wishart():
+    """N = 10: the corrected predictor mean is within Monte-Carlo error of the mean of the sampler's ``f_test``
+    draws, and (Rao-Blackwellised over ``V0``: the exact conditional moments per draw of ``U``) much closer than
+    the leading order's; so is the corrected predictor variance ``E[variance] + Var[mean]``."""
+    import arviz_stats as azs
+
+    net, x, y, xt, sol, post = _fig2c(10)
+    mean, var = sol.predict(xt)
+    f = post.tree["posterior"]["f_test"]
+    se = azs.mcse(xr.Dataset({"f": f}))["f"].values
+    z = (mean - f.mean(("chain", "draw")).values) / se
+    assert np.max(np.abs(z)) < 4.5, np.round(z, 2)
+    m, v = _per_draw_moments(net, x, y, 0.01, post.tree["posterior"]["U"].values, xt)
+    m_s, v_s = m.mean((0, 1)), v.mean((0, 1)) + m.var((0, 1))
+    floor = np.linalg.norm(azs.mcse(xr.Dataset({"m": (("chain", "draw", "x"), m)}))["m"].values) / np.linalg.norm(m_s)
+    lead_mean, lead_var = th.solve_theory(net, x, y, temperature=0.01).predict(xt)
+    d_lead, d_corr = _rel(lead_mean, m_s), _rel(mean, m_s)
+    assert floor < 0.3 * d_lead and d_corr < 0.4 * d_lead, (d_lead, d_corr, floor)
+    assert _rel(var, v_s) < 0.25 * _rel(lead_var, v_s), (_rel(lead_var, v_s), _rel(var, v_s))
+
+
+@pytest.mark.slow
+def test_three_layers_against_wishart():
+    """Three layers with heads (2, 1, 2), unequal widths and variances: the corrected means of every level
+    (``U_1``, ``U_2``, ``U_3``, ``Ua``) agree with the sampler's entry by entry (|z| < 4.5) and are much closer
+    than the leading order's, which the sampler resolves; the predicted sds of the diagonals are right to
+    ``O(1/N)``: within ``1.5/N`` for the first diagonal entry of each level (a product of one chi-square per
+    level), within ``4/N`` for the others (their Bartlett factors hold squared normal entries, whose spread
+    enters at the next order)."""
+    task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=30, n_test=20)
+    layers = (("same_token", "random"), ("uniform",), ("uniform", "random"))
+    net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5])
+    x, y, xt, _ = task.generate()
+    sol = th.solve_theory(net, x, y, temperature=0.1, correction="laplace")
+    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=3, num_samples=1000, **SAMPLING)
+    assert post.summary().max_rhat < 1.02
+    import arviz_stats as azs
+
+    p = post.tree["posterior"]
+    levels = [("U", 0), ("U_2", 1), ("U_3", 2), ("Ua", None)]
+    for name, l in levels:
+        corr = sol.Ua if l is None else sol.order_parameters[l]
+        lead = sol.Ua_leading if l is None else sol.order_parameters_leading[l]
+        sd = sol.Ua_sd if l is None else sol.order_parameter_sds[l]
+        draws = p[name].values
+        se = np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)
+        z = (np.asarray(corr) - draws.mean((0, 1))) / se
+        assert np.max(np.abs(z)) < 4.5, (name, np.round(z, 2))
+        d_lead, _, floor, _ = _distance(post, name, lead)
+        d_corr = _distance(post, name, corr)[0]
+        assert d_lead > floor + 0.03 and d_corr < 0.5 * d_lead, (name, d_lead, d_corr, floor)
+        err = np.abs(np.diagonal(np.atleast_2d(sd)) / np.diagonal(np.atleast_2d(draws.std((0, 1)))) - 1)
+        assert err[0] < 1.5 / min(net.widths) and np.all(err < 4.0 / min(net.widths)), (name, err)
