@@ -271,6 +271,21 @@ def test_derivatives(coordinates):
     np.testing.assert_allclose(v, v_fd, rtol=1e-5, atol=1e-6 * np.abs(v).max())
 
 
+def test_kernel_forms_agree():
+    """The data term through ``xi`` (large ``D² P²``) and through the folded path kernel ``C`` give the same
+    expansion; ``observables`` maps ``θ̂`` to the expansion point."""
+    net, x, y = _markov_problem(12, p=20)
+    lead = th.solve_theory(net, x, y, temperature=0.05)
+    out = [cr.expand(net, th.make_problem(net, x, y, 0.05, form=form), lead.order_parameters, lead.Ua)
+           for form in ("C", "xi")]
+    for name in ("theta", "point", "mean", "covariance", "v"):
+        a, b = getattr(out[0], name), getattr(out[1], name)
+        np.testing.assert_allclose(b, a, rtol=1e-8, atol=1e-10 * np.abs(a).max(), err_msg=name)
+    Us, Ua = cr.observables(out[0].theta, th.make_problem(net, x, y, 0.05))
+    np.testing.assert_allclose(np.concatenate([U[np.triu_indices(U.shape[0])] for U in Us] + [[Ua]]), out[0].point,
+                               rtol=1e-12)
+
+
 # ----------------------------------------------------------------------------
 # exact results: the prior, and one layer with one head
 # ----------------------------------------------------------------------------
@@ -471,7 +486,7 @@ def test_fig2c_predictor_against_wishart():
 
 @pytest.mark.slow
 def test_three_layers_against_wishart():
-    """Three layers with heads (2, 1, 2), unequal widths and variances: the corrected means of every level
+    """Three layers with heads (2, 1, 2), unequal widths and variances, readout ``mean``: the corrected means of every level
     (``U_1``, ``U_2``, ``U_3``, ``Ua``) agree with the sampler's entry by entry (|z| < 4.5) and are much closer
     than the leading order's, which the sampler resolves; the predicted sds of the diagonals are right to
     ``O(1/N)``: within ``1.5/N`` for the first diagonal entry of each level (a product of one chi-square per
@@ -479,7 +494,7 @@ def test_three_layers_against_wishart():
     enters at the next order)."""
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=30, n_test=20)
     layers = (("same_token", "random"), ("uniform",), ("uniform", "random"))
-    net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5])
+    net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5], readout="mean")
     x, y, xt, _ = task.generate()
     sol = th.solve_theory(net, x, y, temperature=0.1, correction="laplace")
     post = ba.sample_posterior(net, x, y, temperature=0.1, seed=3, num_samples=1000, **SAMPLING)

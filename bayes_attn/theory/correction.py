@@ -294,12 +294,14 @@ def exact_action(theta, problem: Problem, coordinates: str = "bartlett", shapes=
     return float(_call64(_value, theta, problem, coordinates, _shapes_for(problem, coordinates, shapes)))
 
 
+_order_parameters_jit = jax.jit(_order_parameters, static_argnums=(2, 3))
+
+
 def observables(theta, problem: Problem, coordinates: str = "bartlett", shapes=None):
     """``([U_1, ..., U_L], Ua)`` at coordinates ``θ`` (NumPy)."""
     shapes = _shapes_for(problem, coordinates, shapes)
     with float64():
-        Us, Ua = jax.jit(_order_parameters, static_argnums=(2, 3))(jnp.asarray(theta, jnp.float64), problem,
-                                                                    coordinates, shapes)
+        Us, Ua = _order_parameters_jit(jnp.asarray(theta, jnp.float64), problem, coordinates, shapes)
         return [np.asarray(U) for U in Us], float(Ua)
 
 
