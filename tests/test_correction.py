@@ -254,17 +254,18 @@ def test_derivatives(coordinates):
     with x64(True):
         vgh = partial(cr._value_grad_hess, problem=problem, coordinates=coordinates, shapes=shapes)
         S = partial(cr._action, problem=problem, coordinates=coordinates, shapes=shapes)
-        f, g, H = (np.asarray(a) for a in vgh(jnp.asarray(theta)))
+        f, g, H, gd, Hd = vgh(jnp.asarray(theta))
+        f, g, H = (np.asarray(a) for a in (f, g, H))
         assert float(f) == pytest.approx(float(S(jnp.asarray(theta))), rel=1e-13)
         g_ref = jax.jit(jax.grad(S))(jnp.asarray(theta))
         np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-9 * np.abs(g).max())
-        *_, v = cr._expansion(jnp.asarray(theta), problem, coordinates=coordinates, shapes=shapes)
+        *_, v = cr._expansion(jnp.asarray(theta), H, gd, Hd, problem, coordinates=coordinates, shapes=shapes)
         Sigma = np.linalg.inv(H)
         h = 1e-4
         H_fd, v_fd = np.empty_like(H), np.empty(theta.size)
         for j, e in enumerate(np.eye(theta.size)):
-            _, gp, Hp = vgh(jnp.asarray(theta + h * e))
-            _, gm, Hm = vgh(jnp.asarray(theta - h * e))
+            _, gp, Hp, *_ = vgh(jnp.asarray(theta + h * e))
+            _, gm, Hm, *_ = vgh(jnp.asarray(theta - h * e))
             H_fd[:, j] = (np.asarray(gp) - np.asarray(gm)) / (2 * h)
             v_fd[j] = np.sum(Sigma * (np.asarray(Hp) - np.asarray(Hm))) / (2 * h)
     np.testing.assert_allclose(H, H_fd, rtol=1e-5, atol=1e-6 * np.abs(H).max())

@@ -233,55 +233,54 @@ def _value(theta, problem, coordinates, shapes):
 
 
 def _grad_hess(theta, problem, coordinates, shapes):
+    """``S``, ``S'``, ``H`` and the data derivatives ``d'``, ``d''`` at ``θ``."""
     Sp = partial(_prior, problem=problem, coordinates=coordinates, shapes=shapes)
     u = partial(_u, problem=problem, coordinates=coordinates, shapes=shapes)
     fp, gp = jax.value_and_grad(Sp)(theta)
     J = jax.jacfwd(u)(theta)
     fd, gd, Hd = _data(u(theta), problem)
-
-    def F(t):  # S_p + d'·u with d' frozen: its Hessian is S_p'' + ∇²(d'·u)
-        return Sp(t) + gd @ u(t)
-
-    H = jax.hessian(F)(theta) + J.T @ Hd @ J
-    return fp + fd, gp + J.T @ gd, 0.5 * (H + H.T), (F, u, J, Hd)
+    H = jax.hessian(lambda t: Sp(t) + gd @ u(t))(theta) + J.T @ Hd @ J  # S_p'' + ∇²(d'·u) + Jᵀ d'' J
+    return fp + fd, gp + J.T @ gd, 0.5 * (H + H.T), gd, Hd
 
 
 @_static
 def _value_grad_hess(theta, problem, coordinates, shapes):
-    return _grad_hess(theta, problem, coordinates, shapes)[:3]
+    return _grad_hess(theta, problem, coordinates, shapes)
 
 
 @_static
-def _expansion(theta, problem, coordinates, shapes):
-    """Everything §8 needs at ``θ̂``: ``g``, the corrected means, the covariance of ``g``, ``H``, ``v``."""
+def _expansion(theta, H, gd, Hd, problem, coordinates, shapes):
+    """Everything §8 needs at ``θ̂``, given ``H``, ``d'``, ``d''`` there: ``g``, the corrected means, the covariance
+    of ``g``, ``v``. (``u = vech U_1`` is the head of ``g``.)"""
+    Sp = partial(_prior, problem=problem, coordinates=coordinates, shapes=shapes)
+    u = partial(_u, problem=problem, coordinates=coordinates, shapes=shapes)
     g = partial(_observables, problem=problem, coordinates=coordinates, shapes=shapes)
-    _, _, H, (F, u, J, Hd) = _grad_hess(theta, problem, coordinates, shapes)
+    n1 = gd.shape[0]
     Lh = jnp.linalg.cholesky(H)  # NaN when H is not positive definite
-    n = theta.shape[0]
-    Linv = solve_triangular(Lh, jnp.eye(n, dtype=theta.dtype), lower=True)
+    Linv = solve_triangular(Lh, jnp.eye(theta.shape[0], dtype=theta.dtype), lower=True)
     Sigma = Linv.T @ Linv  # Σ = H⁻¹ = L⁻ᵀ L⁻¹
     R = Linv.T  # Σ = R Rᵀ, columns r_k
 
     def second(fn, r, t=theta):  # second directional derivative of fn along r, at t
         return jax.jvp(lambda s: jax.jvp(fn, (s,), (r,))[1], (t,), (r,))[1]
 
-    # v (see the comment above): tr(Σ ∇²F(t)) + tr(d'' J(t) Σ J(t)ᵀ) = Σ_k [rₖᵀ F''(t) rₖ + |J(t) rₖ|²_d'']
+    g0, Jg = g(theta), jax.jacfwd(g)(theta)
+    trace = jnp.sum(jax.vmap(lambda r: second(g, r))(R.T), axis=0)  # tr(g'' Σ)
+    J, c = Jg[:n1], trace[:n1]  # ∂u/∂θ and tr(Σ ∇²u_a)
+
+    # v (see the comment above): tr(Σ ∇²F(t)) + tr(d'' J(t) Σ J(t)ᵀ) = Σ_k [rₖᵀ F''(t) rₖ + |J(t) rₖ|²_d''],
+    # F = S_p + d'·u with d', d'' frozen
     def frozen(t):
         def one(r):
             Jr = jax.jvp(u, (t,), (r,))[1]
-            return second(F, r, t) + Jr @ Hd @ Jr
+            return second(lambda s: Sp(s) + gd @ u(s), r, t) + Jr @ Hd @ Jr
         return jnp.sum(jax.vmap(one)(R.T))
 
-    A = J @ Sigma @ J.T
-    T = jax.grad(lambda w: jnp.vdot(A, _data(w, problem)[2]))(u(theta))
-    c = jnp.sum(jax.vmap(lambda r: second(u, r))(R.T), axis=0)
+    T = jax.grad(lambda w: jnp.vdot(J @ Sigma @ J.T, _data(w, problem)[2]))(g0[:n1])
     v = jax.grad(frozen)(theta) + J.T @ (T + Hd @ c)
-    # the observables g
-    g0, Jg = g(theta), jax.jacfwd(g)(theta)
-    half_trace = 0.5 * jnp.sum(jax.vmap(lambda r: second(g, r))(R.T), axis=0)  # ½ tr(g'' Σ)
-    mean = g0 + half_trace - 0.5 * Jg @ (Sigma @ v)
+    mean = g0 + 0.5 * trace - 0.5 * Jg @ (Sigma @ v)
     cov = Jg @ Sigma @ Jg.T
-    return g0, mean, cov, H, v
+    return g0, mean, cov, v
 
 
 def _call64(fn, theta, problem, coordinates, shapes):
@@ -407,12 +406,14 @@ def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coor
     x = start_point(Us0, Ua0, net, coordinates)
 
     def vgh(p):
-        f, g, H = _call64(_value_grad_hess, p, problem, coordinates, shapes)
+        nonlocal data
+        f, g, H, *data = _call64(_value_grad_hess, p, problem, coordinates, shapes)
         return float(f), np.asarray(g), np.asarray(H)
 
     def value(p):
         return float(_call64(_value, p, problem, coordinates, shapes))
 
+    data = None
     f, g, H = vgh(x)
     it, converged, message, best, stalled = 0, False, "maximum number of iterations reached", np.inf, 0
     decrement = float("nan")
@@ -447,8 +448,10 @@ def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coor
             break
         x = x + t * d
         f, g, H = vgh(x)
-    g0, mean, cov, Hx, v = (np.asarray(a) for a in _call64(_expansion, x, problem, coordinates, shapes))
-    return ExpansionResult(coordinates, x, g0, mean, 0.5 * (cov + cov.T), Hx, v, float(f), decrement,
+    with float64():
+        g0, mean, cov, v = (np.asarray(a) for a in _expansion(jnp.asarray(x, jnp.float64), H, *data, problem,
+                                                               coordinates=coordinates, shapes=shapes))
+    return ExpansionResult(coordinates, x, g0, mean, 0.5 * (cov + cov.T), H, v, float(f), decrement,
                            bool(converged), it, message, time.perf_counter() - t0)
 
 
@@ -494,8 +497,14 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
     if theory.correction != "none" or theory.limit != "finite_width":
         raise ValueError("theory must be a leading-order finite-width Theory (solve_theory without correction)")
     _check_coordinates(theory.net, coordinates)
+    problem = make_problem(theory.net, theory.x_train, theory.y_train, theory.temperature)
+    return corrected_theory(theory, problem, coordinates=coordinates, tol=tol, max_iter=max_iter)
+
+
+def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "bartlett", tol: float = 1e-9,
+                     max_iter: int = 50) -> Theory:
+    """:func:`laplace_correction` with the :class:`Problem` of ``theory`` already built (arguments not checked)."""
     net = theory.net
-    problem = make_problem(net, theory.x_train, theory.y_train, theory.temperature)
     res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
                  max_iter=max_iter)
     hmin = float(np.linalg.eigvalsh(res.hessian)[0]) if np.all(np.isfinite(res.hessian)) else float("nan")
@@ -520,7 +529,7 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
                             "the widths are too small for the expansion")
     message = res.message if not problems else "; ".join(dict.fromkeys([res.message, *problems]))
     if problems:
-        warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=3)
     n1 = net.D * (net.D + 1) // 2
     expansion = LaplaceExpansion(
         coordinates=coordinates,

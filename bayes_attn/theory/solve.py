@@ -23,7 +23,7 @@ from .objective import (
 )
 from .coordinates import matrix_gradients, pack, unpack
 from .newton import NewtonResult, NewtonSolver
-from .correction import CORRECTIONS, laplace_correction
+from .correction import CORRECTIONS, corrected_theory
 from .result import Theory
 
 __all__ = ["solve_theory", "gp_limit"]
@@ -93,7 +93,7 @@ def solve_theory(
             stacklevel=2,
         )
     if correction == "laplace":
-        theory = laplace_correction(theory)
+        theory = corrected_theory(theory, problem)
     return theory
 
 
