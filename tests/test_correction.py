@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.special
 import scipy.stats
 import xarray as xr
 from numpyro.infer.util import log_density
@@ -37,11 +38,10 @@ import bayes_attn as ba
 import bayes_attn.theory.solve as solve_module
 from bayes_attn import Network, gp, markov
 from bayes_attn import theory as th
-from bayes_attn.compare import _relative_distance
 from bayes_attn.network import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from bayes_attn.precision import x64
 from bayes_attn.samplers import get, prepare
-from bayes_attn.samplers.wishart import StandardLogChi2, factor_shapes, site_sizes
+from bayes_attn.samplers.wishart import factor_shapes, site_sizes
 from bayes_attn.theory import correction as cr
 from bayes_attn.theory.coordinates import log_cholesky_to_vech, sizes, unpack
 
@@ -226,8 +226,8 @@ def test_bartlett_action_is_the_wishart_sampler_density():
         problem = th.make_problem(net, x, y, T)
         shapes = factor_shapes(heads, widths)
         nu = np.concatenate([n - np.arange(r) for (_, r), n in zip(shapes, widths)]).astype(float)
-        chi = StandardLogChi2(nu)
-        mu, sigma = np.asarray(chi._mu), np.asarray(chi._sigma)
+        mu = math.log(2) + scipy.special.digamma(nu / 2)  # E log χ²(ν) and sd(log χ²(ν)): the sites' standardisation
+        sigma = np.sqrt(scipy.special.polygamma(1, nu / 2))
         n_t, n_z = site_sizes(heads, widths)
         with x64(True):
             model, args = get("wishart").build(prepare(net, x, y, None, T, "float64"))
@@ -248,26 +248,23 @@ def test_derivatives(coordinates):
     net, x, y = _markov_problem(12, p=20)
     problem = th.make_problem(net, x, y, 0.05)
     lead = th.solve_theory(net, x, y, temperature=0.05)
-    shapes = cr._shapes_for(problem, coordinates)
     theta = cr.start_point(lead.order_parameters, lead.Ua, net, coordinates)
     theta = theta + 0.05 * np.random.default_rng(1).normal(size=theta.shape)
+    f, g, H = cr.derivatives(theta, problem, coordinates)
     with x64(True):
-        vgh = partial(cr._value_grad_hess, problem=problem, coordinates=coordinates, shapes=shapes)
-        S = partial(cr._action, problem=problem, coordinates=coordinates, shapes=shapes)
-        f, g, H, gd, Hd = vgh(jnp.asarray(theta))
-        f, g, H = (np.asarray(a) for a in (f, g, H))
-        assert float(f) == pytest.approx(float(S(jnp.asarray(theta))), rel=1e-13)
+        S = cr.action_function(problem, coordinates)
+        assert f == pytest.approx(float(S(jnp.asarray(theta))), rel=1e-13)
         g_ref = jax.jit(jax.grad(S))(jnp.asarray(theta))
-        np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-9 * np.abs(g).max())
-        *_, v = cr._expansion(jnp.asarray(theta), H, gd, Hd, problem, coordinates=coordinates, shapes=shapes)
-        Sigma = np.linalg.inv(H)
-        h = 1e-4
-        H_fd, v_fd = np.empty_like(H), np.empty(theta.size)
-        for j, e in enumerate(np.eye(theta.size)):
-            _, gp, Hp, *_ = vgh(jnp.asarray(theta + h * e))
-            _, gm, Hm, *_ = vgh(jnp.asarray(theta - h * e))
-            H_fd[:, j] = (np.asarray(gp) - np.asarray(gm)) / (2 * h)
-            v_fd[j] = np.sum(Sigma * (np.asarray(Hp) - np.asarray(Hm))) / (2 * h)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-9 * np.abs(g).max())
+    v = cr.third_derivative_contraction(theta, problem, coordinates)
+    Sigma = np.linalg.inv(H)
+    h = 1e-4
+    H_fd, v_fd = np.empty_like(H), np.empty(theta.size)
+    for j, e in enumerate(np.eye(theta.size)):
+        _, gp, Hp = cr.derivatives(theta + h * e, problem, coordinates)
+        _, gm, Hm = cr.derivatives(theta - h * e, problem, coordinates)
+        H_fd[:, j] = (gp - gm) / (2 * h)
+        v_fd[j] = np.sum(Sigma * (Hp - Hm)) / (2 * h)
     np.testing.assert_allclose(H, H_fd, rtol=1e-5, atol=1e-6 * np.abs(H).max())
     np.testing.assert_allclose(v, v_fd, rtol=1e-5, atol=1e-6 * np.abs(v).max())
 
@@ -425,13 +422,14 @@ def _fig2c(N):
 
 
 def _distance(post, name, theory):
-    """``compare``'s relative Frobenius distance of the posterior mean of ``name`` from ``theory``:
-    ``(value, mcse, noise_floor, noise_sd)``."""
+    """The relative Frobenius distance of ``bayes_attn.compare``, ``||mean − theory|| / ||theory||``, of the
+    posterior mean of ``name``, and its Monte-Carlo floor ``sqrt(Σ mcse²) / ||theory||``."""
     import arviz_stats as azs
 
     draws = post.tree["posterior"][name].values
-    se = np.atleast_1d(np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)).ravel()
-    return _relative_distance(draws.reshape(*draws.shape[:2], -1), np.ravel(theory), se)
+    se = np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)
+    norm = np.linalg.norm(np.ravel(theory))
+    return float(np.linalg.norm(draws.mean((0, 1)) - theory) / norm), float(np.linalg.norm(se) / norm)
 
 
 @pytest.mark.slow
@@ -442,7 +440,7 @@ def test_fig2c_U_against_wishart(N, tol, factor):
     at most ``factor`` times the leading order's; the predicted sd of ``U[1-1, 1-1]`` matches the sampled one to
     ``O(1/N)``."""
     net, x, y, xt, sol, post = _fig2c(N)
-    lead, _, floor, _ = _distance(post, "U", sol.U_leading)
+    lead, floor = _distance(post, "U", sol.U_leading)
     corr = _distance(post, "U", sol.U)[0]
     gap = lambda d: math.sqrt(max(d * d - floor * floor, 0.0))  # noqa: E731
     assert floor < 0.5 * tol  # the Monte-Carlo error leaves room to tell the two apart
@@ -514,7 +512,7 @@ def test_three_layers_against_wishart():
         se = np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)
         z = (np.asarray(corr) - draws.mean((0, 1))) / se
         assert np.max(np.abs(z)) < 4.5, (name, np.round(z, 2))
-        d_lead, _, floor, _ = _distance(post, name, lead)
+        d_lead, floor = _distance(post, name, lead)
         d_corr = _distance(post, name, corr)[0]
         assert d_lead > floor + 0.03 and d_corr < 0.5 * d_lead, (name, d_lead, d_corr, floor)
         err = np.abs(np.diagonal(np.atleast_2d(sd)) / np.diagonal(np.atleast_2d(draws.std((0, 1)))) - 1)

@@ -81,11 +81,15 @@ __all__ = [
     "COORDINATES",
     "CORRECTIONS",
     "ExpansionResult",
+    "action_function",
+    "corrected_theory",
+    "derivatives",
     "exact_action",
     "expand",
     "laplace_correction",
     "observables",
     "start_point",
+    "third_derivative_contraction",
 ]
 
 CORRECTIONS = ("none", "laplace")
@@ -288,27 +292,48 @@ def _call64(fn, theta, problem, coordinates, shapes):
         return fn(jnp.asarray(theta, dtype=jnp.float64), problem, coordinates=coordinates, shapes=shapes)
 
 
-def exact_action(theta, problem: Problem, coordinates: str = "bartlett", shapes=None) -> float:
+def exact_action(theta, problem: Problem, coordinates: str = "bartlett") -> float:
     """``S(θ)`` of THEORY.md §8 at coordinates ``θ`` (NumPy in, float out; up to a constant)."""
-    return float(_call64(_value, theta, problem, coordinates, _shapes_for(problem, coordinates, shapes)))
+    return float(_call64(_value, theta, problem, coordinates, _shapes_for(problem, coordinates)))
+
+
+def action_function(problem: Problem, coordinates: str = "bartlett"):
+    """``S`` as a pure JAX function of ``θ`` (traceable and differentiable; call it in float64)."""
+    _checks.choice("coordinates", coordinates, COORDINATES)
+    return partial(_action, problem=problem, coordinates=coordinates, shapes=_shapes_for(problem, coordinates))
+
+
+def derivatives(theta, problem: Problem, coordinates: str = "bartlett") -> tuple[float, np.ndarray, np.ndarray]:
+    """``(S, S', H)`` at ``θ`` (NumPy float64), as the Newton solve and the expansion compute them."""
+    f, g, H, *_ = _call64(_value_grad_hess, theta, problem, coordinates, _shapes_for(problem, coordinates))
+    return float(f), np.asarray(g), np.asarray(H)
+
+
+def third_derivative_contraction(theta, problem: Problem, coordinates: str = "bartlett") -> np.ndarray:
+    """``v_j = Σ_kl S'''_jkl Σ_kl`` at ``θ`` with ``Σ = H(θ)⁻¹`` (NumPy; ``H`` must be positive definite)."""
+    shapes = _shapes_for(problem, coordinates)
+    _, _, H, gd, Hd = _call64(_value_grad_hess, theta, problem, coordinates, shapes)
+    with float64():
+        return np.asarray(_expansion(jnp.asarray(theta, jnp.float64), H, gd, Hd, problem, coordinates=coordinates,
+                                     shapes=shapes)[3])
 
 
 _order_parameters_jit = jax.jit(_order_parameters, static_argnums=(2, 3))
 
 
-def observables(theta, problem: Problem, coordinates: str = "bartlett", shapes=None):
+def observables(theta, problem: Problem, coordinates: str = "bartlett"):
     """``([U_1, ..., U_L], Ua)`` at coordinates ``θ`` (NumPy)."""
-    shapes = _shapes_for(problem, coordinates, shapes)
+    shapes = _shapes_for(problem, coordinates)
     with float64():
         Us, Ua = _order_parameters_jit(jnp.asarray(theta, jnp.float64), problem, coordinates, shapes)
         return [np.asarray(U) for U in Us], float(Ua)
 
 
-def _shapes_for(problem: Problem, coordinates: str, shapes=None):
+def _shapes_for(problem: Problem, coordinates: str):
+    """Static shapes of the Bartlett factors (``None`` for log-Cholesky coordinates)."""
     if coordinates == "log_cholesky":
         return None
-    if shapes is None:
-        shapes = factor_shapes(problem.heads, [int(round(float(n))) for n in np.asarray(problem.widths)])
+    shapes = factor_shapes(problem.heads, [int(round(float(n))) for n in np.asarray(problem.widths)])
     return tuple(tuple(int(a) for a in s) for s in shapes)
 
 
