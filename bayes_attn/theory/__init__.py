@@ -24,7 +24,10 @@ Modules:
   backtracking, returning a :class:`NewtonResult`;
 - :mod:`.result`: :class:`Theory` (order parameters, predictor mean and
   variance, kernel–task alignment, head scores, netCDF) and :func:`load_theory`;
-- :mod:`.solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`.
+- :mod:`.solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`;
+- :mod:`.correction`: the finite-width correction of THEORY.md §8 (Laplace
+  expansion of the exact posterior of the order parameters):
+  :func:`laplace_correction`, used by ``solve_theory(..., correction="laplace")``.
 
 All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
 whatever the caller's JAX default; results are NumPy float64.
@@ -32,10 +35,12 @@ whatever the caller's JAX default; results are NumPy float64.
 
 from .objective import Problem, action, action_gradient, gp_order_parameters, make_problem
 from .newton import NewtonResult, NewtonSolver
-from .result import Theory, head_scores, load_theory
+from .result import LaplaceExpansion, Theory, head_scores, load_theory
+from .correction import laplace_correction
 from .solve import gp_limit, solve_theory
 
 __all__ = [
+    "LaplaceExpansion",
     "NewtonResult",
     "NewtonSolver",
     "Problem",
@@ -45,6 +50,7 @@ __all__ = [
     "gp_limit",
     "gp_order_parameters",
     "head_scores",
+    "laplace_correction",
     "load_theory",
     "make_problem",
     "solve_theory",

@@ -20,7 +20,7 @@ from ..network import Network, kernel_from_xi
 from ..precision import float64
 from .objective import gp_order_parameters
 
-__all__ = ["Theory", "head_scores", "load_theory"]
+__all__ = ["LaplaceExpansion", "Theory", "head_scores", "load_theory"]
 
 
 def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
@@ -48,6 +48,61 @@ def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
     return [r / top for r in raw]
 
 
+@jax.jit
+def _laplace_moments(U0, shift, E, xi_t, xi_train, y, temperature, s0):
+    """Next-order predictor mean and variance (THEORY.md §8); see :meth:`Theory._predict_laplace`."""
+    D, N0 = xi_t.shape[1], xi_t.shape[2]
+
+    def moments(U):  # [2, B]: mean and variance of f(x*) given U_1 = U
+        K = kernel_from_xi(U, xi_train, xi_train, s0)
+        k_cross = kernel_from_xi(U, xi_t, xi_train, s0)
+        k_diag = s0 * jnp.einsum("adi,de,aei->a", xi_t, U, xi_t) / (N0 * D)
+        return jnp.stack(gp.moments(K, k_cross, k_diag, y, temperature))
+
+    base, along_shift = jax.jvp(moments, (U0,), (shift,))
+
+    def first_and_second(Ek):
+        return jax.jvp(lambda U: jax.jvp(moments, (U,), (Ek,))[1], (U0,), (Ek,))
+
+    d1, d2 = jax.vmap(first_and_second)(E)  # [k, 2, B] each
+    out = base + along_shift + 0.5 * jnp.sum(d2, axis=0)
+    return out[0], out[1] + jnp.sum(d1[:, 0] ** 2, axis=0)
+
+
+@dataclass(frozen=True, eq=False)
+class LaplaceExpansion:
+    """The expansion point and spread of the finite-width correction (THEORY.md §8).
+
+    Attributes:
+        coordinates: the coordinates ``θ`` (``"bartlett"`` or ``"log_cholesky"``).
+        dimension: the number of coordinates.
+        order_parameters: ``[U_1, ..., U_L]`` at ``θ̂`` (the minimiser of the exact ``S(θ)``).
+        Ua: ``Ua`` at ``θ̂``.
+        U_covariance: posterior covariance ``Cov(U_ij, U_kl)`` of the entries of
+            ``U_1``, ``[D, D, D, D]`` (``g'ᵀ Σ g'``).
+        action: ``S(θ̂)`` (up to a constant).
+        newton_decrement: ``sqrt(S'ᵀ H⁻¹ S')`` where the Newton solve stopped.
+        hessian_min_eigenvalue: smallest eigenvalue of ``H = S''(θ̂)``.
+        converged, iterations, message: of the Newton solve for ``θ̂``.
+        seconds: wall time of the solve and the expansion.
+    """
+
+    coordinates: str
+    dimension: int
+    order_parameters: tuple[np.ndarray, ...]
+    Ua: float
+    U_covariance: np.ndarray
+    action: float
+    newton_decrement: float
+    hessian_min_eigenvalue: float
+    converged: bool
+    iterations: int
+    message: str = ""
+    seconds: float = float("nan")
+
+    SCALARS = ("dimension", "action", "newton_decrement", "hessian_min_eigenvalue", "converged", "iterations")
+
+
 @dataclass(frozen=True, eq=False)
 class Theory:
     """Order parameters at the minimum of ``S`` and what follows from them.
@@ -66,6 +121,15 @@ class Theory:
         limit: ``"finite_width"`` (``solve_theory``) or ``"gp"`` (``gp_limit``).
         message: the solver's stopping reason.
         solve_seconds: wall time of the solve (including compilation if any).
+        correction: ``"none"`` (the theory of §4) or ``"laplace"`` (the
+            finite-width correction of §8: ``U``, ``order_parameters`` and
+            ``Ua`` are then the corrected posterior means, and :meth:`predict`
+            gives the corrected predictor).
+        U_leading, order_parameters_leading, Ua_leading: with ``"laplace"``,
+            the leading-order values (the minimum of ``S`` of §4); else None.
+        U_sd, order_parameter_sds, Ua_sd: with ``"laplace"``, the predicted
+            posterior standard deviation of every entry (``sqrt(g'ᵀ Σ g')``); else None.
+        laplace: with ``"laplace"``, the :class:`LaplaceExpansion`; else None.
     """
 
     U: np.ndarray
@@ -83,6 +147,14 @@ class Theory:
     limit: str = "finite_width"
     message: str = ""
     solve_seconds: float = float("nan")
+    correction: str = "none"
+    U_leading: np.ndarray | None = None
+    order_parameters_leading: tuple[np.ndarray, ...] | None = None
+    Ua_leading: float | None = None
+    U_sd: np.ndarray | None = None
+    order_parameter_sds: tuple[np.ndarray, ...] | None = None
+    Ua_sd: float | None = None
+    laplace: LaplaceExpansion | None = field(default=None, repr=False)
 
     @property
     def is_minimum(self) -> bool:
@@ -112,9 +184,16 @@ class Theory:
 
     def predict(self, x_test, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of ``f(x*)`` (THEORY.md §4 "Predictor statistics"):
-        ``k*ᵀ G⁻¹ Y`` and ``k** − k*ᵀ G⁻¹ k*``, each ``[P*]``; ``batch_size`` test inputs at a time."""
+        ``k*ᵀ G⁻¹ Y`` and ``k** − k*ᵀ G⁻¹ k*``, each ``[P*]``; ``batch_size`` test inputs at a time.
+
+        With ``correction="laplace"`` (THEORY.md §8) both are expanded to next
+        order around ``U_1(θ̂)``: the mean is ``E[k*ᵀ G⁻¹ Y]``, the variance
+        that of ``f(x*)``, ``E[k** − k*ᵀ G⁻¹ k*] + Var[k*ᵀ G⁻¹ Y]``.
+        """
         xt = self.net.check_inputs(x_test, "x_test")
         batch_size = _checks.positive_int("batch_size", batch_size)
+        if self.correction == "laplace":
+            return self._predict_laplace(xt, batch_size)
         s0 = self.net.variances[0]
         with float64():
             U = jnp.asarray(self.U)
@@ -126,6 +205,31 @@ class Theory:
                 k_cross = kernel_from_xi(U, xi_t, self._xi_train, s0)  # [B, P]
                 k_diag = s0 * jnp.einsum("adi,de,aei->a", xi_t, U, xi_t) / (N0 * D)  # [B]
                 m, v = gp.moments(K, k_cross, k_diag, y, self.temperature)
+                means.append(np.asarray(m))
+                variances.append(np.asarray(v))
+        return np.concatenate(means), np.concatenate(variances)
+
+    def _predict_laplace(self, xt: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Corrected predictor: ``g(U) = (mean, variance)`` given ``U_1``, expanded as
+        ``g(Û) + g'·(E[U_1] − Û) + ½ Σ_k g''[q_k, q_k]`` with ``Cov(U_1) = Σ_k q_k q_kᵀ``,
+        plus ``Σ_k (mean'·q_k)²`` on the variance."""
+        lp = self.laplace
+        D = self.net.D
+        U0 = np.asarray(lp.order_parameters[0])
+        iu = np.triu_indices(D)
+        cov = lp.U_covariance[iu[0], iu[1]][:, iu[0], iu[1]]  # covariance of the vech entries of U_1
+        w, V = np.linalg.eigh(0.5 * (cov + cov.T))
+        Q = V * np.sqrt(np.clip(w, 0.0, None))  # columns q_k
+        E = np.zeros((Q.shape[1], D, D))
+        E[:, iu[0], iu[1]] = Q.T
+        E[:, iu[1], iu[0]] = Q.T
+        means, variances = [], []
+        with float64():
+            args = [jnp.asarray(a, jnp.float64) for a in (U0, self.U - U0, E)]
+            y, T, s0 = jnp.asarray(self.y_train), jnp.asarray(self.temperature), jnp.asarray(self.net.variances[0])
+            for start in range(0, xt.shape[0], batch_size):
+                xi_t = self.net.xi(xt[start : start + batch_size])
+                m, v = _laplace_moments(*args, xi_t, self._xi_train, y, T, s0)
                 means.append(np.asarray(m))
                 variances.append(np.asarray(v))
         return np.concatenate(means), np.concatenate(variances)
@@ -194,7 +298,32 @@ class Theory:
             limit=self.limit,
             message=self.message,
             n_train=int(self.x_train.shape[0]),
+            correction=self.correction,
         )
+        if self.correction == "laplace":
+            ds = self._add_laplace(ds)
+        return ds
+
+    def _add_laplace(self, ds):
+        """The leading-order values, standard deviations and expansion of ``correction="laplace"``."""
+        lp = self.laplace
+        ds["U_leading"] = (("path", "path_"), self.U_leading)
+        ds["U_sd"] = (("path", "path_"), self.U_sd)
+        for l in range(1, self.net.L + 1):
+            dims = (f"index_{l}", f"index_{l}_")
+            ds[f"U_{l}_leading"] = (dims, self.order_parameters_leading[l - 1])
+            ds[f"U_{l}_sd"] = (dims, self.order_parameter_sds[l - 1])
+            ds[f"U_{l}_expansion_point"] = (dims, lp.order_parameters[l - 1])
+        ds["Ua_leading"] = ((), self.Ua_leading)
+        ds["Ua_sd"] = ((), self.Ua_sd)
+        ds["Ua_expansion_point"] = ((), lp.Ua)
+        labels = ds["path"].values
+        ds["U_covariance"] = (("path", "path_", "cov_path", "cov_path_"), lp.U_covariance)
+        ds = ds.assign_coords(cov_path=labels, cov_path_=labels)
+        for name in LaplaceExpansion.SCALARS:
+            ds[f"laplace_{name}"] = ((), getattr(lp, name))
+        ds.attrs.update(laplace_coordinates=lp.coordinates, laplace_message=lp.message,
+                        laplace_seconds=float(lp.seconds))
         return ds
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -224,7 +353,33 @@ def load_theory(path: str | os.PathLike) -> Theory:
         str(a["readout"]),
         json.loads(a["head_names"]),
     )
-    Us = tuple(np.asarray(ds[f"U_{l}"].values, dtype=np.float64) for l in range(1, L + 1))
+    level = lambda name: tuple(np.asarray(ds[name.format(l)].values, dtype=np.float64) for l in range(1, L + 1))  # noqa: E731
+    Us = level("U_{}")
+    correction = str(a.get("correction", "none"))
+    extra = {}
+    if correction == "laplace":
+        extra = dict(
+            U_leading=np.asarray(ds["U_leading"].values, dtype=np.float64),
+            order_parameters_leading=level("U_{}_leading"),
+            Ua_leading=float(ds["Ua_leading"]),
+            U_sd=np.asarray(ds["U_sd"].values, dtype=np.float64),
+            order_parameter_sds=level("U_{}_sd"),
+            Ua_sd=float(ds["Ua_sd"]),
+            laplace=LaplaceExpansion(
+                coordinates=str(a["laplace_coordinates"]),
+                order_parameters=level("U_{}_expansion_point"),
+                Ua=float(ds["Ua_expansion_point"]),
+                U_covariance=np.asarray(ds["U_covariance"].values, dtype=np.float64),
+                message=str(a.get("laplace_message", "")),
+                seconds=float(a["laplace_seconds"]),
+                dimension=int(ds["laplace_dimension"]),
+                action=float(ds["laplace_action"]),
+                newton_decrement=float(ds["laplace_newton_decrement"]),
+                hessian_min_eigenvalue=float(ds["laplace_hessian_min_eigenvalue"]),
+                converged=bool(ds["laplace_converged"]),
+                iterations=int(ds["laplace_iterations"]),
+            ),
+        )
     return Theory(
         U=Us[0],
         order_parameters=Us,
@@ -241,4 +396,6 @@ def load_theory(path: str | os.PathLike) -> Theory:
         limit=str(a["limit"]),
         message=str(a.get("message", "")),
         solve_seconds=float(a["solve_seconds"]),
+        correction=correction,
+        **extra,
     )

@@ -23,6 +23,7 @@ from .objective import (
 )
 from .coordinates import matrix_gradients, pack, unpack
 from .newton import NewtonResult, NewtonSolver
+from .correction import CORRECTIONS, corrected_theory
 from .result import Theory
 
 __all__ = ["solve_theory", "gp_limit"]
@@ -38,8 +39,14 @@ def solve_theory(
     tol: float | None = None,
     max_iter: int | None = None,
     solver: NewtonSolver | None = None,
+    correction: str | None = None,
 ) -> Theory:
     """Minimise ``S`` (THEORY.md §4) over all ``U_l``; ``Ua`` by its closed form.
+
+    With ``correction="laplace"`` the result is then corrected to next order
+    in ``1/N`` (THEORY.md §8, :func:`~bayes_attn.theory.correction.laplace_correction`):
+    corrected posterior means of every order parameter and of the predictor,
+    the leading-order values beside them, and posterior standard deviations.
 
     Args:
         net: the network (widths, variances and heads define ``S``).
@@ -50,11 +57,14 @@ def solve_theory(
         max_iter: maximum Newton iterations (default: the solver's, 200).
         solver: the :class:`NewtonSolver` (default ``NewtonSolver()``); ``tol``
             and ``max_iter``, when given, replace its own.
+        correction: ``None`` or ``"none"`` (default: the theory of §4, unchanged)
+            or ``"laplace"`` (§8).
 
     Warns (``RuntimeWarning``) when it does not converge or stops where the
     Hessian is not positive definite (then ``Theory.is_minimum`` is False).
     """
     x, y, temperature = check_problem(net, x, y, temperature)
+    correction = _checks.choice("correction", "none" if correction is None else correction, CORRECTIONS)
     if solver is not None and not isinstance(solver, NewtonSolver):
         raise ValueError(f"solver must be a NewtonSolver, got {type(solver).__name__}")
     changes = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
@@ -82,6 +92,8 @@ def solve_theory(
             RuntimeWarning,
             stacklevel=2,
         )
+    if correction == "laplace":
+        theory = corrected_theory(theory, problem)
     return theory
 
 

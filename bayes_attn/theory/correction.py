@@ -1,0 +1,587 @@
+"""Finite-width correction of the theory: Laplace expansion of the exact posterior (THEORY.md §8).
+
+The theory of §4 gives the posterior means of the order parameters to
+leading order as widths grow. The exact posterior of the order parameters
+``(U_1, ..., U_L, Ua)`` (§7) is a density over a few variables (14 for the
+Fig. 2c network, at any width), so its next order in ``1/N`` is a
+finite-dimensional Laplace expansion. Symbols of §8:
+
+- ``θ``: coordinates of the order parameters (below);
+- ``S(θ) = − log p(U(θ)) − log |∂U/∂θ|``: minus the log of the exact
+  posterior density in ``θ`` (up to a constant), ``p`` the Wishart chain of
+  §7 times ``Normal(Y | 0, K(U_1) + T I)``;
+- ``θ̂ = argmin S``: the expansion point (the exact ``S``, not the action of
+  §4: they differ at ``O(1/N)``); its Newton solve starts from the
+  leading-order solution;
+- ``H = S''(θ̂)``, ``Σ = H⁻¹``;
+- ``v_j = Σ_kl S'''_jkl Σ_kl``, computed as ``v_j = ∂_j tr(Σ H(θ))`` at ``θ̂``
+  with ``Σ`` held fixed (JAX reverse mode over the Hessian);
+- ``g(θ)``: an observable — an entry of some ``U_l``, ``Ua``, or the
+  predictor mean or variance at a test input. To next order
+
+      E[g]   = g(θ̂) + ½ tr(g''(θ̂) Σ) − ½ g'(θ̂)ᵀ Σ v,
+      Var[g] = g'(θ̂)ᵀ Σ g'(θ̂).
+
+Coordinates (:data:`COORDINATES`):
+
+- ``"bartlett"`` (default): the sites of the exact sampler (§7,
+  :mod:`bayes_attn.samplers.wishart`): for every level ``k = 1, ..., L, a``
+  the logs ``log c_i`` of the chi-square diagonals of the Bartlett factor
+  ``A_k`` and its strictly lower entries (standard normal under the prior).
+  There the density is a product of log-chi-square and normal densities
+  times the likelihood, regular at every width, also where ``N_l < D_l`` and
+  ``U_l`` is singular (the factors are then lower-trapezoidal). Where every
+  level has full rank the map to ``(U_1, ..., U_L, Ua)`` is a
+  diffeomorphism, so this is the same posterior as in any other coordinates.
+  One choice serves all networks; hence the default.
+- ``"log_cholesky"``: ``U_l = L_l L_lᵀ`` with the log of ``L_l``'s diagonal,
+  and ``log Ua``, with the density of §8 in the entries of ``U_l`` and the
+  Jacobian ``|∂U/∂θ| = Π_l 2^{m_l} Π_i L_ii^{m_l − i + 2} · Ua``. Defined only
+  where every ``U_l`` has full rank (``N_l ≥ D_l``); elsewhere a
+  ``ValueError``. It is written independently of the sampler's pieces and
+  serves as the second coordinate choice: both agree to ``O(1/N²)``.
+
+The predictor mean ``k*ᵀ G⁻¹ Y`` and variance ``k** − k*ᵀ G⁻¹ k*`` depend
+on ``θ`` only through ``U_1``; :meth:`Theory.predict` expands them around
+``U_1(θ̂)`` with the mean shift ``E[U_1] − U_1(θ̂)`` and the covariance of
+``U_1`` stored in :class:`~bayes_attn.theory.result.LaplaceExpansion`
+(the same formula, by the chain rule). The corrected predictive variance is
+that of ``f(x*)``: ``E[variance] + Var[mean]`` (law of total variance, both
+terms to next order).
+
+Everything runs in float64 (:func:`bayes_attn.precision.float64`); the
+functions are jit-compiled once per head structure, coordinate choice,
+factor shapes and training-set size (widths, variances and temperature
+are traced, except that they fix which levels are singular).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import cho_solve, solve_triangular
+
+from .. import _checks
+from ..precision import float64
+from ..samplers.wishart import _lower_indices, assemble, factor_shapes, order_parameters_from_factors
+from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
+from .newton import newton_direction
+from .objective import Problem, data_derivatives, data_term, make_problem
+from .result import LaplaceExpansion, Theory
+
+__all__ = [
+    "COORDINATES",
+    "CORRECTIONS",
+    "ExpansionResult",
+    "action_function",
+    "corrected_theory",
+    "derivatives",
+    "exact_action",
+    "expand",
+    "laplace_correction",
+    "observables",
+    "start_point",
+    "third_derivative_contraction",
+]
+
+CORRECTIONS = ("none", "laplace")
+COORDINATES = ("bartlett", "log_cholesky")
+
+
+# ----------------------------------------------------------------------------
+# coordinates θ -> order parameters (pure JAX)
+# ----------------------------------------------------------------------------
+def _n_diagonals(shapes) -> int:
+    return sum(r for _, r in shapes)
+
+
+def _n_lower(m: int, r: int) -> int:
+    return r * m - r * (r + 1) // 2
+
+
+def _bartlett_order_parameters(theta, problem: Problem, shapes):
+    """``([U_1..U_L], Ua)`` from Bartlett-site coordinates ``θ = (log c, lower entries)``."""
+    L = len(problem.heads)
+    nr = _n_diagonals(shapes)
+    logc, low = theta[:nr], theta[nr:]
+    A, i, j = [], 0, 0
+    for k, (m, r) in enumerate(shapes):  # levels 1..L, a
+        nl = _n_lower(m, r)
+        a = assemble(jnp.exp(0.5 * logc[i : i + r]), low[j : j + nl] if nl else None, m)
+        A.append(jnp.sqrt(problem.variances[k + 1] / problem.widths[k]) * a)  # the scale s_k / sqrt(n_k), traced
+        i, j = i + r, j + nl
+    # scales already applied: unit widths and variances in the recursion
+    return order_parameters_from_factors(A, problem.heads, (1,) * (L + 1), (1.0,) * (L + 2))
+
+
+def _bartlett_prior(theta, problem: Problem, shapes):
+    """``− log`` of the site density: ``Σ (e^{u}/2 − ν u/2)`` over ``u = log c``, ``c ~ χ²(ν)``, plus ``|z|²/2``."""
+    nr = _n_diagonals(shapes)
+    logc, low = theta[:nr], theta[nr:]
+    nu = jnp.concatenate([problem.widths[k] - jnp.arange(r, dtype=theta.dtype) for k, (_, r) in enumerate(shapes)])
+    return jnp.sum(0.5 * jnp.exp(logc) - 0.5 * nu * logc) + 0.5 * jnp.sum(low * low)
+
+
+def _log_cholesky_split(theta, heads):
+    """Cholesky factors ``L_l``, their log-diagonals, and ``log Ua`` from log-Cholesky coordinates."""
+    chols, logdiags, k = [], [], 0
+    for m in sizes(heads):
+        n = m * (m + 1) // 2
+        seg = theta[k : k + n]
+        i, j = np.tril_indices(m)
+        diag_pos = np.flatnonzero(i == j)  # row-major: the diagonal of row i
+        logdiags.append(seg[diag_pos])
+        vals = jnp.where(i == j, jnp.exp(seg), seg)
+        Lc = jnp.zeros((m, m), theta.dtype).at[i, j].set(vals)
+        chols.append(Lc)
+        k += n
+    return chols, logdiags, theta[k]
+
+
+def _log_cholesky_order_parameters(theta, problem: Problem, shapes=None):
+    n = theta.shape[0] - 1
+    Us = unpack(log_cholesky_to_vech(theta[:n], problem.heads), problem.heads)
+    return Us, jnp.exp(theta[n])
+
+
+def _log_cholesky_prior(theta, problem: Problem, shapes=None):
+    """``− log p(U) − log |∂U/∂θ|`` of THEORY.md §8 without the data term (log-Cholesky coordinates)."""
+    heads = problem.heads
+    L = len(heads)
+    N, s2 = problem.widths, problem.variances
+    chols, logdiags, log_ua = _log_cholesky_split(theta, heads)
+    Ua = jnp.exp(log_ua)
+    logdets = [2.0 * jnp.sum(d) for d in logdiags]
+    Na, sa2 = N[L], s2[L + 1]
+    S = Na * Ua / (2.0 * sa2) - (Na / 2.0 - 1.0) * log_ua
+    ms = sizes(heads)
+    for l in range(L):  # 0-based level: layer l+1, width N[l], variance s2[l+1]
+        D, H = ms[l], heads[l]
+        U = chols[l] @ chols[l].T
+        if l == L - 1:
+            tr = jnp.trace(U) / (s2[l + 1] * Ua)
+            logdet_above = log_ua
+        else:
+            M = ms[l + 1]
+            trl = jnp.einsum("iaib->ab", U.reshape(H, M, H, M))  # tr_l(U_l)
+            tr = jnp.trace(cho_solve((chols[l + 1], True), trl)) / s2[l + 1]
+            logdet_above = logdets[l + 1]
+        S = S + 0.5 * N[l] * tr - 0.5 * (N[l] - D - 1.0) * logdets[l] + 0.5 * N[l] * H * logdet_above
+    # minus log Jacobian: U = L Lᵀ gives 2^m Π L_ii^{m−i+1}; L_ii = e^{ψ_ii} one more L_ii; Ua = e^{ψ_a}
+    for m, d in zip(ms, logdiags):
+        S = S - m * math.log(2.0) - jnp.sum((m + 1.0 - jnp.arange(m, dtype=theta.dtype)) * d)
+    return S - log_ua
+
+
+_MAPS = {"bartlett": (_bartlett_order_parameters, _bartlett_prior),
+         "log_cholesky": (_log_cholesky_order_parameters, _log_cholesky_prior)}
+
+
+def _order_parameters(theta, problem, coordinates, shapes):
+    return _MAPS[coordinates][0](theta, problem, shapes)
+
+
+def _action(theta, problem: Problem, coordinates: str, shapes):
+    """``S(θ)`` of THEORY.md §8 (up to a constant)."""
+    Us, _ = _order_parameters(theta, problem, coordinates, shapes)
+    return _MAPS[coordinates][1](theta, problem, shapes) + 0.5 * data_term(Us[0], problem)
+
+
+def _observables(theta, problem, coordinates, shapes):
+    """``g(θ)``: the upper-triangular entries of every ``U_l`` (row-major), then ``Ua``."""
+    Us, Ua = _order_parameters(theta, problem, coordinates, shapes)
+    return jnp.concatenate([U[np.triu_indices(U.shape[0])] for U in Us] + [jnp.reshape(Ua, (1,))])
+
+
+# ----------------------------------------------------------------------------
+# jit-compiled pieces (float64 whatever the caller's default)
+#
+# S(θ) = S_p(θ) + d(u(θ)): the prior part S_p (no training data) and the data
+# term d(u) = ½ (ln det G + Yᵀ G⁻¹ Y), a function of u = vech U_1 only. S_p and
+# u(θ) are differentiated by JAX; d by the closed forms of
+# objective.data_derivatives (value, gradient, Hessian in u), its third
+# derivative by JAX reverse mode over that Hessian. Chain rule, with J = ∂u/∂θ:
+#   S' = S_p' + Jᵀ d',   H = S_p'' + Jᵀ d'' J + ∇²(d'·u),
+#   v  = ∇_θ [tr(Σ S_p''(θ)) + tr(d'' J(θ) Σ J(θ)ᵀ) + tr(Σ ∇²(d'·u)(θ))]   (d', d'' frozen)
+#        + Jᵀ (T + d'' c),   T_b = ∂_b tr(A d''(u)) (A = J Σ Jᵀ frozen),   c_a = tr(Σ ∇²u_a).
+# ----------------------------------------------------------------------------
+_static = partial(jax.jit, static_argnames=("coordinates", "shapes"))
+
+
+def _prior(theta, problem, coordinates, shapes):
+    return _MAPS[coordinates][1](theta, problem, shapes)
+
+
+def _u(theta, problem, coordinates, shapes):
+    U1 = _order_parameters(theta, problem, coordinates, shapes)[0][0]
+    return U1[np.triu_indices(U1.shape[0])]
+
+
+def _data(u, problem):
+    """``d(u)``, ``d'``, ``d''``: the data term, halved, in the vech entries of ``U_1``."""
+    f, g, H = data_derivatives(u, problem)
+    return 0.5 * f, 0.5 * g, 0.5 * H
+
+
+@_static
+def _value(theta, problem, coordinates, shapes):
+    return _action(theta, problem, coordinates, shapes)
+
+
+def _grad_hess(theta, problem, coordinates, shapes):
+    """``S``, ``S'``, ``H`` and the data derivatives ``d'``, ``d''`` at ``θ``."""
+    Sp = partial(_prior, problem=problem, coordinates=coordinates, shapes=shapes)
+    u = partial(_u, problem=problem, coordinates=coordinates, shapes=shapes)
+    fp, gp = jax.value_and_grad(Sp)(theta)
+    J = jax.jacfwd(u)(theta)
+    fd, gd, Hd = _data(u(theta), problem)
+    H = jax.hessian(lambda t: Sp(t) + gd @ u(t))(theta) + J.T @ Hd @ J  # S_p'' + ∇²(d'·u) + Jᵀ d'' J
+    return fp + fd, gp + J.T @ gd, 0.5 * (H + H.T), gd, Hd
+
+
+@_static
+def _value_grad_hess(theta, problem, coordinates, shapes):
+    return _grad_hess(theta, problem, coordinates, shapes)
+
+
+@_static
+def _expansion(theta, H, gd, Hd, problem, coordinates, shapes):
+    """Everything §8 needs at ``θ̂``, given ``H``, ``d'``, ``d''`` there: ``g``, the corrected means, the covariance
+    of ``g``, ``v``. (``u = vech U_1`` is the head of ``g``.)"""
+    Sp = partial(_prior, problem=problem, coordinates=coordinates, shapes=shapes)
+    u = partial(_u, problem=problem, coordinates=coordinates, shapes=shapes)
+    g = partial(_observables, problem=problem, coordinates=coordinates, shapes=shapes)
+    n1 = gd.shape[0]
+    Lh = jnp.linalg.cholesky(H)  # NaN when H is not positive definite
+    Linv = solve_triangular(Lh, jnp.eye(theta.shape[0], dtype=theta.dtype), lower=True)
+    Sigma = Linv.T @ Linv  # Σ = H⁻¹ = L⁻ᵀ L⁻¹
+    R = Linv.T  # Σ = R Rᵀ, columns r_k
+
+    def second(fn, r, t=theta):  # second directional derivative of fn along r, at t
+        return jax.jvp(lambda s: jax.jvp(fn, (s,), (r,))[1], (t,), (r,))[1]
+
+    g0, Jg = g(theta), jax.jacfwd(g)(theta)
+    trace = jnp.sum(jax.vmap(lambda r: second(g, r))(R.T), axis=0)  # tr(g'' Σ)
+    J, c = Jg[:n1], trace[:n1]  # ∂u/∂θ and tr(Σ ∇²u_a)
+
+    # v (see the comment above): tr(Σ ∇²F(t)) + tr(d'' J(t) Σ J(t)ᵀ) = Σ_k [rₖᵀ F''(t) rₖ + |J(t) rₖ|²_d''],
+    # F = S_p + d'·u with d', d'' frozen
+    def frozen(t):
+        def one(r):
+            Jr = jax.jvp(u, (t,), (r,))[1]
+            return second(lambda s: Sp(s) + gd @ u(s), r, t) + Jr @ Hd @ Jr
+        return jnp.sum(jax.vmap(one)(R.T))
+
+    T = jax.grad(lambda w: jnp.vdot(J @ Sigma @ J.T, _data(w, problem)[2]))(g0[:n1])
+    v = jax.grad(frozen)(theta) + J.T @ (T + Hd @ c)
+    mean = g0 + 0.5 * trace - 0.5 * Jg @ (Sigma @ v)
+    cov = Jg @ Sigma @ Jg.T
+    return g0, mean, cov, v
+
+
+def _call64(fn, theta, problem, coordinates, shapes):
+    with float64():
+        return fn(jnp.asarray(theta, dtype=jnp.float64), problem, coordinates=coordinates, shapes=shapes)
+
+
+def exact_action(theta, problem: Problem, coordinates: str = "bartlett") -> float:
+    """``S(θ)`` of THEORY.md §8 at coordinates ``θ`` (NumPy in, float out; up to a constant)."""
+    return float(_call64(_value, theta, problem, coordinates, _shapes_for(problem, coordinates)))
+
+
+def action_function(problem: Problem, coordinates: str = "bartlett"):
+    """``S`` as a pure JAX function of ``θ`` (traceable and differentiable; call it in float64)."""
+    _checks.choice("coordinates", coordinates, COORDINATES)
+    return partial(_action, problem=problem, coordinates=coordinates, shapes=_shapes_for(problem, coordinates))
+
+
+def derivatives(theta, problem: Problem, coordinates: str = "bartlett") -> tuple[float, np.ndarray, np.ndarray]:
+    """``(S, S', H)`` at ``θ`` (NumPy float64), as the Newton solve and the expansion compute them."""
+    f, g, H, *_ = _call64(_value_grad_hess, theta, problem, coordinates, _shapes_for(problem, coordinates))
+    return float(f), np.asarray(g), np.asarray(H)
+
+
+def third_derivative_contraction(theta, problem: Problem, coordinates: str = "bartlett") -> np.ndarray:
+    """``v_j = Σ_kl S'''_jkl Σ_kl`` at ``θ`` with ``Σ = H(θ)⁻¹`` (NumPy; ``H`` must be positive definite)."""
+    shapes = _shapes_for(problem, coordinates)
+    _, _, H, gd, Hd = _call64(_value_grad_hess, theta, problem, coordinates, shapes)
+    with float64():
+        return np.asarray(_expansion(jnp.asarray(theta, jnp.float64), H, gd, Hd, problem, coordinates=coordinates,
+                                     shapes=shapes)[3])
+
+
+_order_parameters_jit = jax.jit(_order_parameters, static_argnums=(2, 3))
+
+
+def observables(theta, problem: Problem, coordinates: str = "bartlett"):
+    """``([U_1, ..., U_L], Ua)`` at coordinates ``θ`` (NumPy)."""
+    shapes = _shapes_for(problem, coordinates)
+    with float64():
+        Us, Ua = _order_parameters_jit(jnp.asarray(theta, jnp.float64), problem, coordinates, shapes)
+        return [np.asarray(U) for U in Us], float(Ua)
+
+
+def _shapes_for(problem: Problem, coordinates: str):
+    """Static shapes of the Bartlett factors (``None`` for log-Cholesky coordinates)."""
+    if coordinates == "log_cholesky":
+        return None
+    shapes = factor_shapes(problem.heads, [int(round(float(n))) for n in np.asarray(problem.widths)])
+    return tuple(tuple(int(a) for a in s) for s in shapes)
+
+
+# ----------------------------------------------------------------------------
+# the start point: the leading-order solution in the chosen coordinates
+# ----------------------------------------------------------------------------
+def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "bartlett") -> np.ndarray:
+    """Coordinates ``θ`` of positive definite ``[U_1, ..., U_L]`` and ``Ua`` (NumPy).
+
+    Bartlett sites: level by level from the top, ``F_k = (s_k/√n_k)(I ⊗ F_{k+1}) A_k``
+    with ``A_k`` the first ``r_k`` columns of the Cholesky factor of
+    ``M⁺ U_k M⁺ᵀ``, ``M = (s_k/√n_k)(I ⊗ F_{k+1})``: exactly ``U_k`` where the
+    level has full rank, its projection onto rank ``r_k`` where it is singular.
+    """
+    _checks.choice("coordinates", coordinates, COORDINATES)
+    if coordinates == "log_cholesky":
+        return np.concatenate([log_cholesky(Us), [math.log(Ua)]])
+    heads, widths, var = net.heads, net.widths, net.variances
+    shapes = factor_shapes(heads, widths)
+    hs = (*heads, 1)
+    mats = [*(np.asarray(U, np.float64) for U in Us), np.array([[float(Ua)]])]
+    F = np.ones((1, 1))
+    logc, low = [None] * len(shapes), [None] * len(shapes)
+    for k in reversed(range(len(shapes))):
+        m, r = shapes[k]
+        M = math.sqrt(var[k + 1] / widths[k]) * np.kron(np.eye(hs[k]), F)
+        Mp = np.linalg.pinv(M)
+        B = Mp @ mats[k] @ Mp.T
+        A = np.linalg.cholesky(0.5 * (B + B.T))[:, :r]
+        rows, cols = _lower_indices(m, r)
+        logc[k] = 2.0 * np.log(np.diag(A))
+        low[k] = A[rows, cols]
+        F = M @ A
+    return np.concatenate(logc + low)
+
+
+# ----------------------------------------------------------------------------
+# Newton for θ̂ and the expansion
+# ----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ExpansionResult:
+    """The Laplace expansion at ``θ̂`` (THEORY.md §8), before it is put into a :class:`Theory`.
+
+    Attributes:
+        coordinates: ``"bartlett"`` or ``"log_cholesky"``.
+        theta: ``θ̂`` ``[n]``.
+        point: ``g(θ̂)``: vech of every ``U_l`` then ``Ua``.
+        mean: the corrected posterior means of the same entries.
+        covariance: their covariance ``g'ᵀ Σ g'`` ``[k, k]``.
+        hessian: ``H`` ``[n, n]``; v: ``v`` ``[n]``.
+        action: ``S(θ̂)``; newton_decrement: ``sqrt(S'ᵀ H⁻¹ S')`` at ``θ̂``.
+        converged, iterations, message: of the Newton solve for ``θ̂``.
+        seconds: wall time (solve and expansion).
+    """
+
+    coordinates: str
+    theta: np.ndarray
+    point: np.ndarray
+    mean: np.ndarray
+    covariance: np.ndarray
+    hessian: np.ndarray
+    v: np.ndarray
+    action: float
+    newton_decrement: float
+    converged: bool
+    iterations: int
+    message: str
+    seconds: float
+
+
+def _check_coordinates(net, coordinates: str) -> None:
+    _checks.choice("coordinates", coordinates, COORDINATES)
+    if coordinates == "log_cholesky":
+        for l, (D, N) in enumerate(zip(sizes(net.heads), net.widths), start=1):
+            if N < D:
+                raise ValueError(
+                    f"coordinates='log_cholesky' needs full-rank order parameters, but U_{l} is singular "
+                    f"(width N_{l} = {N} < D_{l} = {D}); use coordinates='bartlett'"
+                )
+
+
+def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
+           tol: float = 1e-9, max_iter: int = 50) -> ExpansionResult:
+    """Minimise ``S(θ)`` from ``(Us0, Ua0)`` by damped Newton and expand there (THEORY.md §8).
+
+    Stops when the Newton decrement ``sqrt(S'ᵀ H⁻¹ S')`` (the step in units
+    of the posterior spread) is at most ``tol``, or when it stalls at the
+    rounding level (converged if then below ``1e-6``).
+    """
+    _check_coordinates(net, coordinates)
+    tol = _checks.positive("tol", tol)
+    max_iter = _checks.positive_int("max_iter", max_iter, minimum=0)
+    t0 = time.perf_counter()
+    shapes = _shapes_for(problem, coordinates)
+    x = start_point(Us0, Ua0, net, coordinates)
+
+    def vgh(p):
+        nonlocal data
+        f, g, H, *data = _call64(_value_grad_hess, p, problem, coordinates, shapes)
+        return float(f), np.asarray(g), np.asarray(H)
+
+    def value(p):
+        return float(_call64(_value, p, problem, coordinates, shapes))
+
+    data = None
+    f, g, H = vgh(x)
+    it, converged, message, best, stalled = 0, False, "maximum number of iterations reached", np.inf, 0
+    decrement = float("nan")
+    if not np.isfinite(f):
+        message = "S not finite at the start point"
+    while np.isfinite(f):
+        d = newton_direction(g, H)
+        decrement = math.sqrt(max(-float(g @ d), 0.0))
+        if decrement <= tol:
+            converged, message = True, "Newton decrement below tol"
+            break
+        stalled = stalled + 1 if decrement >= 0.5 * best else 0
+        best = min(best, decrement)
+        if stalled >= 3:
+            converged = decrement <= 1e-6
+            message = f"stalled at the rounding level of S (Newton decrement {decrement:.3g})"
+            break
+        if it >= max_iter:
+            break
+        gd = float(g @ d)
+        slack = 64 * np.finfo(float).eps * max(abs(f), 1.0)
+        t, accepted = 1.0, False
+        for _ in range(60):
+            f_new = value(x + t * d)
+            if np.isfinite(f_new) and f_new <= f + 1e-4 * t * gd + slack:
+                accepted = True
+                break
+            t *= 0.5
+        it += 1
+        if not accepted:
+            message = f"line search failed (Newton decrement {decrement:.3g})"
+            break
+        x = x + t * d
+        f, g, H = vgh(x)
+    with float64():
+        g0, mean, cov, v = (np.asarray(a) for a in _expansion(jnp.asarray(x, jnp.float64), H, *data, problem,
+                                                               coordinates=coordinates, shapes=shapes))
+    return ExpansionResult(coordinates, x, g0, mean, 0.5 * (cov + cov.T), H, v, float(f), decrement,
+                           bool(converged), it, message, time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------
+# the corrected Theory
+# ----------------------------------------------------------------------------
+def _split(vec, heads):
+    """Vech of every ``U_l`` then ``Ua`` -> ``([U_1..U_L], Ua)`` (NumPy)."""
+    n = sum(m * (m + 1) // 2 for m in sizes(heads))
+    return [np.asarray(U) for U in unpack(np.asarray(vec[:n]), heads)], float(vec[n])
+
+
+def _covariance_tensor(cov: np.ndarray, D: int) -> np.ndarray:
+    """Covariance of the vech entries of ``U_1`` -> ``Cov(U_ij, U_kl)`` ``[D, D, D, D]``."""
+    idx = np.empty((D, D), dtype=np.intp)
+    i, j = np.triu_indices(D)
+    idx[i, j] = idx[j, i] = np.arange(len(i))
+    return cov[np.ix_(idx.ravel(), idx.ravel())].reshape(D, D, D, D)
+
+
+def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: float = 1e-9,
+                       max_iter: int = 50) -> Theory:
+    """The finite-width corrected theory (THEORY.md §8) from a leading-order one.
+
+    ``theory`` must come from :func:`~bayes_attn.theory.solve_theory` without
+    correction (its order parameters are the start of the Newton solve for
+    ``θ̂``). Returns a new :class:`Theory` with ``correction="laplace"``:
+    ``U``, ``order_parameters``, ``Ua`` the corrected posterior means; the
+    leading values in ``U_leading``, ``order_parameters_leading``,
+    ``Ua_leading``; posterior standard deviations ``U_sd``,
+    ``order_parameter_sds``, ``Ua_sd``; the expansion in ``laplace``
+    (:class:`~bayes_attn.theory.result.LaplaceExpansion`), which
+    :meth:`Theory.predict` uses for the corrected predictor.
+
+    Warns (``RuntimeWarning``, and says so in ``laplace.message``) when the
+    Newton solve for ``θ̂`` does not converge, ``H`` is not positive definite
+    there, or a corrected mean of some ``U_l`` is not positive semi-definite
+    (then the next-order terms are as large as the leading ones: the widths
+    are too small for the expansion).
+    """
+    if not isinstance(theory, Theory):
+        raise ValueError(f"theory must be a Theory, got {type(theory).__name__}")
+    if theory.correction != "none" or theory.limit != "finite_width":
+        raise ValueError("theory must be a leading-order finite-width Theory (solve_theory without correction)")
+    _check_coordinates(theory.net, coordinates)
+    problem = make_problem(theory.net, theory.x_train, theory.y_train, theory.temperature)
+    return corrected_theory(theory, problem, coordinates=coordinates, tol=tol, max_iter=max_iter)
+
+
+def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "bartlett", tol: float = 1e-9,
+                     max_iter: int = 50) -> Theory:
+    """:func:`laplace_correction` with the :class:`Problem` of ``theory`` already built (arguments not checked)."""
+    net = theory.net
+    res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
+                 max_iter=max_iter)
+    hmin = float(np.linalg.eigvalsh(res.hessian)[0]) if np.all(np.isfinite(res.hessian)) else float("nan")
+    heads = net.heads
+    point_Us, point_Ua = _split(res.point, heads)
+    mean_Us, mean_Ua = _split(res.mean, heads)
+    sd_Us, sd_Ua = _split(np.sqrt(np.clip(np.diag(res.covariance), 0.0, None)), heads)
+    problems = []
+    if not res.converged:
+        problems.append(res.message)
+    if not hmin > 0:
+        problems.append(f"the Hessian of S at the expansion point is not positive definite (min eigenvalue {hmin:.3g})")
+    if not np.all(np.isfinite(res.mean)):
+        problems.append("the corrected means are not finite")
+    else:
+        # a posterior mean of positive semi-definite matrices is one: a negative eigenvalue means the next-order
+        # terms are as large as the leading ones (widths too small for the expansion)
+        low = [float(np.linalg.eigvalsh(U)[0]) / max(np.abs(U).max(), 1e-300) for U in mean_Us] + [np.sign(mean_Ua)]
+        bad = [f"U_{l}" if l <= net.L else "Ua" for l, e in enumerate(low, start=1) if e < -1e-9]
+        if bad:
+            problems.append(f"the corrected mean of {', '.join(bad)} is not positive semi-definite: "
+                            "the widths are too small for the expansion")
+    message = res.message if not problems else "; ".join(dict.fromkeys([res.message, *problems]))
+    if problems:
+        warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=3)
+    n1 = net.D * (net.D + 1) // 2
+    expansion = LaplaceExpansion(
+        coordinates=coordinates,
+        dimension=int(res.theta.shape[0]),
+        order_parameters=tuple(point_Us),
+        Ua=point_Ua,
+        U_covariance=_covariance_tensor(res.covariance[:n1, :n1], net.D),
+        action=res.action,
+        newton_decrement=res.newton_decrement,
+        hessian_min_eigenvalue=hmin,
+        converged=bool(res.converged),
+        iterations=res.iterations,
+        message=message,
+        seconds=res.seconds,
+    )
+    return dataclasses.replace(
+        theory,
+        U=mean_Us[0],
+        order_parameters=tuple(mean_Us),
+        Ua=mean_Ua,
+        correction="laplace",
+        U_leading=theory.U,
+        order_parameters_leading=theory.order_parameters,
+        Ua_leading=theory.Ua,
+        U_sd=sd_Us[0],
+        order_parameter_sds=tuple(sd_Us),
+        Ua_sd=sd_Ua,
+        laplace=expansion,
+        solve_seconds=theory.solve_seconds + res.seconds,
+    )

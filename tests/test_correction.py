@@ -1,0 +1,519 @@
+"""Tests of the finite-width correction (THEORY.md §8, ``bayes_attn.theory.correction``).
+
+References, all independent of the code under test:
+
+- derivatives: plain JAX autodiff of ``S(θ)`` (gradient, Hessian, the full
+  third-derivative tensor contracted with ``Σ``);
+- densities: SciPy's Wishart, chi-square and multivariate normal log
+  densities with a numerical Jacobian (log-Cholesky coordinates), and the
+  NumPyro model of the ``wishart`` sampler (Bartlett sites);
+- exact moments of the prior (no data): ``E[U_l] = s_l²···sa² I`` and the
+  product-of-chi-squares law of the diagonal;
+- one layer, one head: 2-d quadrature of the exact posterior density;
+- the ``wishart`` sampler (exact posterior of the order parameters, §7).
+
+Scaling checks use ``P ∝ N`` (the limit of the theory). So that every width
+shares one compiled problem size, training sets are padded with examples
+whose inputs are zero and whose label is zero: their kernel rows vanish, so
+``G`` gets an independent block ``temperature · I`` with zero labels and the
+posterior does not change.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+import scipy.stats
+import xarray as xr
+from numpyro.infer.util import log_density
+
+import bayes_attn as ba
+import bayes_attn.theory.solve as solve_module
+from bayes_attn import Network, gp, markov
+from bayes_attn import theory as th
+from bayes_attn.network import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
+from bayes_attn.precision import x64
+from bayes_attn.samplers import get, prepare
+from bayes_attn.samplers.wishart import factor_shapes, site_sizes
+from bayes_attn.theory import correction as cr
+from bayes_attn.theory.coordinates import log_cholesky_to_vech, sizes, unpack
+
+MARKOV_LAYERS = (("same_token", "random"), ("uniform", "random"))
+P_MAX = 64
+
+
+# ----------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------
+@functools.cache
+def _markov_data():
+    task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=P_MAX, n_test=20)
+    x, y, xt, _ = task.generate()
+    return task, x, y, xt
+
+
+def _padded(x, y, p):
+    """The first ``p`` examples, then zero inputs with zero labels up to ``P_MAX`` (posterior unchanged)."""
+    xp, yp = np.zeros((P_MAX,) + x.shape[1:]), np.zeros(P_MAX)
+    xp[:p], yp[:p] = x[:p], y[:p]
+    return xp, yp
+
+
+def _markov_problem(N, p=None, variances=(1.0, 1.2, 0.9, 1.1)):
+    """The two-layer Markov network (heads (2, 2)), widths ``(N, 3N/2, 3N/4)``, ``p`` real examples (default ``N/2``)."""
+    task, x, y, _ = _markov_data()
+    net = task.network(MARKOV_LAYERS, width=[N, 3 * N // 2, 3 * N // 4], variances=list(variances))
+    return net, *_padded(x, y, N // 2 if p is None else p)
+
+
+def _flat(U):
+    return np.asarray(U).ravel()
+
+
+def _rel(a, b):
+    """Relative Frobenius distance ``||a − b|| / ||b||``."""
+    return float(np.linalg.norm(_flat(a) - _flat(b)) / np.linalg.norm(_flat(b)))
+
+
+def _slope(N, values):
+    return float(np.polyfit(np.log(N), np.log(values), 1)[0])
+
+
+# ----------------------------------------------------------------------------
+# the argument, the default and the file
+# ----------------------------------------------------------------------------
+def test_default_is_the_paper_theory_bit_for_bit():
+    net, x, y = _markov_problem(16)
+    a = th.solve_theory(net, x, y, temperature=0.05)
+    for corr in (None, "none"):
+        b = th.solve_theory(net, x, y, temperature=0.05, correction=corr)
+        for name in ("U", "Ua", "action", "max_gradient", "hessian_min_eigenvalue", "iterations", "message"):
+            np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
+        for u, v in zip(a.order_parameters, b.order_parameters):
+            np.testing.assert_array_equal(u, v)
+        assert b.correction == "none" and b.laplace is None and b.U_sd is None and b.U_leading is None
+    assert a.to_dataset().attrs["correction"] == "none"
+
+
+def test_bad_arguments(monkeypatch):
+    net, x, y = _markov_problem(16)
+
+    def boom(*a, **k):
+        raise AssertionError("reached the solver")
+
+    monkeypatch.setattr(solve_module, "make_problem", boom)
+    for bad in ("Laplace", "laplace2", 1, ["laplace"]):
+        with pytest.raises(ValueError, match="correction"):
+            th.solve_theory(net, x, y, temperature=0.1, correction=bad)
+    monkeypatch.undo()
+    lead = th.solve_theory(net, x, y, temperature=0.1)
+    with pytest.raises(ValueError, match="coordinates"):
+        th.laplace_correction(lead, coordinates="vech")
+    with pytest.raises(ValueError, match="theory"):
+        th.laplace_correction("not a theory")
+    with pytest.raises(ValueError, match="leading-order"):
+        th.laplace_correction(th.gp_limit(net, x, y, temperature=0.1))
+
+
+def test_singular_levels_use_bartlett_sites():
+    """``N_1 = 3 < D_1 = 4``: log-Cholesky coordinates refuse (ValueError naming the level); Bartlett sites give
+    finite means and spreads, a positive definite mean of ``U``, the expansion point of the ranks of §7, and a
+    warning where the widths are too small for the expansion (a mean of ``U`` that is not positive semi-definite)."""
+    widths = [3, 5, 6]
+    net, x, y = _markov_problem(16, p=10)
+    net = Network(net.attention, widths, net.variances)
+    lead = th.solve_theory(net, x, y, temperature=0.05)
+    with pytest.raises(ValueError, match=r"U_1 is singular.*bartlett"):
+        th.laplace_correction(lead, coordinates="log_cholesky")
+    sol = th.laplace_correction(lead)
+    assert sol.laplace.converged and sol.laplace.hessian_min_eigenvalue > 0
+    assert sol.laplace.dimension == sum(site_sizes(net.heads, widths)) == (3 + 6) + (2 + 1) + 1
+    ranks = [r for _, r in factor_shapes(net.heads, widths)][:-1]
+    assert ranks == [3, 2]
+    for U, r in zip(sol.laplace.order_parameters, ranks):
+        assert np.linalg.matrix_rank(U, tol=1e-9 * np.abs(U).max()) == r
+    for arr in (*sol.order_parameters, *sol.order_parameter_sds, sol.Ua, sol.Ua_sd):
+        assert np.all(np.isfinite(arr))
+    assert np.linalg.eigvalsh(sol.U)[0] > 0
+    x, y = _markov_problem(16, p=30)[1:]  # more data at the same widths: the next order overwhelms the first
+    lead = th.solve_theory(net, x, y, temperature=0.05)
+    with pytest.warns(RuntimeWarning, match="U_1 is not positive semi-definite"):
+        sol = th.laplace_correction(lead)
+    assert "too small" in sol.laplace.message
+
+
+def test_save_load_round_trip(tmp_path):
+    net, x, y = _markov_problem(16)
+    xt = _markov_data()[3][:6]
+    sol = th.solve_theory(net, x, y, temperature=0.05, correction="laplace")
+    assert sol.correction == "laplace"
+    back = th.load_theory(sol.save(tmp_path / "t.nc"))
+    assert back.correction == "laplace"
+    for name in ("U", "U_leading", "U_sd", "Ua", "Ua_leading", "Ua_sd", "action", "temperature", "converged",
+                 "iterations", "message", "solve_seconds"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(sol, name), err_msg=name)
+    for name in ("order_parameters", "order_parameters_leading", "order_parameter_sds"):
+        for a, b in zip(getattr(back, name), getattr(sol, name), strict=True):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    for name in ("coordinates", "dimension", "Ua", "U_covariance", "action", "newton_decrement",
+                 "hessian_min_eigenvalue", "converged", "iterations", "message", "seconds"):
+        np.testing.assert_array_equal(getattr(back.laplace, name), getattr(sol.laplace, name), err_msg=name)
+    for a, b in zip(back.laplace.order_parameters, sol.laplace.order_parameters, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(back.predict(xt), sol.predict(xt)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    ds = sol.to_dataset()
+    assert ds.attrs["correction"] == "laplace" and ds.attrs["laplace_coordinates"] == "bartlett"
+    assert ds["U_covariance"].dims == ("path", "path_", "cov_path", "cov_path_")
+    np.testing.assert_allclose(np.sqrt(np.einsum("ijij->ij", ds["U_covariance"].values)), sol.U_sd, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# S(θ) and its derivatives
+# ----------------------------------------------------------------------------
+def _wishart_chain_log_density(net, x, y, T, Us, Ua):
+    """SciPy: ``log χ²(Ua) + Σ_l log Wishart(U_l | U_{l+1}) + log N(Y; 0, K(U_1) + T I)`` (densities in ``U``)."""
+    N, s2, heads = net.widths, net.variances, net.heads
+    lp = scipy.stats.chi2.logpdf(N[-1] * Ua / s2[-1], N[-1]) + math.log(N[-1] / s2[-1])
+    above = np.array([[Ua]])
+    for l in reversed(range(net.L)):
+        D = Us[l].shape[0]
+        scale = s2[l + 1] * np.kron(np.eye(heads[l]), above)
+        lp += scipy.stats.wishart.logpdf(N[l] * Us[l], df=N[l], scale=scale) + D * (D + 1) / 2 * math.log(N[l])
+        above = Us[l]
+    K = np.asarray(net.kernel(Us[0], x))
+    return lp + scipy.stats.multivariate_normal.logpdf(y, np.zeros(len(y)), K + T * np.eye(len(y)))
+
+
+def test_log_cholesky_action_is_the_exact_density():
+    """``S(θ) + log p(U(θ)) + log |∂U/∂θ|`` is constant (SciPy densities, Jacobian by autodiff)."""
+    net, x, y = _markov_problem(12, p=20)
+    T = 0.05
+    problem = th.make_problem(net, x, y, T)
+    lead = th.solve_theory(net, x, y, temperature=T)
+    p0 = cr.start_point(lead.order_parameters, lead.Ua, net, "log_cholesky")
+    n = p0.size - 1
+
+    def to_vech(p):
+        return jnp.concatenate([log_cholesky_to_vech(p[:n], net.heads), jnp.exp(p[n:])])
+
+    rng = np.random.default_rng(0)
+    out = []
+    for scale in (0.0, 0.05, 0.2):
+        p = p0 + scale * rng.normal(size=p0.shape)
+        Us, Ua = unpack(np.asarray(to_vech(jnp.asarray(p))[:n]), net.heads), math.exp(p[n])
+        log_jac = np.linalg.slogdet(np.asarray(jax.jacfwd(to_vech)(jnp.asarray(p))))[1]
+        out.append(cr.exact_action(p, problem, "log_cholesky") + _wishart_chain_log_density(net, x, y, T, Us, Ua)
+                   + log_jac)
+    np.testing.assert_allclose(np.array(out) - out[0], 0.0, atol=1e-8 * max(1.0, abs(out[0])))
+
+
+def test_bartlett_action_is_the_wishart_sampler_density():
+    """``S(θ)`` in Bartlett sites equals minus the ``wishart`` model's log density in its sites ``t = (log c − μ)/σ``,
+    ``z``, plus ``Σ log σ`` (the Jacobian of ``log c ↦ t``), up to a constant; singular levels included."""
+    rng = np.random.default_rng(4)
+    for heads, widths in [((2, 2, 2), (3, 3, 2, 4))]:  # levels 1 and 2 singular, 3 and a regular
+        net = Network([rng.normal(size=(h, 6, 6)) for h in heads], list(widths), [1.0, 0.7, 1.3, 0.8, 1.5])
+        x, y = rng.normal(size=(9, 4, 6)), np.where(rng.random(9) < 0.5, -1.0, 1.0)
+        T = 0.2
+        problem = th.make_problem(net, x, y, T)
+        shapes = factor_shapes(heads, widths)
+        nu = np.concatenate([n - np.arange(r) for (_, r), n in zip(shapes, widths)]).astype(float)
+        mu = math.log(2) + scipy.special.digamma(nu / 2)  # E log χ²(ν) and sd(log χ²(ν)): the sites' standardisation
+        sigma = np.sqrt(scipy.special.polygamma(1, nu / 2))
+        n_t, n_z = site_sizes(heads, widths)
+        with x64(True):
+            model, args = get("wishart").build(prepare(net, x, y, None, T, "float64"))
+            out = []
+            for _ in range(3):
+                t, z = rng.normal(size=n_t), rng.normal(size=n_z)
+                theta = np.concatenate([mu + sigma * t, z])
+                lp = float(log_density(model, args, {}, {"t": jnp.asarray(t), "z": jnp.asarray(z)})[0])
+                out.append(cr.exact_action(theta, problem, "bartlett") + lp + np.sum(np.log(sigma)))
+        np.testing.assert_allclose(np.array(out) - out[0], 0.0, atol=1e-8 * max(1.0, abs(out[0])))
+
+
+@pytest.mark.parametrize("coordinates", cr.COORDINATES)
+def test_derivatives(coordinates):
+    """The gradient (chain rule through the closed-form data derivatives) against ``jax.grad`` of ``S`` itself;
+    the Hessian against central differences of the gradient; ``v_j = Σ_kl S'''_jkl Σ_kl`` against central
+    differences of ``tr(Σ H(θ))``."""
+    net, x, y = _markov_problem(12, p=20)
+    problem = th.make_problem(net, x, y, 0.05)
+    lead = th.solve_theory(net, x, y, temperature=0.05)
+    theta = cr.start_point(lead.order_parameters, lead.Ua, net, coordinates)
+    theta = theta + 0.05 * np.random.default_rng(1).normal(size=theta.shape)
+    f, g, H = cr.derivatives(theta, problem, coordinates)
+    with x64(True):
+        S = cr.action_function(problem, coordinates)
+        assert f == pytest.approx(float(S(jnp.asarray(theta))), rel=1e-13)
+        g_ref = jax.jit(jax.grad(S))(jnp.asarray(theta))
+    np.testing.assert_allclose(g, g_ref, rtol=1e-9, atol=1e-9 * np.abs(g).max())
+    v = cr.third_derivative_contraction(theta, problem, coordinates)
+    Sigma = np.linalg.inv(H)
+    h = 1e-4
+    H_fd, v_fd = np.empty_like(H), np.empty(theta.size)
+    for j, e in enumerate(np.eye(theta.size)):
+        _, gp, Hp = cr.derivatives(theta + h * e, problem, coordinates)
+        _, gm, Hm = cr.derivatives(theta - h * e, problem, coordinates)
+        H_fd[:, j] = (gp - gm) / (2 * h)
+        v_fd[j] = np.sum(Sigma * (Hp - Hm)) / (2 * h)
+    np.testing.assert_allclose(H, H_fd, rtol=1e-5, atol=1e-6 * np.abs(H).max())
+    np.testing.assert_allclose(v, v_fd, rtol=1e-5, atol=1e-6 * np.abs(v).max())
+
+
+def test_kernel_forms_agree():
+    """The data term through ``xi`` (large ``D² P²``) and through the folded path kernel ``C`` give the same
+    expansion; ``observables`` maps ``θ̂`` to the expansion point."""
+    net, x, y = _markov_problem(12, p=20)
+    lead = th.solve_theory(net, x, y, temperature=0.05)
+    out = [cr.expand(net, th.make_problem(net, x, y, 0.05, form=form), lead.order_parameters, lead.Ua)
+           for form in ("C", "xi")]
+    for name in ("theta", "point", "mean", "covariance", "v"):
+        a, b = getattr(out[0], name), getattr(out[1], name)
+        np.testing.assert_allclose(b, a, rtol=1e-8, atol=1e-10 * np.abs(a).max(), err_msg=name)
+    Us, Ua = cr.observables(out[0].theta, th.make_problem(net, x, y, 0.05))
+    np.testing.assert_allclose(np.concatenate([U[np.triu_indices(U.shape[0])] for U in Us] + [[Ua]]), out[0].point,
+                               rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# exact results: the prior, and one layer with one head
+# ----------------------------------------------------------------------------
+def test_no_data_gives_the_prior_moments():
+    """Without data the exact means are ``E[U_l] = s_l²···sa² I``, ``E[Ua] = sa²``; the correction reaches them to
+    ``O(1/N²)`` (``U_2``, ``Ua`` exactly in Bartlett sites), and the predicted sd of the diagonal is the exact sd
+    of a product of independent ``χ²(n)/n`` to ``O(1/N)``, that of ``Ua`` exactly."""
+    var = (1.0, 1.2, 0.9, 1.1)
+    sd_err = []
+    for N in (20, 40):
+        net, x, y = _markov_problem(N, p=0, variances=var)
+        sol = th.solve_theory(net, x, y, temperature=0.05, correction="laplace")
+        exact, _ = th.gp_order_parameters(net)
+        assert np.abs(sol.U - exact[0]).max() <= 2.0 / N**2 * exact[0][0, 0]
+        np.testing.assert_allclose(sol.order_parameters[1], exact[1], atol=1e-9)
+        assert sol.Ua == pytest.approx(var[-1], rel=1e-10)
+        N1, N2, Na = net.widths
+        m = var[1] * var[2] * var[3]
+        sd_exact = m * math.sqrt((1 + 2 / N1) * (1 + 2 / N2) * (1 + 2 / Na) - 1)
+        sd_err.append(np.abs(np.diag(sol.U_sd) / sd_exact - 1))
+        assert sd_err[-1][0] < 1.5 / N  # U[0, 0] = s1² U_2[0, 0] c_1 / N1: one chi-square per level
+        assert sol.Ua_sd == pytest.approx(var[-1] * math.sqrt(2 / Na), rel=1e-8)
+    assert np.all(sd_err[1] < 0.6 * sd_err[0]), sd_err  # every diagonal: O(1/N)
+
+
+def _one_head_problem(N, p, var=(64.0, 0.5, 1.0)):
+    """One layer, one head, ``N0 = P_MAX``; ``p`` examples whose every token is ``e_μ`` (so ``xi_μ = e_μ`` and
+    ``C = s0²/N0 · δ_μν``), labels alternating ±1; padded to ``P_MAX``."""
+    net = Network([np.random.default_rng(0).normal(size=(1, P_MAX, P_MAX))], N, list(var))
+    x, y = np.zeros((P_MAX, 3, P_MAX)), np.zeros(P_MAX)
+    x[np.arange(p), :, np.arange(p)] = 1.0
+    y[:p] = np.where(np.arange(p) % 2 == 0, 1.0, -1.0)
+    return net, x, y
+
+
+def test_one_layer_one_head_prior_closed_form():
+    """One layer, one head, no data: ``U = s1² Ua χ²(N1)/N1``: ``E[U] = s1² sa²`` exactly (both coordinate
+    choices), ``Var[U] = (s1² sa²)² (2/N1 + 2/Na + 4/(N1 Na))`` to ``O(1/N²)``."""
+    var = (64.0, 0.7, 1.5)
+    net, x, y = _one_head_problem([9, 14], 0, var)
+    lead = th.solve_theory(net, x, y, temperature=0.1)
+    m = var[1] * var[2]
+    N1, Na = net.widths
+    var_exact = m**2 * (2 / N1 + 2 / Na + 4 / (N1 * Na))
+    for coordinates in cr.COORDINATES:
+        sol = th.laplace_correction(lead, coordinates=coordinates)
+        assert sol.U[0, 0] == pytest.approx(m, rel=1e-10)
+        assert sol.Ua == pytest.approx(var[2], rel=1e-10)
+        assert abs(sol.U_sd[0, 0] ** 2 - var_exact) <= 1.01 * m**2 * 4 / (N1 * Na)
+        assert sol.Ua_sd == pytest.approx(var[2] * math.sqrt(2 / Na), rel=1e-10)
+
+
+def _one_head_quadrature(N1, Na, p, var, T, c):
+    """Exact posterior mean and sd of ``U`` and mean of ``Ua`` by 2-d quadrature over ``(log χ²(N1), log χ²(Na))``:
+    ``p`` examples with kernel ``U c δ_μν`` and labels ±1."""
+    grids = [np.linspace(math.log(n) - 14 * math.sqrt(2 / n), math.log(n) + 14 * math.sqrt(2 / n), 801) for n in (N1, Na)]
+    u1, ua = np.meshgrid(*grids, indexing="ij")
+    U = var[1] * var[2] * np.exp(u1 + ua) / (N1 * Na)
+    G = U * c + T
+    S = 0.5 * (np.exp(u1) - N1 * u1 + np.exp(ua) - Na * ua) + 0.5 * p * (np.log(G) + 1 / G)
+    w = np.exp(-(S - S.min()))
+    w /= w.sum()
+    mean = float((w * U).sum())
+    return mean, float(np.sqrt((w * (U - mean) ** 2).sum())), float((w * var[2] * np.exp(ua) / Na).sum())
+
+
+def test_one_layer_one_head_against_quadrature():
+    """With data (``P = N/2`` orthogonal examples, so the posterior depends on ``N`` only through ``P/N``): the
+    leading error shrinks like ``1/N``, the corrected one like ``1/N²`` and is far smaller; the predicted sd is
+    right to ``O(1/N)``."""
+    T, var = 0.1, (64.0, 0.5, 1.0)
+    Ns = np.array([16, 32, 64, 128])
+    lead_err, corr_err, sd_err, ua_err = [], [], [], []
+    for N in Ns:
+        p = int(N) // 2
+        net, x, y = _one_head_problem(int(N), p, var)
+        sol = th.solve_theory(net, x, y, temperature=T, correction="laplace")
+        mean, sd, mean_ua = _one_head_quadrature(N, N, p, var, T, var[0] / P_MAX)
+        lead_err.append(abs(sol.U_leading[0, 0] - mean) / mean)
+        corr_err.append(abs(sol.U[0, 0] - mean) / mean)
+        sd_err.append(abs(sol.U_sd[0, 0] / sd - 1))
+        ua_err.append(abs(sol.Ua - mean_ua) / mean_ua)
+    lead_err, corr_err = np.array(lead_err), np.array(corr_err)
+    assert np.all(corr_err < 0.05 * lead_err), (lead_err, corr_err)
+    assert -1.2 < _slope(Ns, lead_err) < -0.8, lead_err
+    assert _slope(Ns, corr_err) < -1.8, corr_err
+    assert _slope(Ns, ua_err) < -1.8, ua_err
+    assert -1.2 < _slope(Ns, sd_err) < -0.8 and sd_err[0] < 0.1, sd_err
+
+
+# ----------------------------------------------------------------------------
+# coordinate independence
+# ----------------------------------------------------------------------------
+def test_two_coordinate_choices_agree_to_second_order():
+    """Bartlett sites and log-Cholesky coordinates (``P = N/2``): the corrected means differ by ``O(1/N²)`` (fitted
+    slope below −1.6) while the correction itself is ``O(1/N)``; the predicted sds differ by ``O(1/N)`` relative.
+    (Log-Cholesky coordinates are the poorer choice: the off-diagonal entries of each factor scale with the level
+    above, a funnel that moves the mode of ``Ua`` by about (number of off-diagonals)/``Na``; hence the large
+    second-order difference at the smallest width.)"""
+    Ns = np.array([16, 32, 64, 128])
+    diff, shift, sd_diff = [], [], []
+    for N in Ns:
+        net, x, y = _markov_problem(int(N))
+        lead = th.solve_theory(net, x, y, temperature=0.01)
+        a = th.laplace_correction(lead, coordinates="bartlett")
+        b = th.laplace_correction(lead, coordinates="log_cholesky")
+        diff.append(_rel(b.U, a.U))
+        shift.append(_rel(lead.U, a.U))
+        sd_diff.append(np.abs(b.U_sd - a.U_sd).max() / a.U_sd.max())
+    assert _slope(Ns, diff) < -1.6, diff
+    assert -1.4 < _slope(Ns, shift) < -0.7, shift
+    assert _slope(Ns, sd_diff) < -0.8, sd_diff
+    assert diff[-1] < 0.1 * shift[-1]
+
+
+# ----------------------------------------------------------------------------
+# against the exact posterior: the wishart sampler (THEORY.md §7)
+# ----------------------------------------------------------------------------
+SAMPLING = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
+
+
+@functools.cache
+def _fig2c(N):
+    """Fig. 2c network (``models/markov_4paths.toml``: P = 100, T = 0.01), 40 test inputs: the corrected theory
+    and 2 × 800 (N = 10) or 2 × 1500 draws of the ``wishart`` sampler (Monte-Carlo floor of the distance of
+    ``U`` about 0.008 and 0.003)."""
+    task, net = markov.fig2c(N)
+    x, y, xt, _ = task.generate()
+    xt = xt[:40]
+    sol = th.solve_theory(net, x, y, temperature=0.01, correction="laplace")
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, seed=N, num_samples=800 if N <= 10 else 1500,
+                               **SAMPLING)
+    s = post.summary()
+    assert s.max_rhat < 1.02 and s.min_ess > 400 and s.divergences == 0, s.by_variable()
+    return net, x, y, xt, sol, post
+
+
+def _distance(post, name, theory):
+    """The relative Frobenius distance of ``bayes_attn.compare``, ``||mean − theory|| / ||theory||``, of the
+    posterior mean of ``name``, and its Monte-Carlo floor ``sqrt(Σ mcse²) / ||theory||``."""
+    import arviz_stats as azs
+
+    draws = post.tree["posterior"][name].values
+    se = np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)
+    norm = np.linalg.norm(np.ravel(theory))
+    return float(np.linalg.norm(draws.mean((0, 1)) - theory) / norm), float(np.linalg.norm(se) / norm)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("N, tol, factor", [(10, 0.02, 1 / 3), (100, 0.008, 1 / 2)])
+def test_fig2c_U_against_wishart(N, tol, factor):
+    """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
+    sampled posterior mean, and its gap (the distance with the Monte-Carlo floor taken out, ``compare.Check.gap``)
+    at most ``factor`` times the leading order's; the predicted sd of ``U[1-1, 1-1]`` matches the sampled one to
+    ``O(1/N)``."""
+    net, x, y, xt, sol, post = _fig2c(N)
+    lead, floor = _distance(post, "U", sol.U_leading)
+    corr = _distance(post, "U", sol.U)[0]
+    gap = lambda d: math.sqrt(max(d * d - floor * floor, 0.0))  # noqa: E731
+    assert floor < 0.5 * tol  # the Monte-Carlo error leaves room to tell the two apart
+    assert corr <= tol and gap(corr) <= factor * gap(lead), (lead, corr, floor)
+    sd = float(post.tree["posterior"]["U"].values[..., 0, 0].std())
+    assert sol.U_sd[0, 0] == pytest.approx(sd, rel=1.0 / N + 0.05)
+
+
+def _per_draw_moments(net, x, y, T, U, xt):
+    """Mean and variance of ``f(xt)`` given each draw of ``U`` ``[chain, draw, D, D]``: ``[chain, draw, P*]`` each."""
+    with x64(True):
+        xi, xs, s0 = net.xi(x), net.xi(xt), net.variances[0]
+        C, Cx, Cxx = path_kernel_from_xi(xi, xi, s0), path_kernel_from_xi(xs, xi, s0), kernel_diag_from_xi(xs, s0)
+        yj = jnp.asarray(y)
+
+        def one(u):
+            return gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), yj, T)
+
+        m, v = jax.jit(jax.vmap(one))(jnp.asarray(U.reshape(-1, *U.shape[2:])))
+    return np.asarray(m).reshape(*U.shape[:2], -1), np.asarray(v).reshape(*U.shape[:2], -1)
+
+
+@pytest.mark.slow
+def test_fig2c_predictor_against_wishart():
+    """N = 10: the corrected predictor mean is within Monte-Carlo error of the mean of the sampler's ``f_test``
+    draws, and (Rao-Blackwellised over ``V0``: the exact conditional moments per draw of ``U``) much closer than
+    the leading order's; so is the corrected predictor variance ``E[variance] + Var[mean]``."""
+    import arviz_stats as azs
+
+    net, x, y, xt, sol, post = _fig2c(10)
+    mean, var = sol.predict(xt)
+    f = post.tree["posterior"]["f_test"]
+    se = azs.mcse(xr.Dataset({"f": f}))["f"].values
+    z = (mean - f.mean(("chain", "draw")).values) / se
+    assert np.max(np.abs(z)) < 4.5, np.round(z, 2)
+    m, v = _per_draw_moments(net, x, y, 0.01, post.tree["posterior"]["U"].values, xt)
+    m_s, v_s = m.mean((0, 1)), v.mean((0, 1)) + m.var((0, 1))
+    floor = np.linalg.norm(azs.mcse(xr.Dataset({"m": (("chain", "draw", "x"), m)}))["m"].values) / np.linalg.norm(m_s)
+    lead_mean, lead_var = th.solve_theory(net, x, y, temperature=0.01).predict(xt)
+    d_lead, d_corr = _rel(lead_mean, m_s), _rel(mean, m_s)
+    assert floor < 0.3 * d_lead and d_corr < 0.4 * d_lead, (d_lead, d_corr, floor)
+    assert _rel(var, v_s) < 0.25 * _rel(lead_var, v_s), (_rel(lead_var, v_s), _rel(var, v_s))
+
+
+@pytest.mark.slow
+def test_three_layers_against_wishart():
+    """Three layers with heads (2, 1, 2), unequal widths and variances, readout ``mean``: the corrected means of every level
+    (``U_1``, ``U_2``, ``U_3``, ``Ua``) agree with the sampler's entry by entry (|z| < 4.5) and are much closer
+    than the leading order's, which the sampler resolves; the predicted sds of the diagonals are right to
+    ``O(1/N)``: within ``1.5/N`` for the first diagonal entry of each level (a product of one chi-square per
+    level), within ``4/N`` for the others (their Bartlett factors hold squared normal entries, whose spread
+    enters at the next order)."""
+    task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=30, n_test=20)
+    layers = (("same_token", "random"), ("uniform",), ("uniform", "random"))
+    net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5], readout="mean")
+    x, y, xt, _ = task.generate()
+    sol = th.solve_theory(net, x, y, temperature=0.1, correction="laplace")
+    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=3, num_samples=800, **SAMPLING)
+    assert post.summary().max_rhat < 1.02
+    import arviz_stats as azs
+
+    p = post.tree["posterior"]
+    levels = [("U", 0), ("U_2", 1), ("U_3", 2), ("Ua", None)]
+    for name, l in levels:
+        corr = sol.Ua if l is None else sol.order_parameters[l]
+        lead = sol.Ua_leading if l is None else sol.order_parameters_leading[l]
+        sd = sol.Ua_sd if l is None else sol.order_parameter_sds[l]
+        draws = p[name].values
+        se = np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)
+        z = (np.asarray(corr) - draws.mean((0, 1))) / se
+        assert np.max(np.abs(z)) < 4.5, (name, np.round(z, 2))
+        d_lead, floor = _distance(post, name, lead)
+        d_corr = _distance(post, name, corr)[0]
+        assert d_lead > floor + 0.03 and d_corr < 0.5 * d_lead, (name, d_lead, d_corr, floor)
+        err = np.abs(np.diagonal(np.atleast_2d(sd)) / np.diagonal(np.atleast_2d(draws.std((0, 1)))) - 1)
+        assert err[0] < 1.5 / min(net.widths) and np.all(err < 4.0 / min(net.widths)), (name, err)
