@@ -42,9 +42,9 @@ training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -59,6 +59,8 @@ from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, r
 from ..compare import points_verdict
 from ..theory import gp_limit, head_scores, solve_theory
 from .training import ModelConfig, Params
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "EpisodeSet",
@@ -85,7 +87,7 @@ SEED_TAGS = {"theory_train": 1, "validation": 2, "test": 3, "ood/all_runs": 4, "
 
 def _log(progress_bar: bool, msg: str) -> None:
     if progress_bar:
-        print(msg, file=sys.stderr, flush=True)
+        log.info(msg)
 
 
 def _check_spec(spec) -> OneShotSpec:

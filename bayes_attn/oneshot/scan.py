@@ -14,7 +14,7 @@ episode set): ``mean(x*) = k*ᵀ G⁻¹ Y = Σ_π xi_π(x*) · v_π`` with
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 import warnings
 from typing import NamedTuple
@@ -29,6 +29,8 @@ from .spec import OneShotSpec
 from ..posterior import Posterior, sample_posterior
 from ..precision import float64
 from ..theory import Theory, solve_theory
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "temperature_scan"]
 
@@ -132,8 +134,8 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
             acc_val[i, j] = stats.accuracy_se(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
             acc_test[i, j] = stats.accuracy_se(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
             if progress_bar:
-                print(f"theory N={N} T={T:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
-                      f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}", file=sys.stderr, flush=True)
+                log.info(f"theory N={N} T={T:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
+                         f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}")
     gp_val, gp_test = np.zeros(nT), np.zeros(nT)
     for j, T in enumerate(temps):
         gp_val[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
@@ -208,8 +210,8 @@ def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: S
             "sampling_seconds": seconds,
         })
         if progress_bar:
-            print(f"sampled N={N} T={T:g}: accuracy {rows[-1]['accuracy_sampled'][0]:.3f}, "
-                  f"agreement with theory {rows[-1]['agreement']:.3f}, {seconds:.0f} s", file=sys.stderr, flush=True)
+            log.info(f"sampled N={N} T={T:g}: accuracy {rows[-1]['accuracy_sampled'][0]:.3f}, "
+                     f"agreement with theory {rows[-1]['agreement']:.3f}, {seconds:.0f} s")
     sw = list(spec.theory.sample_widths)
     D, labels = net.D, net.path_labels
     ds = xr.Dataset(

@@ -21,8 +21,8 @@ Layers and heads are 0-based in code.
 from __future__ import annotations
 
 import json
+import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,6 +36,8 @@ import optax
 
 from .. import _checks, _io, stats
 from ..network import Network, Weights, order_parameters_from_weights
+
+log = logging.getLogger(__name__)
 
 FORMAT = "bayes_attn.training.gd_model"
 FORMAT_VERSION = 1
@@ -391,7 +393,7 @@ def train(
             line += f"  val_acc {acc:.3f} ± {se:.3f}"
         history.seconds.append(time.perf_counter() - t0)
         if progress_bar:
-            print(line + f"  ({history.seconds[-1]:.1f} s)", file=sys.stderr, flush=True)
+            log.info(line + f"  ({history.seconds[-1]:.1f} s)")
     return params, history
 
 
