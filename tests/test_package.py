@@ -60,7 +60,7 @@ def _private_uses(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("folder", ["tests", "benchmarks", "inference"])
 def test_scripts_and_tests_use_only_public_names(folder):
-    bad = {str(p.relative_to(ROOT)): u for p in sorted((ROOT / folder).glob("*.py")) if (u := _private_uses(p))}
+    bad = {str(p.relative_to(ROOT)): u for p in sorted((ROOT / folder).rglob("*.py")) if (u := _private_uses(p))}
     assert not bad, bad
 
 

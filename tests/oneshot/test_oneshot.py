@@ -20,7 +20,7 @@ from bayes_attn.oneshot.training import TrainConfig
 
 from conftest import random_data, random_network
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data/omniglot"
 SPECS = sorted((ROOT / "models").glob("*oneshot*.toml")) + sorted((ROOT / "models").glob("omniglot_*.toml"))
 

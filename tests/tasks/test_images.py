@@ -20,7 +20,7 @@ from bayes_attn.tasks import (
     split_by_group,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data/omniglot"  # the subset shipped with the project
+DATA = Path(__file__).resolve().parents[2] / "data/omniglot"  # the subset shipped with the project
 SMALL = ("images_background_small1.zip", "images_background_small2.zip")
 
 
