@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import platform
@@ -53,6 +54,11 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
+
+
+def digest(text: str) -> str:
+    """16 hex digits of the SHA-256 of ``text``: the one hash of cache keys, settings and job seeds."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _checksummed(ds: xr.Dataset) -> dict:

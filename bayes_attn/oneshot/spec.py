@@ -36,14 +36,13 @@ Example (every key has a default; see ``models/omniglot_oneshot.toml``)::
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import _checks
+from .. import _checks, _io
 from .._spec_types import check_name, check_type, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
@@ -337,8 +336,7 @@ class OneShotSpec:
 
     def training_hash(self) -> str:
         """Short hash of :meth:`training_settings`, stored with the model to reuse it only when they match."""
-        text = json.dumps(self.training_settings(), sort_keys=True, default=list)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _io.digest(json.dumps(self.training_settings(), sort_keys=True, default=list))
 
     @classmethod
     def from_dict(cls, table: dict) -> OneShotSpec:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -46,6 +45,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TextIO
 
+from .._io import digest
 from ..compile_cache import own_folder
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def job_seed(base_seed: int, **params: Any) -> int:
     """
     _check_int(base_seed, "base_seed")
     text = _canonical({"base_seed": base_seed, "params": params}, "job_seed params")
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") & 0x7FFF_FFFF
+    return int(digest(text), 16) & 0x7FFF_FFFF  # the first 8 bytes of the SHA-256, big-endian
 
 
 @dataclasses.dataclass(frozen=True)
