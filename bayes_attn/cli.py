@@ -315,12 +315,12 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_prune(args) -> int:
-    from .oneshot.pipeline import prune
+    from .oneshot.pipeline import run_oneshot
     from .oneshot.spec import OneShotSpec, load_oneshot_spec
 
     spec = OneShotSpec() if args.spec is None else load_oneshot_spec(args.spec)
     out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
-    report = prune(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
+    report = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
                    force=args.force)
     rho = report["spearman"]
     print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: "

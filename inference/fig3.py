@@ -2,7 +2,7 @@
 
 For every variant (``2x4``: ``models/omniglot_oneshot.toml``; ``2x8``:
 ``models/omniglot_oneshot_2x8.toml``) and every training seed, runs
-``bayes_attn.oneshot.prune`` (train, theory scan on the frozen attention,
+``bayes_attn.oneshot.run_oneshot`` (train, theory scan on the frozen attention,
 sampling, head scores, pruning, the spread of ρ over draws of the theory's
 episodes × class bootstraps of the test episodes) into its own folder —
 ``OUT`` for 2x4 seed 0 (the run the README quotes), ``OUT/<variant>/seed<k>``
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bayes_attn.oneshot.pipeline import PAPER_SPEARMAN_RHO, load_oneshot_spec, prune
+from bayes_attn.oneshot.pipeline import PAPER_SPEARMAN_RHO, load_oneshot_spec, run_oneshot
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"2x4": ROOT / "models/omniglot_oneshot.toml", "2x8": ROOT / "models/omniglot_oneshot_2x8.toml"}
@@ -109,7 +109,7 @@ def main() -> None:
             folder = run_folder(a.out, variant, seed)
             report = finished(folder, spec)
             if report is None and not a.summary_only:
-                report = prune(spec, folder, data_dir=a.data_dir)
+                report = run_oneshot(spec, folder, data_dir=a.data_dir)
             if report is not None:
                 runs[variant][seed] = report
     summary = summarise(runs)

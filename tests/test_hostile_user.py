@@ -245,7 +245,7 @@ def test_prune_verdict_from_rhat_and_divergences(tmp_path, capsys, monkeypatch):
     assert v["verdict"] == "inconclusive" and "N=10" in v["inconclusive_reasons"][0]
     assert "R-hat 2.49" in v["inconclusive_reasons"][0] and "9 divergent" in v["inconclusive_reasons"][0]
     report = {"spearman": {"rho": 0.5, "p_value": 0.1}, "base_accuracy": 0.9, "base_se": 0.01} | v
-    monkeypatch.setattr(pipeline, "prune", lambda *a, **k: report)
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: report)
     assert cli.main(["prune", "--out", str(tmp_path / "p")]) == cli.EXIT_DIAGNOSTICS
     captured = capsys.readouterr()
     assert "WARNING: inconclusive" in captured.err and captured.out.count("wrote") == 1

@@ -5,7 +5,7 @@
 - :mod:`.scan`: theory over widths × temperatures on the frozen attention, sampling;
 - :mod:`.pruning`: head ablation of the trained model, Spearman, cumulative pruning;
 - :mod:`.results`, :mod:`.figures`: ``oneshot.nc``, ``report.md`` and the figures;
-- :mod:`.pipeline`: :func:`prune`, the whole job behind ``bayes-attn prune``.
+- :mod:`.pipeline`: :func:`run_oneshot`, the whole job behind ``bayes-attn prune``.
 """
 
 from .pipeline import (
@@ -19,8 +19,8 @@ from .pipeline import (
     gd_episodes,
     load_oneshot_spec,
     predictor_mean,
-    prune,
-    sample_widths,
+    run_oneshot,
+    sample_at_widths,
     temperature_scan,
     theory_draws,
     tokenizer,
@@ -29,6 +29,6 @@ from .pipeline import (
 
 __all__ = [
     "EpisodeSet", "ImageSets", "OneShotSpec", "Scan", "TrainedModel", "datasets", "evaluation_episodes",
-    "gd_episodes", "load_oneshot_spec", "predictor_mean", "prune", "sample_widths", "temperature_scan",
+    "gd_episodes", "load_oneshot_spec", "predictor_mean", "run_oneshot", "sample_at_widths", "temperature_scan",
     "theory_draws", "tokenizer", "train_model",
 ]

@@ -1,6 +1,6 @@
 """The one-shot image task end to end: paper Fig. 3 (THEORY.md §6).
 
-Pure steps, each small, and :func:`prune`, the whole job:
+Pure steps, each small, and :func:`run_oneshot`, the whole job:
 
 1. :func:`datasets`: read the images and split the classes into three
    disjoint sets — ``gd_train`` (with rotations as new classes when asked),
@@ -17,8 +17,8 @@ Pure steps, each small, and :func:`prune`, the whole job:
 4. :func:`temperature_scan` (:mod:`bayes_attn.oneshot.scan`): theory at every
    width × temperature and the GP limit per temperature on the frozen
    query/key; temperature chosen on the *validation* episodes.
-5. :func:`sample_widths`: the posterior (``[sampler]``) at the chosen temperatures.
-6. :func:`prune`: head scores from the theory's ``U`` at ``score_width``,
+5. :func:`sample_at_widths`: the posterior (``[sampler]``) at the chosen temperatures.
+6. :func:`run_oneshot`: head scores from the theory's ``U`` at ``score_width``,
    ``score_temperature``; single-head drops and cumulative pruning of the
    gradient-descent model on the test episodes; the same removal in the
    theory (a head's paths out of ``U``); the spread of the score–drop ρ
@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import _checks, _io, outputs, stats
 from . import figures, results, pruning, training
-from .scan import Scan, path_inputs, predictor_mean, sample_widths, temperature_scan
+from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations, load_oneshot_spec
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
 from ..compare import points_verdict
@@ -73,7 +73,7 @@ __all__ = [
     "gd_episodes",
     "load_oneshot_spec",
     "predictor_mean",
-    "prune",
+    "run_oneshot",
     "sample_widths",
     "temperature_scan",
     "theory_draws",
@@ -346,7 +346,7 @@ def _top_paths(U: np.ndarray, labels: list[str]) -> list[str]:
     return [labels[i] for i in (*order[:2], order[-1])]
 
 
-def prune(
+def run_oneshot(
     spec: OneShotSpec,
     out: str | os.PathLike,
     *,
@@ -381,7 +381,7 @@ def prune(
         for name in ("model.npz", "model.json"):  # a model trained with the same settings is reused
             if (out / name).is_file() and not (out / name).is_symlink():
                 shutil.copy2(out / name, stage.staging / name)
-        report = _prune(spec, stage.staging, data_dir, retrain, progress_bar)
+        report = _run_oneshot(spec, stage.staging, data_dir, retrain, progress_bar)
         report |= sampling_verdict(stage.staging / "oneshot.nc")
         write_json(stage.staging / "pruning.json", report)
         stage.record.update(verdict=report["verdict"])
@@ -407,7 +407,7 @@ def sampling_verdict(path: str | os.PathLike) -> dict:
     return {"verdict": verdict, "inconclusive_reasons": reasons}
 
 
-def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool) -> dict:
+def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool) -> dict:
     _io.write_text(out / "spec.toml", spec.to_toml())
     clock, seconds = time.perf_counter(), {}
 
@@ -426,7 +426,7 @@ def _prune(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: 
     tr, val, te = ev["theory_train"], ev["validation"], ev["test"]
     scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
     lap("theory scan")
-    sampled, _ = sample_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)
+    sampled, _ = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)
     lap("sampling")
     key = (th.score_width, th.score_temperature)
     score_theory = scan.theories.get(key) or solve_theory(net.with_width(th.score_width), tr.x, tr.y,

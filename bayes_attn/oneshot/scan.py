@@ -4,7 +4,7 @@
 evaluates the GP limit per temperature; the temperature of each width (and,
 separately, of the GP limit) is the grid value of best accuracy on
 *validation* episodes, and the test accuracy is reported at that choice.
-:func:`sample_widths` samples the posterior at the chosen temperatures.
+:func:`sample_at_widths` samples the posterior at the chosen temperatures.
 
 Predictions use :func:`predictor_mean`, the theory's predictor mean of §4
 written through the path inputs ``xi`` ``[P, D, N0]`` (computed once per
@@ -32,7 +32,7 @@ from ..theory import Theory, solve_theory
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Scan", "path_inputs", "predictor_mean", "sample_widths", "temperature_scan"]
+__all__ = ["Scan", "path_inputs", "predictor_mean", "sample_at_widths", "temperature_scan"]
 
 
 def path_inputs(net: Network, x) -> np.ndarray:
@@ -170,7 +170,7 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     return Scan(ds, theories)
 
 
-def sample_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: Scan, *,
+def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: Scan, *,
                   progress_bar: bool = True) -> tuple[xr.Dataset, dict[int, Posterior]]:
     """Sample the posterior (``spec.sampler``) at each ``spec.theory.sample_widths`` and its chosen temperature.
 

@@ -133,7 +133,7 @@ def needs_omniglot():
 def tiny_run(tmp_path_factory):
     needs_omniglot()
     out = tmp_path_factory.mktemp("fig3")
-    return out, oneshot.prune(TINY, out, progress_bar=False)
+    return out, oneshot.run_oneshot(TINY, out, progress_bar=False)
 
 
 @pytest.fixture(scope="module")
