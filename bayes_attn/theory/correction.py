@@ -61,6 +61,12 @@ small for entries that hang on one chi-square per level (1 % for
 factors hold several normal entries, whose squares enter at the next order
 (up to ~30 % at ``N ≈ 10`` for the last diagonal entry of a 4 × 4 ``U_1``).
 
+Cost, Fig. 2c network at N = 10, 100, 1000 on a 2-core machine
+(``benchmarks/results/correction.json``): after compilation the corrected
+solve takes 1.3 times the leading one (about 0.1 s against 0.08 s; 2–4
+Newton steps from the leading solution); the first call in a process,
+compilation included, 2.3 times (about 11 s against 5 s).
+
 Unreliable results are not silent: a Newton solve that does not converge,
 an ``H`` that is not positive definite, or a corrected mean of some ``U_l``
 that is not positive semi-definite (then the next-order terms are as large
