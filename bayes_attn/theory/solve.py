@@ -61,7 +61,9 @@ def solve_theory(
             or ``"laplace"`` (§8).
 
     Warns (``RuntimeWarning``) when it does not converge or stops where the
-    Hessian is not positive definite (then ``Theory.is_minimum`` is False).
+    Hessian is not positive definite (then ``Theory.is_minimum`` is False),
+    and, with ``correction="laplace"``, when the correction is unreliable
+    (see :func:`~bayes_attn.theory.correction.laplace_correction`).
     """
     x, y, temperature = check_problem(net, x, y, temperature)
     correction = _checks.choice("correction", "none" if correction is None else correction, CORRECTIONS)
