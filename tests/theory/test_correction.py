@@ -517,3 +517,10 @@ def test_three_layers_against_wishart():
         assert d_lead > floor + 0.03 and d_corr < 0.5 * d_lead, (name, d_lead, d_corr, floor)
         err = np.abs(np.diagonal(np.atleast_2d(sd)) / np.diagonal(np.atleast_2d(draws.std((0, 1)))) - 1)
         assert err[0] < 1.5 / min(net.widths) and np.all(err < 4.0 / min(net.widths)), (name, err)
+
+
+def test_correction_too_big_for_memory_fails_before_computing():
+    net = ba.Network([np.zeros((8, 4, 4)), np.zeros((8, 4, 4))], 10)  # 64 paths
+    x, y = np.zeros((2000, 3, 4)), np.ones(2000)  # the expansion would need ~130 GiB
+    with pytest.raises(ValueError, match="correction='laplace' with 64 paths and P=2000 needs about"):
+        ba.solve_theory(net, x, y, temperature=0.1, correction="laplace")
