@@ -33,6 +33,17 @@ def random_data(P, *, T=4, N0=6, seed=1):
     return x, y
 
 
+TINY = {  # a tiny Markov run spec (as TOML tables) for the command's and the jobs' tests
+    "name": "tiny",
+    "temperature": 0.1,
+    "task": {"kind": "markov", "feature_dim": 8, "seq_len": 5, "n_train": 12, "n_test": 20, "seed": 3},
+    "network": {"layers": [["same_token", "random"], ["uniform", "random"]], "width": 3, "beta": 2.0},
+    "sampler": {"name": "collapsed", "num_warmup": 60, "num_samples": 40, "num_chains": 2, "seed": 1},
+    "compare": {"widths": [3, 30], "sample_widths": [3],
+                "gp_paths": {"good path": ["1-1"], "good + denoising paths": ["1-1", "2-1"]}},
+}
+
+
 @pytest.fixture
 def tiny():
     """Tiny problem: N=4, 2×2 heads (4 paths), P=20, 7 test inputs."""

@@ -20,7 +20,7 @@ from bayes_attn.sweep import job_seed, table
 from bayes_attn.stats import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
-from test_pipeline_cli import TINY
+from conftest import TINY
 
 THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}
 

@@ -21,7 +21,7 @@ import xarray as xr
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.spec import Spec, spec_from_dict
-from test_pipeline_cli import TINY
+from conftest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
@@ -158,6 +158,8 @@ def test_dask_compilation_cache_lives_in_the_users_cache_folder(tmp_path, monkey
     from bayes_attn.sweep import table
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("BAYES_ATTN_COMPILE_CACHE", raising=False)
+    monkeypatch.delenv("BAYES_ATTN_NO_COMPILE_CACHE", raising=False)
     seen = {}
 
     def fake_sweep(spec, out, executor=None, **kw):

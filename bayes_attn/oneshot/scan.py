@@ -196,15 +196,15 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
         posteriors[N] = post
         f = np.asarray(post.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
         theory_mean = predictor_mean(scan.theory(N).U, T, xi, y, xi_test, s0sq=net.variances[0])
-        stats = post.tree["posterior"]
+        draws = post.tree["posterior"]
         rows.append({
             "temperature_sampled": T,
             "accuracy_sampled": stats.accuracy_se(f, y_test),
             "agreement": float(np.mean((f >= 0) == (theory_mean >= 0))),
             "U_sampled": post.order_parameter(1),
             "U_theory": scan.theory(N).U,
-            "rhat_U": _max_rhat(stats["U"]),
-            "ess_U": _min_ess(stats["U"]),
+            "rhat_U": _max_rhat(draws["U"]),
+            "ess_U": _min_ess(draws["U"]),
             "divergences": int(post.tree["sample_stats"]["diverging"].sum()),
             "mean_steps": float(post.tree["sample_stats"]["n_steps"].mean()),
             "sampling_seconds": seconds,

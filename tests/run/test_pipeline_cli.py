@@ -5,21 +5,12 @@ import tomllib
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import TINY
 
 from bayes_attn import cli, gp_limit
 from bayes_attn.run import pipeline
-from bayes_attn.sweep import table
 from bayes_attn.spec import Spec, load_spec, spec_from_dict
-
-TINY = {
-    "name": "tiny",
-    "temperature": 0.1,
-    "task": {"kind": "markov", "feature_dim": 8, "seq_len": 5, "n_train": 12, "n_test": 20, "seed": 3},
-    "network": {"layers": [["same_token", "random"], ["uniform", "random"]], "width": 3, "beta": 2.0},
-    "sampler": {"name": "collapsed", "num_warmup": 60, "num_samples": 40, "num_chains": 2, "seed": 1},
-    "compare": {"widths": [3, 30], "sample_widths": [3],
-                "gp_paths": {"good path": ["1-1"], "good + denoising paths": ["1-1", "2-1"]}},
-}
+from bayes_attn.sweep import table
 
 
 def _write(tmp_path, data=TINY):

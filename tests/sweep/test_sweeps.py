@@ -10,7 +10,7 @@ from bayes_attn import cli
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
 from bayes_attn.spec import spec_from_dict
-from test_pipeline_cli import TINY
+from conftest import TINY
 
 SMALL = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": [3]}}
 
