@@ -53,6 +53,7 @@ def problem():
     return net, x, y, xt, yt, theory
 
 
+@pytest.mark.slow
 def test_verdict_on_draws_centred_on_theory(problem):
     net, x, y, xt, yt, theory = problem
     m, v = theory.predict(xt)
@@ -88,6 +89,7 @@ def test_compare_rejects_other_inputs(problem):
         ba.compare(other, post, xt, yt)
 
 
+@pytest.mark.slow
 def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path):
     """Collapsed NUTS on a tiny problem: predictor mean close to theory (it is a small width, so only loosely)."""
     net, x, y, xt, yt, theory = problem
@@ -103,6 +105,7 @@ def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path):
     assert set(ds["predictor"].values) == {"theory", "sampled", "gp"}
 
 
+@pytest.mark.slow
 def test_verdict_is_not_fooled_by_correlated_mc_noise(problem):
     """Draws whose MC error is shared by all test inputs (a rank-1 mode, as when U moves):
     with no real gap the verdict must not fail more than rarely."""

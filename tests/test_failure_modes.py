@@ -40,6 +40,7 @@ def _forbid(monkeypatch, *names):
 
 
 # 1. verdict -----------------------------------------------------------------
+@pytest.mark.slow
 def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsys):
     path = _spec_file(tmp_path)
     out = tmp_path / "run"
@@ -65,6 +66,7 @@ def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsy
     assert versions["numpyro"] and versions["jax"] and versions["bayes_attn"]
 
 
+@pytest.mark.slow
 def test_sweep_records_its_provenance(tmp_path):
     spec = spec_from_dict(TINY)
     ds = table.sweep(spec, tmp_path / "sw", progress_bar=False, thinning=2, target_accept=0.9)
@@ -113,6 +115,7 @@ def test_unwritable_output_fails_before_sampling(tmp_path, capsys, monkeypatch, 
 
 
 # 5. labels ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_classification_needs_plus_minus_one_labels(tiny):
     net, x, y, xt = tiny
     with pytest.raises(ValueError, match=r"y must be classification labels \+1/-1.*2\*y - 1"):
@@ -217,6 +220,7 @@ def test_stale_temporaries_are_removed(tmp_path, capsys):
 
 
 # 11. same seed and chain method, same draws, from the library and the command ------------------------------------
+@pytest.mark.slow
 def test_same_seed_same_draws_from_library_and_command(tmp_path):
     path = _spec_file(tmp_path)
     spec = load_spec(path)
@@ -246,6 +250,7 @@ def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
 
 
 # 14. a memory estimate before sampling ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_memory_estimate_refuses_a_run_too_big_before_compiling(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: 8 * 2**30)
     spec = spec_from_dict(TINY)

@@ -195,6 +195,7 @@ def test_cluster_options_cannot_inject_shell_commands():
 
 
 # 6. verdicts of sweeps and pruning are earned --------------------------------------------------------------
+@pytest.mark.slow
 def test_sweep_on_unconverged_chains_is_inconclusive_and_exits_3(tmp_path, capsys):
     out = tmp_path / "sw"
     status = cli.main(["sweep", str(_spec_file(tmp_path)), "--out", str(out), "--widths", "3", "--sample-widths", "3",

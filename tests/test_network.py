@@ -75,6 +75,7 @@ def test_kernel_is_U_weighted_path_kernel():
     np.testing.assert_allclose(C[1, 2, 0, 0], 2.0 * xi[0, 1] @ np.asarray(net.xi(x2))[0, 2] / (6 * 4), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_prior_predictive_covariance_is_gp_kernel():
     """Over prior draws, Cov f(x_mu) f(x_nu) = K with the GP U (within MC error)."""
     net = random_network((2, 2), width=40, variances=[1.5, 0.8, 1.2, 0.9], scale=0.5)
@@ -130,6 +131,7 @@ def test_bad_inputs():
 
 
 @pytest.mark.parametrize("rank", [1, 2, 4])
+@pytest.mark.slow
 def test_kernel_forms_agree_in_float64(rank):
     """The likelihood's three forms (path-kernel tensor, ξ product, Woodbury) give the same log density and
     gradient in float64, and the tensor and ξ forms the same Gram matrix; P = 30 > rank · N0 so Woodbury applies."""

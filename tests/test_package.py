@@ -84,6 +84,7 @@ print(jax.config.jax_enable_x64, post.tree["posterior"]["U"].dtype, post.tree.at
 """
 
 
+@pytest.mark.slow
 def test_float64_sampling_with_progress_bar_in_a_float32_process():
     """Host callbacks (the progress bar) run on other threads: they must see float64 too, and the
     caller's float32 default comes back afterwards."""

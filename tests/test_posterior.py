@@ -26,6 +26,7 @@ def tiny_full():
     return net, x, y, xt, post
 
 
+@pytest.mark.slow
 def test_tiny_network_converges_on_invariant_observables(tiny_full):
     net, x, y, xt, post = tiny_full
     s = post.summary()
@@ -128,6 +129,7 @@ def _assert_gaussian(draws, mean, cov, z=4.5):
     assert np.max(np.abs(np.cov(draws.T) - cov) / se) < z
 
 
+@pytest.mark.slow
 def test_conditional_draws_of_f_are_exact():
     """For a fixed U, draws of f | U, Y have the GP posterior mean and covariance."""
     net = random_network((2, 2), width=4)
@@ -141,6 +143,7 @@ def test_conditional_draws_of_f_are_exact():
     _assert_gaussian(f, *_gp_posterior(net, U, x, y, xt, T))
 
 
+@pytest.mark.slow
 def test_conditional_draws_of_V0_are_exact():
     """For fixed upper weights, V0 | rest, Y is Gaussian: its draws give f with the GP posterior law,
     and V0 projected off the span of the data directions keeps its prior variance s0²."""
@@ -166,6 +169,7 @@ def test_conditional_draws_of_V0_are_exact():
     assert np.max(np.abs(proj.var(0) / net.variances[0] - 1)) < 4.5 * math.sqrt(2 / M)
 
 
+@pytest.mark.slow
 def test_predict_equals_a_plain_loop_over_draws(tiny_full):
     """Posterior.predict = mean over draws of the GP mean; mean of the GP variance + variance of the means."""
     net, x, y, xt, post = tiny_full
@@ -180,6 +184,7 @@ def test_predict_equals_a_plain_loop_over_draws(tiny_full):
     np.testing.assert_allclose(var, vs.mean(0) + ms.var(0), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
     net, x, y, xt = tiny
     post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, num_warmup=50, num_samples=20, num_chains=1,
@@ -230,6 +235,7 @@ def test_load_missing_file(tmp_path):
         ba.load_posterior(tmp_path / "nope.nc")
 
 
+@pytest.mark.slow
 def test_token_form_thinning_one_chain_without_test_inputs(tiny):
     net, x, y, xt = tiny
     post = ba.sample_posterior(net, x, y, temperature=0.1, num_warmup=30, num_samples=20, num_chains=1, thinning=2,

@@ -52,6 +52,7 @@ def test_limits_rejects_bad_counts(bad):
             pass
 
 
+@pytest.mark.slow
 def test_sampling_records_settings_restores_blas_and_repeats_bit_for_bit(no_blas_env):
     """Inside the call one BLAS thread, recorded with the chain method; the caller's setting afterwards;
     ``auto`` is sequential on one CPU device; the same settings give the same draws bit for bit."""

@@ -74,6 +74,7 @@ def test_dataclass_checks_apply_without_toml():
 
 
 # ----- the theory's predictor and the temperature choice ----------------------------------
+@pytest.mark.slow
 def test_predictor_mean_equals_theory_predict():
     net = random_network((2, 2), width=5, N0=6)
     x, y = random_data(30)
@@ -83,6 +84,7 @@ def test_predictor_mean_equals_theory_predict():
     np.testing.assert_allclose(got, t.predict(xt)[0], rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.slow
 def test_temperature_is_chosen_on_validation_never_on_test():
     net = random_network((2, 2), width=5, N0=6, scale=2.0)
     x, y = random_data(40)
@@ -103,6 +105,7 @@ def test_temperature_is_chosen_on_validation_never_on_test():
     np.testing.assert_allclose(flipped["accuracy_theory"], 1 - ds["accuracy_theory"])
 
 
+@pytest.mark.slow
 def test_one_head_score_implementation():
     assert pruning.head_scores is head_scores
     net = random_network((2, 3), width=4)
@@ -163,6 +166,7 @@ def test_theory_episodes_come_from_training_classes_and_test_classes_are_disjoin
     assert ev["theory_train"].x.shape == (40, 48, 64) and set(ev) >= {"validation", "test", "ood/all_runs", "ood/digits"}
 
 
+@pytest.mark.slow
 def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     out, report = tiny_run
     for f in ("model.npz", "model.json", "spec.toml", "pruning.json", "oneshot.nc", "report.md",

@@ -53,6 +53,7 @@ def numpy_forward(params: Params, x, removed=None):
 
 
 # ----- the two implementations agree -------------------------------------------
+@pytest.mark.slow
 def test_forward_matches_numpy_and_network_token_and_path_forms():
     params, x = small_model(), small_x()
     f = np.asarray(training.forward(params, x))
@@ -110,6 +111,7 @@ def trained():
     return config, tc, params, hist, (xv, yv)
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss_and_beats_chance(trained):
     config, tc, params, hist, (xv, yv) = trained
     assert len(hist.loss) == tc.epochs and len(hist.val_accuracy) == tc.epochs
@@ -322,6 +324,7 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
     np.testing.assert_array_equal(m == 0, gone)
 
 
+@pytest.mark.slow
 def test_theory_ablation_is_the_predictor_with_the_heads_paths_out_of_U():
     from conftest import random_data, random_network
 

@@ -56,6 +56,7 @@ def test_bad_specs(change, match):
         spec_from_dict({**TINY, **change})
 
 
+@pytest.mark.slow
 def test_run_writes_everything(tmp_path):
     spec = spec_from_dict(TINY)
     res = pipeline.run(spec, tmp_path / "run", progress_bar=False)
@@ -72,6 +73,7 @@ def test_run_writes_everything(tmp_path):
     assert again.posterior.sampler == "collapsed" and "`collapsed` sampler" in (tmp_path / "run2" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     spec = spec_from_dict(TINY)
     ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)
@@ -92,6 +94,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert float(hot["Ua"].sel(width=3)) != float(ds["Ua"].sel(width=3))  # recomputed at the new temperature
 
 
+@pytest.mark.slow
 def test_gp_on_paths_equals_gp_of_subnetwork():
     spec = spec_from_dict(TINY)
     x, y, xt, _ = spec.data()
@@ -104,6 +107,7 @@ def test_gp_on_paths_equals_gp_of_subnetwork():
     np.testing.assert_allclose(v1, v2, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_cli_sample_and_theory(tmp_path, capsys):
     _, path = _write(tmp_path)
     # 2 chains × 30 draws cannot give a bulk ESS of 100: the command says so and exits with status 3

@@ -66,6 +66,7 @@ def _assert_same_means(a, b, what: str):
     assert np.max(np.abs(z)) <= Z, f"{what}: z-scores {np.round(z, 2)}"
 
 
+@pytest.mark.slow
 def test_collapsed_and_full_agree_within_mc_error(runs):
     net, x, y, xt, full, coll = runs
     for post in (full, coll):  # the comparison is only meaningful for converged chains
@@ -109,6 +110,7 @@ def _reference_potentials(net, x, y, W: ba.Weights) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("heads", [(2, 2), (3,), (2, 1, 2)])
+@pytest.mark.slow
 def test_potentials_token_path_and_collapsed_are_exact(heads):
     net = random_network(heads, width=3, seed=5)
     x, y = random_data(9, seed=6)
@@ -133,6 +135,7 @@ def test_potentials_token_path_and_collapsed_are_exact(heads):
 # ----------------------------------------------------------------------------
 # float32
 # ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_float32_collapsed_sampling_matches_float64(runs):
     net, x, y, xt, full, coll = runs
     post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, x_test=xt, num_warmup=300, num_samples=500,
@@ -159,6 +162,7 @@ def _sbc_problem():
 
 
 @pytest.mark.parametrize("sampler", ["full", "collapsed", "wishart"])
+@pytest.mark.slow
 def test_simulation_based_calibration(sampler):
     """Ranks of the true U, U_2 (upper triangles), Ua, f(x_test) and f(x_train[0]) among posterior draws are uniform.
 
@@ -177,6 +181,7 @@ def test_simulation_based_calibration(sampler):
     assert u["p_pooled"] > 0.01, u
 
 
+@pytest.mark.slow
 def test_simulation_based_calibration_has_power():
     """Negative control: the sampler's likelihood at T/4 while the data come from T must be rejected (wishart: cheapest)."""
     net, x, xt = _sbc_problem()

@@ -122,6 +122,7 @@ def _kron_factor_U(A_list, heads, widths, variances):
 # ----------------------------------------------------------------------------
 # shapes
 # ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sampled_dimension():
     """14 for the Fig. 2c network at any width above the path count; lower-trapezoidal factors when singular."""
     for N in (4, 10, 100, 10000):
@@ -142,6 +143,7 @@ def test_sampled_dimension():
 # the prior by direct draws
 # ----------------------------------------------------------------------------
 @pytest.mark.parametrize("cfg", [REGULAR, SINGULAR], ids=["regular", "singular"])
+@pytest.mark.slow
 def test_prior_means_every_level(cfg):
     """``E[U_l] = s_l²···sL²·sa² I`` at every level and ``E[Ua] = sa²``; the recursion equals explicit
     Kronecker products."""
@@ -211,6 +213,7 @@ def test_one_layer_one_head_law():
     assert scipy.stats.kstest(Ua * widths[1] / var[2], scipy.stats.chi2(widths[1]).cdf).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_singular_ranks_match_weights():
     """``rank U_l = min(H_l r_{l+1}, N_l)`` for the factors and for ``order_parameters_from_weights`` alike."""
     cfg = SINGULAR
@@ -280,6 +283,7 @@ def _reference_log_density(net, x, y, T, t, z):
 
 @pytest.mark.parametrize("cfg", [SINGULAR, dict(heads=(3,), widths=(10000, 10000), variances=(1.0, 1.2, 0.8))],
                          ids=["singular", "one-layer-N10000"])
+@pytest.mark.slow
 def test_model_log_density_is_exact(cfg):
     """``log_density`` of the model (float64 and float32) equals the SciPy reference; sites follow the dtype."""
     net, x, y = _problem(cfg)
@@ -308,6 +312,7 @@ def test_model_log_density_is_exact(cfg):
                     assert all(np.all(np.isfinite(v)) for v in g.values())
 
 
+@pytest.mark.slow
 def test_model_prior_predictive_is_the_wishart_chain():
     """``Predictive`` with ``y=None`` (the sites' own samplers): ``t`` standardised, ``c ~ χ²``, and the order
     parameters have the factor construction's law."""
@@ -365,6 +370,7 @@ def _means_and_mcse(post, names):
     ],
     ids=["2-layer", "3-layer-singular"],
 )
+@pytest.mark.slow
 def test_posterior_matches_collapsed(layers, width, variances):
     """Posterior means of every entry of ``U``, ``U_2..``, ``Ua`` and of ``f_test`` agree with the collapsed sampler
     within ``4.5 sqrt(mcse_a² + mcse_b²)``, on a small Markov task (2 layers, N = D = 4: the last chi-square has

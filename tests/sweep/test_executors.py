@@ -175,6 +175,7 @@ def test_in_process_run_does_not_import_dask():
 # ------------------------------------------------------------------ on Dask
 
 
+@pytest.mark.slow
 def test_dask_local_gives_the_in_process_results_with_worker_settings(tmp_path, capfd, deadline, caplog):
     caplog.set_level(logging.INFO, logger="bayes_attn")
     jobs = [Job.seeded(f"sample-N{w}-T0.01", {"kind": "sample", "width": w, "temperature": 0.01}, BASE_SEED)
@@ -221,6 +222,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_dask_local_workers_see_jax_settings_when_the_main_module_imports_jax(tmp_path, deadline):
     (tmp_path / "script.py").write_text(JAX_SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
@@ -230,6 +232,7 @@ def test_dask_local_workers_see_jax_settings_when_the_main_module_imports_jax(tm
     assert out.stdout.strip().split("|") == ["True", "True", "float64", str(tmp_path / "cache"), "float32"]
 
 
+@pytest.mark.slow
 def test_killed_worker_is_replaced_and_the_job_rerun(dask_scheduler, tmp_path, deadline):
     jobs = jobs_for(tmp_path, die_once=2)
     outcomes = run_jobs(flaky, jobs, dask_scheduler, progress=False)
@@ -248,6 +251,7 @@ def test_a_raising_job_is_retried_then_reported(dask_scheduler, tmp_path, deadli
     assert bad.worker.startswith("tcp://")
 
 
+@pytest.mark.slow
 def test_a_job_killing_every_worker_fails_after_bounded_retries(dask_scheduler, tmp_path, capfd, deadline):
     start = time.monotonic()
     outcomes = run_jobs(flaky, jobs_for(tmp_path, die_always=1), dask_scheduler)

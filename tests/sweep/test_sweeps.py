@@ -20,6 +20,7 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
     return ds.drop_vars([v for v in ds.data_vars if v.endswith("seconds")]).drop_attrs()
 
 
+@pytest.mark.slow
 def test_dask_sweep_equals_in_process_sweep(tmp_path):
     spec = spec_from_dict(SMALL)
     here = table.sweep(spec, tmp_path / "here", progress_bar=False)

@@ -89,6 +89,7 @@ def _slope(N, values):
 # ----------------------------------------------------------------------------
 # the argument, the default and the file
 # ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_default_is_the_paper_theory_bit_for_bit():
     net, x, y = _markov_problem(16)
     a = th.solve_theory(net, x, y, temperature=0.05)
@@ -102,6 +103,7 @@ def test_default_is_the_paper_theory_bit_for_bit():
     assert a.to_dataset().attrs["correction"] == "none"
 
 
+@pytest.mark.slow
 def test_bad_arguments(monkeypatch):
     net, x, y = _markov_problem(16)
 
@@ -122,6 +124,7 @@ def test_bad_arguments(monkeypatch):
         th.laplace_correction(th.gp_limit(net, x, y, temperature=0.1))
 
 
+@pytest.mark.slow
 def test_singular_levels_use_bartlett_sites():
     """``N_1 = 3 < D_1 = 4``: log-Cholesky coordinates refuse (ValueError naming the level); Bartlett sites give
     finite means and spreads, a positive definite mean of ``U``, the expansion point of the ranks of §7, and a
@@ -149,6 +152,7 @@ def test_singular_levels_use_bartlett_sites():
     assert "too small" in sol.laplace.message
 
 
+@pytest.mark.slow
 def test_save_load_round_trip(tmp_path):
     net, x, y = _markov_problem(16)
     xt = _markov_data()[3][:6]
@@ -192,6 +196,7 @@ def _wishart_chain_log_density(net, x, y, T, Us, Ua):
     return lp + scipy.stats.multivariate_normal.logpdf(y, np.zeros(len(y)), K + T * np.eye(len(y)))
 
 
+@pytest.mark.slow
 def test_log_cholesky_action_is_the_exact_density():
     """``S(θ) + log p(U(θ)) + log |∂U/∂θ|`` is constant (SciPy densities, Jacobian by autodiff)."""
     net, x, y = _markov_problem(12, p=20)
@@ -215,6 +220,7 @@ def test_log_cholesky_action_is_the_exact_density():
     np.testing.assert_allclose(np.array(out) - out[0], 0.0, atol=1e-8 * max(1.0, abs(out[0])))
 
 
+@pytest.mark.slow
 def test_bartlett_action_is_the_wishart_sampler_density():
     """``S(θ)`` in Bartlett sites equals minus the ``wishart`` model's log density in its sites ``t = (log c − μ)/σ``,
     ``z``, plus ``Σ log σ`` (the Jacobian of ``log c ↦ t``), up to a constant; singular levels included."""
@@ -241,6 +247,7 @@ def test_bartlett_action_is_the_wishart_sampler_density():
 
 
 @pytest.mark.parametrize("coordinates", cr.COORDINATES)
+@pytest.mark.slow
 def test_derivatives(coordinates):
     """The gradient (chain rule through the closed-form data derivatives) against ``jax.grad`` of ``S`` itself;
     the Hessian against central differences of the gradient; ``v_j = Σ_kl S'''_jkl Σ_kl`` against central
@@ -269,6 +276,7 @@ def test_derivatives(coordinates):
     np.testing.assert_allclose(v, v_fd, rtol=1e-5, atol=1e-6 * np.abs(v).max())
 
 
+@pytest.mark.slow
 def test_kernel_forms_agree():
     """The data term through ``xi`` (large ``D² P²``) and through the folded path kernel ``C`` give the same
     expansion; ``observables`` maps ``θ̂`` to the expansion point."""
@@ -319,6 +327,7 @@ def _one_head_problem(N, p, var=(64.0, 0.5, 1.0)):
     return net, x, y
 
 
+@pytest.mark.slow
 def test_one_layer_one_head_prior_closed_form():
     """One layer, one head, no data: ``U = s1² Ua χ²(N1)/N1``: ``E[U] = s1² sa²`` exactly (both coordinate
     choices), ``Var[U] = (s1² sa²)² (2/N1 + 2/Na + 4/(N1 Na))`` to ``O(1/N²)``."""

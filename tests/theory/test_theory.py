@@ -124,6 +124,7 @@ def test_gradient_matches_finite_differences(heads, widths, variances):
             assert abs(gUa) < 1e-8  # the closed form is stationary in Ua
 
 
+@pytest.mark.slow
 def test_solver_hessian_matches_differences_of_its_gradient():
     """The solver's analytic data-term Hessian (both kernel forms) equals central
     differences of its gradient (which test_gradient_matches_finite_differences ties to S)."""
@@ -200,6 +201,7 @@ def test_gp_limit_values():
     assert gp.limit == "gp"
 
 
+@pytest.mark.slow
 def test_large_width_tends_to_gp():
     net, x, y = random_problem((2, 2), 10, 1.0)
     devs = {}
