@@ -65,6 +65,7 @@ def test_verdict_on_draws_centred_on_theory(problem):
     assert c.check("predictor mean (relative L2)").value < 0.05
 
 
+@pytest.mark.slow
 def test_verdict_flags_a_ten_percent_shift(problem):
     net, x, y, xt, yt, theory = problem
     m, v = theory.predict(xt)
@@ -76,6 +77,7 @@ def test_verdict_flags_a_ten_percent_shift(problem):
     assert "DISAGREE" in c.report()
 
 
+@pytest.mark.slow
 def test_compare_rejects_other_inputs(problem):
     net, x, y, xt, yt, theory = problem
     m, v = theory.predict(xt)
@@ -126,6 +128,7 @@ def test_verdict_is_not_fooled_by_correlated_mc_noise(problem):
     assert fails <= 2, fails
 
 
+@pytest.mark.slow
 def test_verdict_is_inconclusive_when_diagnostics_fail(problem):
     """Converged-looking numbers from chains that did not converge are neither 'agree' nor 'disagree'."""
     net, x, y, xt, yt, theory = problem

@@ -24,6 +24,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_import_changes_no_global_state():
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("OPENBLAS_NUM_THREADS", "JAX_ENABLE_X64")}
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, check=True)

@@ -36,6 +36,7 @@ def test_tiny_network_converges_on_invariant_observables(tiny_full):
     assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train", "f_test"}
 
 
+@pytest.mark.slow
 def test_arviz_namespace_reads_the_posterior(tiny_full, tmp_path):
     """What users type after a plain install: ``import arviz as az`` on ``post.tree``."""
     import arviz as az
@@ -51,6 +52,7 @@ def test_arviz_namespace_reads_the_posterior(tiny_full, tmp_path):
     assert (tmp_path / "trace.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_tree_layout_and_order_parameter(tiny_full):
     net, x, y, xt, post = tiny_full
     p = post.tree["posterior"]
@@ -66,6 +68,7 @@ def test_tree_layout_and_order_parameter(tiny_full):
     assert list(p["U_2"].coords["index_2"].values) == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_rao_blackwellised_predict_matches_draws(tiny_full):
     """predict() (exact over V0) agrees with the mean/variance of the f_test draws within MC error."""
     net, x, y, xt, post = tiny_full
@@ -83,6 +86,7 @@ def test_rao_blackwellised_predict_matches_draws(tiny_full):
     assert np.all(var > 0)
 
 
+@pytest.mark.slow
 def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
     net, x, y, xt, post = tiny_full
     path = post.save(tmp_path / "sub" / "post.nc")
@@ -95,6 +99,7 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
     xr.testing.assert_identical(ba.load_posterior(path).tree, post.tree)
 
 
+@pytest.mark.slow
 def test_failed_save_keeps_existing_file(tiny_full, tmp_path, monkeypatch):
     net, x, y, xt, post = tiny_full
     path = post.save(tmp_path / "post.nc")

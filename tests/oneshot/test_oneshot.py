@@ -146,6 +146,7 @@ def tiny_sets():
     return sets, oneshot.evaluation_episodes(TINY, sets)
 
 
+@pytest.mark.slow
 def test_theory_episodes_come_from_training_classes_and_test_classes_are_disjoint(tiny_sets):
     sets, ev = tiny_sets
     parts = (sets.gd_train, sets.validation, sets.test)
@@ -194,6 +195,7 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
         assert float(ds.attrs["gd_accuracy"]) == pytest.approx(saved["base_accuracy"])
 
 
+@pytest.mark.slow
 def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
     out, _ = tiny_run
     sets, ev = tiny_sets
@@ -203,6 +205,7 @@ def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
     assert oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False).metrics["reused"] is False
 
 
+@pytest.mark.slow
 def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_run, tiny_sets):
     out, _ = tiny_run
     saved = training.load_model(out / "model.npz")
@@ -221,6 +224,7 @@ def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_
         np.testing.assert_allclose(np.asarray(net.forward(weights, x, form=form)), f_gd, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_prune_command_holds_its_folder_and_reuses_the_model(tiny_run, capsys):
     from bayes_attn import cli, outputs
 

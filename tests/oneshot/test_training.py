@@ -66,6 +66,7 @@ def test_forward_matches_numpy_and_network_token_and_path_forms():
     assert np.std(f) > 1e-3  # not a degenerate comparison
 
 
+@pytest.mark.slow
 def test_rescaling_factors_are_sqrt_N0_and_sqrt_width():
     params = small_model()
     _, w = training.to_network(params, SMALL)
@@ -122,6 +123,7 @@ def test_training_lowers_the_loss_and_beats_chance(trained):
     assert hist.val_accuracy[-1] == acc
 
 
+@pytest.mark.slow
 def test_augment_gives_each_epoch_a_fresh_set():
     seen = []
 
@@ -136,6 +138,7 @@ def test_augment_gives_each_epoch_a_fresh_set():
         training.train(SMALL, None, None, tc, progress_bar=False, augment=lambda e, r: "no")
 
 
+@pytest.mark.slow
 def test_progress_line_is_logged(caplog):
     caplog.set_level("INFO", logger="bayes_attn")
     x, y = linear_task(20, 0)
@@ -143,6 +146,7 @@ def test_progress_line_is_logged(caplog):
     assert "epoch 1/1" in caplog.text and "val_acc" in caplog.text
 
 
+@pytest.mark.slow
 def test_save_load_round_trip_and_bad_files(trained, tmp_path):
     config, tc, params, hist, (xv, _) = trained
     path = training.save_model(tmp_path / "sub" / "model.npz", params, config, tc, hist)
@@ -188,6 +192,7 @@ def test_nearest_neighbour_baseline():
 
 
 # ----- pruning ------------------------------------------------------------------
+@pytest.mark.slow
 def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
     params = small_model()
     same = pruning.ablate(params, SMALL, {})
@@ -256,6 +261,7 @@ def test_spearman_p_values():
     assert pruning.spearman([1, 2, 3], [1, 1, 1])["rho"] is None
 
 
+@pytest.mark.slow
 def test_single_head_drops_and_cumulative_pruning():
     params, x = small_model(seed=4), small_x(P=40)
     y = np.where(np.asarray(training.forward(params, x)) >= 0, 1.0, -1.0)  # the full model is always right

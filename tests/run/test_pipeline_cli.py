@@ -132,6 +132,7 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert "sample" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_cli_theory_only_sweep(tmp_path, capsys):
     _, path = _write(tmp_path)
     assert cli.main(["sweep", str(path), "--widths", "3", "10", "--sample-widths", "--out", str(tmp_path / "sw")]) == 0

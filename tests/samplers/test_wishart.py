@@ -165,6 +165,7 @@ def test_prior_means_every_level(cfg):
 
 
 @pytest.mark.parametrize("cfg", [REGULAR, SINGULAR], ids=["regular", "singular"])
+@pytest.mark.slow
 def test_prior_conditional_wishart_moments(cfg):
     """Given the level above, ``N_l U_l ~ Wishart(N_l, Σ)``, ``Σ = s_l² (I ⊗ U_{l+1})``:
     ``E[U_ij] = Σ_ij``, ``Var(U_ij) = (Σ_ij² + Σ_ii Σ_jj) / N_l`` (also when ``N_l < D_l``)."""
@@ -228,6 +229,7 @@ def test_singular_ranks_match_weights():
             assert np.linalg.eigvalsh(np.asarray(U)).min() > -1e-12
 
 
+@pytest.mark.slow
 def test_factors_match_weights_in_distribution():
     """The factor construction and ``order_parameters_from_weights`` on prior weights: same mean and variance of
     every entry of every level (three layers, unequal variances, two singular levels)."""

@@ -99,6 +99,7 @@ def deadline():
 # ------------------------------------------------------------------ seeds and jobs
 
 
+@pytest.mark.slow
 def test_job_seed_is_stable_across_processes_and_differs_between_params():
     params = {"kind": "sample", "width": 100, "temperature": 0.01}
     seed = job_seed(BASE_SEED, **params)
@@ -242,6 +243,7 @@ def test_killed_worker_is_replaced_and_the_job_rerun(dask_scheduler, tmp_path, d
     assert outcomes[2].attempts >= 2
 
 
+@pytest.mark.slow
 def test_a_raising_job_is_retried_then_reported(dask_scheduler, tmp_path, deadline):
     outcomes = run_jobs(flaky, jobs_for(tmp_path, bad=0), dask_scheduler, progress=False)
     assert [o.ok for o in outcomes] == [False, True, True, True]

@@ -295,6 +295,7 @@ def test_kernel_forms_agree():
 # ----------------------------------------------------------------------------
 # exact results: the prior, and one layer with one head
 # ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_no_data_gives_the_prior_moments():
     """Without data the exact means are ``E[U_l] = s_l²···sa² I``, ``E[Ua] = sa²``; the correction reaches them to
     ``O(1/N²)`` (``U_2``, ``Ua`` exactly in Bartlett sites), and the predicted sd of the diagonal is the exact sd
@@ -359,6 +360,7 @@ def _one_head_quadrature(N1, Na, p, var, T, c):
     return mean, float(np.sqrt((w * (U - mean) ** 2).sum())), float((w * var[2] * np.exp(ua) / Na).sum())
 
 
+@pytest.mark.slow
 def test_one_layer_one_head_against_quadrature():
     """With data (``P = N/2`` orthogonal examples, so the posterior depends on ``N`` only through ``P/N``): the
     leading error shrinks like ``1/N``, the corrected one like ``1/N²`` and is far smaller; the predicted sd is
@@ -386,6 +388,7 @@ def test_one_layer_one_head_against_quadrature():
 # ----------------------------------------------------------------------------
 # coordinate independence
 # ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_two_coordinate_choices_agree_to_second_order():
     """Bartlett sites and log-Cholesky coordinates (``P = N/2``): the corrected means differ by ``O(1/N²)`` (fitted
     slope below −1.6) while the correction itself is ``O(1/N)``; the predicted sds differ by ``O(1/N)`` relative.

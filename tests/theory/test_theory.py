@@ -188,6 +188,7 @@ def test_coordinates_round_trip(heads, m):
 # ----------------------------------------------------------------------------
 # the solver
 # ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_gp_limit_values():
     heads, widths, variances = CONFIGS[2]
     net, x, y = random_problem(heads, widths, variances)
@@ -303,6 +304,7 @@ def test_fig2c_solution_is_a_minimum(fig2c, N):
         assert sol.U[good, denoise] < 0
 
 
+@pytest.mark.slow
 def test_explicit_init_reaches_same_solution():
     net, x, y = random_problem((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9])
     a = th.solve_theory(net, x, y, temperature=0.1)
@@ -313,6 +315,7 @@ def test_explicit_init_reaches_same_solution():
     np.testing.assert_allclose(b.U, a.U, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow
 def test_vech_coordinates_reach_same_solution():
     heads, widths, variances = CONFIGS[1]
     net, x, y = random_problem(heads, widths, variances)
