@@ -18,12 +18,14 @@ Per run: wall time of warm-up + sampling, the JAX compile time inside it
 (``jax.monitoring``, :class:`timing.CompileTimer`), the exact conditional
 draws of ``f`` (compiled once per shape: the second call reuses the program),
 the smallest bulk ESS over ``U`` and ``f_test`` (ArviZ) and ESS/s over the total.
-The load average is recorded before and after. Results:
+With ``--collapsed`` also ``collapsed`` (one program, same settings) after the
+``wishart`` runs, and the ratio of ESS/s (issue goal: ≥ 30×). The load
+average is recorded before and after. Results:
 ``benchmarks/results/fixed_costs.json``.
 
-Run (about 3 min on 2 quiet cores)::
+Run (about 3 min on 2 quiet cores; ``--collapsed`` adds about 5)::
 
-    .venv/bin/python benchmarks/bench_fixed_costs.py
+    .venv/bin/python benchmarks/bench_fixed_costs.py --collapsed
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ from timing import CompileTimer  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer) -> dict:
-    """One ``wishart`` run in ``mode`` (``"numpyro"`` or ``"one-program"``), phases timed apart."""
-    smp = samplers.get("wishart")
-    settings = samplers.SamplerSettings(name="wishart", num_warmup=a.warmup, num_samples=a.draws, num_chains=a.chains,
+def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer, sampler: str = "wishart") -> dict:
+    """One run of ``sampler`` in ``mode`` (``"numpyro"`` or ``"one-program"``), phases timed apart."""
+    smp = samplers.get(sampler)
+    settings = samplers.SamplerSettings(name=sampler, num_warmup=a.warmup, num_samples=a.draws, num_chains=a.chains,
                                         seed=a.seed, chain_method="sequential")
     t0 = time.perf_counter()
     inputs = samplers.prepare(net, x, y, xt, a.temperature, "float64")
@@ -77,6 +79,7 @@ def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer) -> dict:
     ess = float(table.loc[table.index.str.startswith(("U[", "f_test[")), "ess_bulk"].min())
     total = t3 - t0
     return {
+        "sampler": sampler,
         "mode": mode,
         "seconds_total": total,
         "seconds_setup": t1 - t0,
@@ -99,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--temperature", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--collapsed", action="store_true",
+                   help="also run 'collapsed' (one-program) with the same settings, for the ESS/s ratio (minutes)")
     p.add_argument("--out", type=Path, default=RESULTS / "fixed_costs.json")
     a = p.parse_args(argv)
     task, net = markov.fig2c(width=a.width, n_train=100, n_test=100, seed=a.seed)
@@ -115,11 +120,23 @@ def main(argv: list[str] | None = None) -> dict:
                   f"(compile {r['seconds_nuts_compile']:5.1f})  f {r['seconds_conditional_f']:4.1f} s "
                   f"(compile {r['seconds_conditional_f_compile']:4.1f})  ESS {r['min_ess_bulk_U_f_test']:6.0f}  "
                   f"ESS/s {r['ess_per_s_total']:6.1f}", flush=True)
+    ratio = None
+    if a.collapsed:
+        with threads.limits():
+            c = run_once("one-program", net, x, y, xt, a, timer, sampler="collapsed")
+        c["call"] = 1
+        runs.append(c)
+        w = next(r for r in runs if r["sampler"] == "wishart" and r["mode"] == "one-program" and r["call"] == 1)
+        ratio = {"ess_per_s_total": w["ess_per_s_total"] / c["ess_per_s_total"],
+                 "ess_per_s_without_compile": w["ess_per_s_without_compile"] / c["ess_per_s_without_compile"]}
+        print(f"collapsed: total {c['seconds_total']:.1f} s, ESS {c['min_ess_bulk_U_f_test']:.0f}, "
+              f"ESS/s {c['ess_per_s_total']:.2f}; wishart/collapsed ESS/s (first calls): {ratio}", flush=True)
     out = {
         "problem": dict(network="markov.fig2c", N=a.width, P=100, P_test=100, temperature=a.temperature,
                         dtype="float64", sampler="wishart", chains=a.chains, chain_method="sequential",
                         warmup=a.warmup, draws=a.draws, seed=a.seed),
         "runs": runs,
+        "wishart/collapsed (one-program, first call each)": ratio,
         "environment": {"platform": platform.platform(), "python": platform.python_version(), "jax": jax.__version__,
                         "bayes_attn": getattr(ba, "__version__", "?"), "cpus": os.cpu_count(),
                         "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg())},

@@ -94,10 +94,12 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
 
 
 def test_settings_are_typed_and_survive_saving(tiny_full, tmp_path):
+    from bayes_attn import posterior as bp
+
     """``Posterior.settings`` is the SamplerSettings the draws were made with (the chain method as it ran)."""
     net, x, y, xt, post = tiny_full
     expected = ba.samplers.SamplerSettings(name="full", num_warmup=300, num_samples=300, num_chains=2, seed=3,
-                                           target_accept=0.9, chain_method="sequential")
+                                           target_accept=0.9, chain_method=bp.resolve_chain_method("auto", 2))
     assert post.settings == expected
     assert ba.load_posterior(post.save(tmp_path / "post.nc")).settings == expected
 
