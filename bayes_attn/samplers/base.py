@@ -9,7 +9,11 @@ the same small surface, collected in a :class:`Sampler`:
 - ``observables(z, inputs, options) -> dict``: the per-draw invariant
   observables (run inside the sampler, so raw weights need not be kept);
 - ``conditional(draws, key, inputs, options) -> dict``: exact draws taken
-  afterwards from Gaussian conditionals (``f`` or ``V0`` given the rest).
+  afterwards from Gaussian conditionals (``f`` or ``V0`` given the rest);
+- ``labels_arg``: the position of the labels ``y`` among ``args`` (read and
+  replaced with :meth:`Sampler.labels`, :meth:`Sampler.with_labels`).
+
+NUTS and MCMC are built from these in :mod:`bayes_attn.samplers.nuts`.
 
 Stored observables (THEORY.md §3, §5, §7): ``U`` (= ``U_1``, ``[D, D]``),
 ``U_2 .. U_L`` (``U_l`` over ``(h_l, ..., h_L)``), ``Ua`` (scalar),
