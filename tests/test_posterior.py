@@ -11,6 +11,7 @@ import xarray as xr
 from conftest import random_data, random_network
 
 import bayes_attn as ba
+from bayes_attn.samplers import nuts
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +220,7 @@ def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
 )
 def test_bad_sampler_input_fails_before_compiling(tiny, kwargs, match, monkeypatch):
     net, x, y, xt = tiny
-    monkeypatch.setattr(ba.samplers.nuts, "MCMC", None)  # any attempt to build the sampler would raise TypeError
+    monkeypatch.setattr(nuts, "MCMC", None)  # any attempt to build the sampler would raise TypeError
     args = dict(temperature=0.1, y=y)
     args.update(kwargs)
     yy = args.pop("y")

@@ -26,6 +26,7 @@ from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
 from bayes_attn import calibration, samplers
+from bayes_attn.samplers import nuts
 
 TEMPERATURE = 0.1
 Z = 4.0  # agreement within Z standard errors; ~17 comparisons -> false-alarm rate ~1e-3
@@ -217,7 +218,7 @@ def test_sequential_chains_in_one_program_match_numpyro_loop():
         model, args = smp.build(inputs)
         U = {}
         for one in (True, False):
-            mcmc = samplers.nuts.mcmc(smp, settings, model, inputs, samplers.Options(), chain_method="sequential",
+            mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Options(), chain_method="sequential",
                                       one_compile=one)
             mcmc.run(jax.random.key(1), *args)
             U[one] = np.asarray(mcmc.get_samples(group_by_chain=True)["U"])

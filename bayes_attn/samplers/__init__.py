@@ -15,7 +15,7 @@ afterwards). Adding a sampler is one module plus one entry in :data:`SAMPLERS`.
 
 from __future__ import annotations
 
-from . import collapsed, full, full_token, nuts, wishart
+from . import collapsed, full, full_token, wishart
 from .base import Options, Sampler, SamplerInputs, conditional_outputs, prepare
 from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SamplerSettings
 
@@ -35,4 +35,4 @@ __all__ = [
     "DEFAULT_SAMPLER",
     "SAMPLERS",
     "SamplerSettings",
-    "Options", "Sampler", "SamplerInputs", "conditional_outputs", "get", "nuts", "prepare"]
+    "Options", "Sampler", "SamplerInputs", "conditional_outputs", "get", "prepare"]
