@@ -38,9 +38,9 @@ simulated at; at ``T/4`` the posterior is too narrow, at ``4T`` too wide, and
 with enough replications the pooled p-value must be small.
 
 The replications run as one compiled program: a ``jax.vmap`` of NumPyro's
-functional NUTS (:func:`numpyro.infer.hmc.hmc`) over batches of replications,
-with the labels as a batched model argument (by convention the last
-positional argument of every sampler's model), one chain per replication
+functional NUTS (:func:`bayes_attn.samplers.nuts.functional`) over batches of replications,
+with the labels as a batched model argument (at the position the sampler
+declares, ``Sampler.labels_arg``), one chain per replication
 started from a prior draw (as ``init_to_sample``), the same NUTS kernel,
 adaptation and settings as ``sample_posterior``. Under ``vmap`` every NUTS
 iteration waits for the longest trajectory in its batch, hence moderate
@@ -65,13 +65,12 @@ import numpy as np
 import numpyro.handlers
 import scipy.stats
 from numpyro.distributions import biject_to
-from numpyro.infer.hmc import hmc
 from numpyro.infer.util import initialize_model
 
 from . import _checks
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
 from .precision import DTYPES, x64
-from .samplers import Options, get, prepare
+from .samplers import Options, SamplerSettings, get, nuts, prepare
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
 
@@ -151,22 +150,22 @@ def batched_nuts(
     y = jnp.asarray(y, jnp.dtype(dtype))
     inputs = prepare(net, x, y[0], x_test, temperature, dtype)
     model, args = smp.build(inputs)
-    consts = args[:-1]  # the labels are the last positional argument of every model
     info = initialize_model(jax.random.key(0), model, model_args=args, dynamic_args=True)
-    init_kernel, sample_kernel = hmc(potential_fn_gen=info.potential_fn, algo="NUTS")
+    init_kernel, sample_kernel = nuts.functional(
+        info.potential_fn, SamplerSettings(name=sampler, target_accept=target_accept, max_tree_depth=max_tree_depth,
+                                           dtype=dtype))
     sites = sorted(info.param_info.z)
     options = Options()
 
     def prior_init(k, yr):
         """A draw of the sites from the prior, unconstrained (NumPyro's ``init_to_sample``)."""
-        tr = numpyro.handlers.trace(numpyro.handlers.seed(model, k)).get_trace(*consts, yr)
+        tr = numpyro.handlers.trace(numpyro.handlers.seed(model, k)).get_trace(*smp.with_labels(args, yr))
         return {s: biject_to(tr[s]["fn"].support).inv(tr[s]["value"]) for s in sites}
 
     def run(k, yr):
         k_init, k_nuts = jax.random.split(k)
-        a = (*consts, yr)
-        state = init_kernel(prior_init(k_init, yr), num_warmup, target_accept_prob=target_accept,
-                            max_tree_depth=max_tree_depth, model_args=a, rng_key=k_nuts)
+        a = smp.with_labels(args, yr)
+        state = init_kernel(prior_init(k_init, yr), num_warmup, model_args=a, rng_key=k_nuts)
 
         def step(s, _):
             s = sample_kernel(s, model_args=a)

@@ -28,12 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import xarray as xr
-from numpyro.infer import MCMC, NUTS, init_to_sample
 
 from . import _checks, _io, gp, threads
 from .network import Network, kernel_diag_from_xi, kernel_from_C, order_parameter_labels, path_kernel_from_xi
 from .precision import x64
-from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, prepare
+from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, nuts, prepare
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
@@ -105,18 +104,7 @@ def sample_posterior(
         latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
         memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
                             f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
-        kernel = NUTS(model, target_accept_prob=cfg.target_accept, max_tree_depth=cfg.max_tree_depth,
-                      init_strategy=init_to_sample)
-        mcmc = MCMC(
-            kernel,
-            num_warmup=cfg.num_warmup,
-            num_samples=cfg.num_samples,
-            num_chains=cfg.num_chains,
-            thinning=cfg.thinning,
-            chain_method=chain_method,
-            postprocess_fn=lambda z: smp.observables(z, inputs, options),
-            progress_bar=progress_bar,
-        )
+        mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar)
         t0 = time.perf_counter()
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
         mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
@@ -125,10 +113,10 @@ def sample_posterior(
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
         extra = mcmc.get_extra_fields(group_by_chain=True)
-    settings_record = cfg.to_dict() | {"chain_method": chain_method}
+    ran = cfg.replace(chain_method=chain_method)
     tree = Posterior.from_draws(
         net, draws, sample_stats(extra), x, y, temperature,
-        sampler=cfg.name, settings=json.dumps(settings_record), seconds=seconds, num_warmup=cfg.num_warmup,
+        sampler=cfg.name, settings=ran.to_json(), seconds=seconds, num_warmup=cfg.num_warmup,
         seed=cfg.seed, dtype=cfg.dtype, versions=json.dumps(_io.versions()), threads=json.dumps(thread_record),
         **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}),
     ).tree
@@ -282,6 +270,11 @@ class Posterior:
     def sampler(self) -> str:
         """Name of the sampler that made the draws."""
         return str(self.tree.attrs["sampler"])
+
+    @property
+    def settings(self) -> SamplerSettings:
+        """The settings the draws were made with (``chain_method`` as it ran, e.g. ``"sequential"`` for ``"auto"``)."""
+        return SamplerSettings.from_json(self.tree.attrs["settings"])
 
     @property
     def observables(self) -> list[str]:

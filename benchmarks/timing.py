@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import jax
-from numpyro.infer import MCMC, NUTS, init_to_sample
+from bayes_attn.samplers import SamplerSettings, nuts
 
 COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_trace_duration",
@@ -54,17 +54,18 @@ class CompileTimer:
 
 
 def timed_nuts(smp, inputs, model, args, options, *, num_warmup: int, num_samples: int, num_chains: int,
-               chain_method: str, target_accept: float, seed: int, extra_fields: tuple[str, ...]):
-    """NUTS as ``sample_posterior`` runs it, with the phases timed apart.
+               chain_method: str, target_accept: float, seed: int, extra_fields: tuple[str, ...],
+               max_tree_depth: int = 10):
+    """NUTS as ``sample_posterior`` runs it (built by :mod:`bayes_attn.samplers.nuts`), with the phases timed apart.
 
     Returns ``(mcmc, draws, extra, (t0, t1, t2, t3))``: ``draws`` include the
     sampler's conditional draws; warm-up is ``[t0, t1]``, sampling ``[t1, t2]``,
     the conditional draws ``[t2, t3]`` (``time.perf_counter`` seconds).
     """
-    kernel = NUTS(model, target_accept_prob=target_accept, max_tree_depth=10, init_strategy=init_to_sample)
-    mcmc = MCMC(kernel, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
-                chain_method=chain_method, postprocess_fn=lambda z: smp.observables(z, inputs, options),
-                progress_bar=False)
+    settings = SamplerSettings(name=smp.name, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+                               seed=seed, dtype=str(inputs.dtype), target_accept=target_accept,
+                               max_tree_depth=max_tree_depth)
+    mcmc = nuts.mcmc(smp, settings, model, inputs, options, chain_method=chain_method)
     k_mcmc, k_cond = jax.random.split(jax.random.key(seed))
     t0 = time.perf_counter()
     mcmc.warmup(k_mcmc, *args, extra_fields=extra_fields)

@@ -11,7 +11,8 @@ import xarray as xr
 from conftest import random_data, random_network
 
 import bayes_attn as ba
-from bayes_attn import posterior as bp  # noqa: F401  (monkeypatched: MCMC)
+from bayes_attn import posterior as bp
+from bayes_attn.samplers import nuts
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,16 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
     # overwrite the file that is loaded: the loaded copy is in memory, the file is replaced whole
     back.save(path)
     xr.testing.assert_identical(ba.load_posterior(path).tree, post.tree)
+
+
+@pytest.mark.slow
+def test_settings_are_typed_and_survive_saving(tiny_full, tmp_path):
+    """``Posterior.settings`` is the SamplerSettings the draws were made with (the chain method as it ran)."""
+    net, x, y, xt, post = tiny_full
+    expected = ba.samplers.SamplerSettings(name="full", num_warmup=300, num_samples=300, num_chains=2, seed=3,
+                                           target_accept=0.9, chain_method=bp.resolve_chain_method("auto", 2))
+    assert post.settings == expected
+    assert ba.load_posterior(post.save(tmp_path / "post.nc")).settings == expected
 
 
 @pytest.mark.slow
@@ -219,7 +230,7 @@ def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
 )
 def test_bad_sampler_input_fails_before_compiling(tiny, kwargs, match, monkeypatch):
     net, x, y, xt = tiny
-    monkeypatch.setattr(bp, "MCMC", None)  # any attempt to build the sampler would raise TypeError
+    monkeypatch.setattr(nuts, "MCMC", None)  # any attempt to build the sampler would raise TypeError
     args = dict(temperature=0.1, y=y)
     args.update(kwargs)
     yy = args.pop("y")

@@ -9,7 +9,11 @@ the same small surface, collected in a :class:`Sampler`:
 - ``observables(z, inputs, options) -> dict``: the per-draw invariant
   observables (run inside the sampler, so raw weights need not be kept);
 - ``conditional(draws, key, inputs, options) -> dict``: exact draws taken
-  afterwards from Gaussian conditionals (``f`` or ``V0`` given the rest).
+  afterwards from Gaussian conditionals (``f`` or ``V0`` given the rest);
+- ``labels_arg``: the position of the labels ``y`` among ``args`` (read and
+  replaced with :meth:`Sampler.labels`, :meth:`Sampler.with_labels`).
+
+NUTS and MCMC are built from these in :mod:`bayes_attn.samplers.nuts`.
 
 Stored observables (THEORY.md §3, §5, §7): ``U`` (= ``U_1``, ``[D, D]``),
 ``U_2 .. U_L`` (``U_l`` over ``(h_l, ..., h_L)``), ``Ua`` (scalar),
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -85,6 +90,17 @@ class Sampler(NamedTuple):
     build: Callable[[SamplerInputs], tuple[Callable, tuple]]
     observables: Callable[[dict, SamplerInputs, Options], dict]
     conditional: Callable[[dict, jax.Array, SamplerInputs, Options], dict]
+    labels_arg: int
+    """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
+
+    def labels(self, args: tuple) -> jax.Array:
+        """The labels among a model's positional arguments ``args`` (as ``build`` returns them)."""
+        return args[self.labels_arg]
+
+    def with_labels(self, args: tuple, y: jax.Array) -> tuple:
+        """``args`` with the labels replaced by ``y`` (e.g. per replication, :mod:`bayes_attn.calibration`)."""
+        i = self.labels_arg % len(args)
+        return (*args[:i], y, *args[i + 1 :])
 
 
 def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, temperature: float, dtype: str) -> SamplerInputs:
@@ -216,14 +232,27 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     ``U_draws`` is ``[chain, draw, D, D]``. The prior draw uses
     ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
     ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
-    :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``.
+    :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. All draws in one
+    compiled program (vectorised in batches of 256), compiled once per shape.
     """
-    xi, y, T = inputs.xi, inputs.y, inputs.temperature
-    s0sq = inputs.net.variances[0]
-    D, N0 = xi.shape[1], xi.shape[2]
+    D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
-    data = likelihood_data(inputs, form)
-    xis = [xi] if inputs.xi_test is None else [xi, inputs.xi_test]
+    shape = U_draws.shape[:2]
+    keys = jax.random.split(key, math.prod(shape))
+    flat = U_draws.reshape(-1, *U_draws.shape[2:])
+    outs = _conditional_f(flat, keys, likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
+                          form=form, s0sq=float(inputs.net.variances[0]), temperature=float(inputs.temperature))
+    names = ["f_train", "f_test"][: len(outs)]
+    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
+
+
+@partial(jax.jit, static_argnames=("form", "s0sq", "temperature"))
+def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.Array, y: jax.Array,
+                   xi_test: jax.Array | None, *, form: str, s0sq: float, temperature: float) -> list[jax.Array]:
+    """:func:`conditional_outputs` on flat draws ``[S, D, D]`` with one key each: ``[f_train [S, P], (f_test [S, P_test])]``."""
+    T = temperature
+    D, N0 = xi.shape[1], xi.shape[2]
+    xis = [xi] if xi_test is None else [xi, xi_test]
     scale = math.sqrt(s0sq / (N0 * D))
 
     def one(U, k):
@@ -236,9 +265,4 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
         v = (s0sq / (N0 * D)) * jnp.einsum("b,bei,de->di", alpha, xi, U)  # K(x, X) alpha = xi(x) · v
         return [f + jnp.einsum("pdi,di->p", xq, v) for f, xq in zip(priors, xis)]
 
-    shape = U_draws.shape[:2]
-    keys = jax.random.split(key, math.prod(shape))
-    flat = U_draws.reshape(-1, *U_draws.shape[2:])
-    outs = jax.lax.map(lambda t: one(*t), (flat, keys), batch_size=256)
-    names = ["f_train", "f_test"][: len(outs)]
-    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
+    return jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=256)

@@ -93,4 +93,5 @@ SAMPLER = Sampler(
     build=build,
     observables=weight_observables,
     conditional=conditional,
+    labels_arg=1,
 )

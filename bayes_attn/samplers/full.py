@@ -37,4 +37,5 @@ SAMPLER = Sampler(
     build=build,
     observables=full_observables,
     conditional=no_conditional,
+    labels_arg=1,
 )

@@ -9,6 +9,7 @@ sampler registry.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 
 from .. import _checks
@@ -89,6 +90,15 @@ class SamplerSettings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """The settings as a JSON object (how a posterior's ``settings`` attribute stores them)."""
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str | dict, where: str = "stored sampler settings") -> SamplerSettings:
+        """Inverse of :meth:`to_json` (a mapping is accepted as it is: netCDF reading may have decoded it)."""
+        return cls.from_dict(json.loads(text) if isinstance(text, (str, bytes)) else dict(text), where)
 
 
 def check_keys(values: dict, where: str) -> None:

@@ -356,4 +356,5 @@ SAMPLER = Sampler(
     build=build,
     observables=observables,
     conditional=conditional,
+    labels_arg=1,
 )

@@ -26,6 +26,7 @@ from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
 from bayes_attn import calibration, samplers
+from bayes_attn.samplers import nuts
 
 TEMPERATURE = 0.1
 Z = 4.0  # agreement within Z standard errors; ~17 comparisons -> false-alarm rate ~1e-3
@@ -190,3 +191,62 @@ def test_simulation_based_calibration_has_power():
     assert res.config["likelihood_temperature"] == SBC_SETTINGS["temperature"] / 4
     u = calibration.uniformity(res, SBC_BINS)
     assert u["p_pooled"] < 0.01, u
+
+
+# ----------------------------------------------------------------------------
+# one NUTS builder: labels, chains in one program, conditional draws compiled once
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["full", "full-token", "collapsed", "wishart"])
+def test_labels_argument_is_declared_by_the_sampler(name):
+    net = random_network((2, 2), width=4)
+    x, y = random_data(5)
+    inputs = samplers.prepare(net, x, y, None, TEMPERATURE, "float64")
+    smp = samplers.get(name)
+    model, args = smp.build(inputs)
+    assert smp.labels(args) is inputs.y
+    y2 = -inputs.y
+    args2 = smp.with_labels(args, y2)
+    assert len(args2) == len(args) and smp.labels(args2) is y2
+    assert all(a is b for i, (a, b) in enumerate(zip(args, args2)) if i != smp.labels_arg % len(args))
+
+
+@pytest.mark.slow  # ~30 s: three compilations of NUTS
+def test_sequential_chains_in_one_program_match_numpyro_loop():
+    """The library's "sequential" (all chains under one lax.map) runs the same chains as NumPyro's loop:
+    the same keys and algorithm, so draws agree up to rounding (different compiled programs)."""
+    net = random_network((2, 2), width=6)
+    x, y = random_data(12)
+    smp = samplers.get("wishart")
+    settings = samplers.SamplerSettings(name="wishart", num_warmup=15, num_samples=10, num_chains=2, seed=1)
+    with ba.precision.x64(True):
+        inputs = samplers.prepare(net, x, y, None, TEMPERATURE, "float64")
+        model, args = smp.build(inputs)
+        U = {}
+        for one in (True, False):
+            mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Options(), chain_method="sequential",
+                                      one_compile=one)
+            mcmc.run(jax.random.key(1), *args)
+            U[one] = np.asarray(mcmc.get_samples(group_by_chain=True)["U"])
+    assert U[True].shape == (2, 10, 4, 4)
+    np.testing.assert_allclose(U[True], U[False], rtol=1e-6, atol=1e-9)
+
+
+def test_conditional_draws_compile_once_per_shape():
+    """A second call of the exact conditional draws with the same shapes compiles nothing."""
+    import jax.monitoring
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda ev, d, **k: compiles.append(ev) if ev == "/jax/core/compile/backend_compile_duration" else None)
+    net = random_network((2, 2), width=4)
+    x, y = random_data(6)
+    xt, _ = random_data(3, seed=4)
+    with ba.precision.x64(True):
+        inputs = samplers.prepare(net, x, y, xt, TEMPERATURE, "float64")
+        U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 5, 4, 4))
+        first = samplers.conditional_outputs(U, jax.random.key(0), inputs)
+        n = len(compiles)
+        second = samplers.conditional_outputs(U, jax.random.key(0), inputs)
+        assert len(compiles) == n
+    for k in ("f_train", "f_test"):
+        np.testing.assert_array_equal(first[k], second[k])

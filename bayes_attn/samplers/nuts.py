@@ -1,0 +1,70 @@
+"""NUTS and MCMC from ``(Sampler, SamplerSettings)``: the one place they are built.
+
+``sample_posterior``, ``calibration`` and the benchmarks all build their NUTS
+kernels here, so every setting of :class:`~bayes_attn.samplers.SamplerSettings`
+(``target_accept``, ``max_tree_depth``, chains, thinning, ...) reaches NumPyro
+the same way, and the start is always ``init_to_sample`` (a prior draw).
+
+- :func:`kernel`: the NUTS kernel of a model;
+- :func:`mcmc`: ``numpyro.infer.MCMC`` over that kernel, the sampler's
+  ``observables`` as per-draw post-processing;
+- :func:`functional`: NumPyro's functional NUTS (``init_kernel``,
+  ``sample_kernel``) for a potential, with the same settings (for ``vmap``-ed
+  replications, :mod:`bayes_attn.calibration`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import jax
+from numpyro.infer import MCMC, NUTS, init_to_sample
+from numpyro.infer.hmc import hmc
+
+from .base import Options, Sampler, SamplerInputs
+from .settings import SamplerSettings
+
+
+def kernel(model: Callable, settings: SamplerSettings) -> NUTS:
+    """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_to_sample``."""
+    return NUTS(model, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth,
+                init_strategy=init_to_sample)
+
+
+def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Options, *,
+         chain_method: str, progress_bar: bool = False, one_compile: bool = True) -> MCMC:
+    """``MCMC`` with the warm-up, draws, chains and thinning of ``settings``; each kept draw goes through
+    ``sampler.observables`` (``chain_method`` already resolved, e.g. by ``posterior.resolve_chain_method``).
+
+    ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
+    is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
+    return MCMC(
+        kernel(model, settings),
+        num_warmup=settings.num_warmup,
+        num_samples=settings.num_samples,
+        num_chains=settings.num_chains,
+        thinning=settings.thinning,
+        chain_method=(one_program if one_compile and chain_method == "sequential" and settings.num_chains > 1
+                      else chain_method),
+        postprocess_fn=partial(_observables, sampler.observables, inputs=inputs, options=options),
+        progress_bar=progress_bar,
+    )
+
+
+def one_program(chain: Callable) -> Callable:
+    """NumPyro's ``"sequential"`` chain method as one program: the chains one after the other under
+    ``lax.map``, so NUTS is compiled once for all chains (NumPyro's own ``"sequential"`` compiles per chain)."""
+    return lambda inits: jax.lax.map(chain, inits)
+
+
+def _observables(observables: Callable, z: dict, *, inputs: SamplerInputs, options: Options) -> dict:
+    return observables(z, inputs, options)
+
+
+def functional(potential_fn_gen: Callable, settings: SamplerSettings) -> tuple[Callable, Callable]:
+    """``(init_kernel, sample_kernel)`` of NumPyro's functional NUTS for ``potential_fn_gen`` (a function of the
+    model arguments), ``init_kernel`` with ``settings.target_accept`` and ``settings.max_tree_depth`` bound."""
+    init_kernel, sample_kernel = hmc(potential_fn_gen=potential_fn_gen, algo="NUTS")
+    return (partial(init_kernel, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth),
+            sample_kernel)
