@@ -11,6 +11,7 @@ are ``D = H_1 ... H_L`` of them. Path labels are 1-based, e.g. ``"1-2"``.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Sequence
 from functools import partial
@@ -93,6 +94,22 @@ class Network:
         object.__setattr__(self, "variances", variances)
         object.__setattr__(self, "readout", readout)
         object.__setattr__(self, "head_names", head_names)
+
+    def stored_attrs(self) -> dict:
+        """The attributes a result file stores to rebuild the network (with ``attention_l`` variables; see
+        :meth:`from_stored`): ``widths``, ``variances``, ``readout`` and ``head_names`` (JSON)."""
+        return {"widths": list(self.widths), "variances": list(self.variances), "readout": self.readout,
+                "head_names": json.dumps(self.head_names)}
+
+    @classmethod
+    def from_stored(cls, attrs, variables) -> Network:
+        """The network of a result file: ``attrs`` of :meth:`stored_attrs`, ``variables`` holding ``attention_l``
+        ``[H_l, N0, N0]`` for ``l = 1..L`` (an xarray Dataset or a mapping of arrays)."""
+        widths = [int(n) for n in np.atleast_1d(attrs["widths"])]
+        att = [np.asarray(getattr(variables[f"attention_{l}"], "values", variables[f"attention_{l}"]))
+               for l in range(1, len(widths))]
+        return cls(att, widths, [float(v) for v in np.atleast_1d(attrs["variances"])], str(attrs["readout"]),
+                   json.loads(attrs["head_names"]))
 
     @classmethod
     def from_qk(cls, queries, keys, widths, variances=1.0, readout: str = "last", head_names=None) -> Network:

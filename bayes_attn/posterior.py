@@ -160,15 +160,6 @@ def sample_stats(extra: dict) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------
 # results
 # ----------------------------------------------------------------------------
-def _network_from_tree(tree: xr.DataTree) -> Network:
-    a = tree.attrs
-    const = tree["constant_data"]
-    L = len(np.atleast_1d(a["widths"])) - 1
-    att = [np.asarray(const[f"attention_{l}"].values) for l in range(1, L + 1)]
-    names = json.loads(a["head_names"])
-    return Network(att, [int(n) for n in np.atleast_1d(a["widths"])], [float(v) for v in np.atleast_1d(a["variances"])], str(a["readout"]), names)
-
-
 @dataclass(frozen=True)
 class Summary:
     """Convergence diagnostics on the invariant observables.
@@ -359,10 +350,7 @@ class Posterior:
         )
         tree.attrs.update(
             {
-                "widths": list(net.widths),
-                "variances": list(net.variances),
-                "readout": net.readout,
-                "head_names": json.dumps(net.head_names),
+                **net.stored_attrs(),
                 "temperature": float(temperature),
                 **attrs,
             }
@@ -377,4 +365,4 @@ class Posterior:
 def load_posterior(path: str | os.PathLike) -> Posterior:
     """Read a :class:`Posterior` written by :meth:`Posterior.save`."""
     tree = _io.load_tree(path, samplers=SAMPLERS)  # an unknown sampler name is refused
-    return Posterior(tree, _network_from_tree(tree))
+    return Posterior(tree, Network.from_stored(tree.attrs, tree["constant_data"]))

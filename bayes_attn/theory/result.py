@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -291,10 +290,8 @@ class Theory:
             ds[f"U_{l}"] = ((f"index_{l}", f"index_{l}_"), U)
             ds = ds.assign_coords({f"index_{l}": lab, f"index_{l}_": lab})
         ds.attrs.update(
-            widths=np.asarray(net.widths),
-            variances=np.asarray(net.variances),
+            **net.stored_attrs(),
             heads=np.asarray(net.heads),
-            readout=net.readout,
             limit=self.limit,
             message=self.message,
             n_train=int(self.x_train.shape[0]),
@@ -335,7 +332,7 @@ class Theory:
         ds["y_train"] = (("example",), np.asarray(self.y_train))
         for l, W in enumerate(self.net.attention, start=1):
             ds[f"attention_{l}"] = ((f"head_{l}", "feature", "feature_"), np.asarray(W))
-        ds.attrs.update(head_names=json.dumps(self.net.head_names), solve_seconds=float(self.solve_seconds))
+        ds.attrs.update(solve_seconds=float(self.solve_seconds))
         return _io.save(ds, path)
 
 
@@ -346,13 +343,7 @@ def load_theory(path: str | os.PathLike) -> Theory:
     if "x_train" not in ds or "head_names" not in a:
         raise ValueError(f"path must be a file written by Theory.save, got {str(path)!r}")
     L = len(np.atleast_1d(a["heads"]))
-    net = Network(
-        [np.asarray(ds[f"attention_{l}"].values) for l in range(1, L + 1)],
-        [int(n) for n in np.atleast_1d(a["widths"])],
-        [float(v) for v in np.atleast_1d(a["variances"])],
-        str(a["readout"]),
-        json.loads(a["head_names"]),
-    )
+    net = Network.from_stored(a, ds)
     level = lambda name: tuple(np.asarray(ds[name.format(l)].values, dtype=np.float64) for l in range(1, L + 1))  # noqa: E731
     Us = level("U_{}")
     correction = str(a.get("correction", "none"))
