@@ -44,6 +44,25 @@ TINY = {  # a tiny Markov run spec (as TOML tables) for the command's and the jo
 }
 
 
+def spec_file(tmp_path, data=TINY):
+    """``data`` (a spec's tables) written as ``tmp_path/tiny.toml``."""
+    from bayes_attn.spec import spec_from_dict
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(spec_from_dict(data).to_toml())
+    return path
+
+
+def forbid_calls(monkeypatch, *names):
+    """Make each ``(module, name)`` raise when called: a check that nothing is computed."""
+
+    def fail(*a, **k):
+        raise AssertionError("computation started")
+
+    for module, name in names:
+        monkeypatch.setattr(module, name, fail)
+
+
 @pytest.fixture
 def tiny():
     """Tiny problem: N=4, 2×2 heads (4 paths), P=20, 7 test inputs."""

@@ -20,23 +20,11 @@ from bayes_attn.sweep import job_seed, table
 from bayes_attn.stats import accuracy
 from bayes_attn.samplers import memory
 from bayes_attn.spec import load_spec, spec_from_dict
-from conftest import TINY
+from conftest import TINY, forbid_calls as _forbid, spec_file as _spec_file
 
 THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}
 
 
-def _spec_file(tmp_path, data=TINY):
-    path = tmp_path / "tiny.toml"
-    path.write_text(spec_from_dict(data).to_toml())
-    return path
-
-
-def _forbid(monkeypatch, *names):
-    def fail(*a, **k):
-        raise AssertionError("computation started")
-
-    for module, name in names:
-        monkeypatch.setattr(module, name, fail)
 
 
 # 1. verdict -----------------------------------------------------------------

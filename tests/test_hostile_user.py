@@ -21,25 +21,13 @@ import xarray as xr
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.spec import Spec, spec_from_dict
-from conftest import TINY
+from conftest import TINY, forbid_calls as _forbid, spec_file as _spec_file
 
 ROOT = Path(__file__).resolve().parents[1]
 THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
 FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
 
 
-def _spec_file(tmp_path, data=TINY):
-    path = tmp_path / "tiny.toml"
-    path.write_text(spec_from_dict(data).to_toml())
-    return path
-
-
-def _forbid(monkeypatch, *names):
-    def fail(*a, **k):
-        raise AssertionError("computation started")
-
-    for module, name in names:
-        monkeypatch.setattr(module, name, fail)
 
 
 def _one_line(err: str) -> str:
