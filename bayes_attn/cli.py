@@ -109,6 +109,10 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(p, "run")
     _sampling(p)
+    p.add_argument("--correction", choices=["laplace", "none"],
+                   help="theory whose verdict is the headline: laplace (finite-width correction, THEORY.md §8) or "
+                   "none (the leading order, §4); both are reported side by side (default: the spec's "
+                   "compare.correction, laplace)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -266,6 +270,8 @@ def cmd_run(args) -> int:
     from .run.pipeline import run
 
     spec, out, temperature = _setup(args)
+    if args.correction is not None:
+        spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
     cfg = _settings(spec, args)
     print(f"{spec.name}: theory + {cfg.name} NUTS ({cfg.num_chains} chains × ({cfg.num_warmup} + "
           f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
@@ -274,6 +280,7 @@ def cmd_run(args) -> int:
     print(res.posterior.summary())
     print()
     print(res.comparison.report())
+    print(f"headline ({res.comparison.correction}): {res.comparison.theories_summary()}")
     print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
           "order_parameter.png, predictor.png, alignment.png")
     return _diagnostics_status(res.comparison.diagnostics)
