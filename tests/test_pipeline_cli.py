@@ -98,6 +98,10 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert ds.sizes["width"] == 2 and ds.sizes["sample_width"] == 1
     assert set(ds["gp_model"].values) == {"whole network", "good path", "good + denoising paths"}
     assert (tmp_path / "sw" / "accuracy_vs_width.png").exists() and (tmp_path / "sw" / "finite_size.png").exists()
+    # leading and corrected theory side by side, each with gap, MCSE and verdict
+    assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"
+    for v in ("alternative_check_gap", "alternative_check_mcse", "alternative_verdict", "U_sd_theory", "U_sd_sampled"):
+        assert v in ds and "sample_width" in ds[v].dims, v
 
     def fail(*a, **k):
         raise AssertionError("a finished width was recomputed")
