@@ -306,9 +306,15 @@ def cmd_sweep(args) -> int:
                progress_bar=not args.no_progress, force=args.force, **cfg.to_dict())
     for names in (["accuracy_theory", "accuracy_validation_theory"], ["accuracy_gp"],
                   ["best_temperature_theory", "accuracy_theory_at_best"],
-                  ["accuracy_sampled", "accuracy_sampled_se", "verdict"], ["check_value", "check_mcse", "check_gap"]):
+                  ["accuracy_sampled", "accuracy_sampled_se", "verdict", "alternative_verdict"],
+                  ["check_value", "check_mcse", "check_gap"],
+                  ["alternative_check_value", "alternative_check_mcse", "alternative_check_gap"]):
         if all(n in ds for n in names):
             print(ds[names].to_dataframe().to_string())
+    for prefix, corr in (("", ds.attrs.get("correction")), ("alternative_", ds.attrs.get("alternative_correction"))):
+        if f"{prefix}slope_U" in ds.attrs:
+            print(f"{corr or 'none'} theory: U gap ~ N^-slope, slope {ds.attrs[f'{prefix}slope_U']:.2f} ± "
+                  f"{ds.attrs[f'{prefix}slope_U_se']:.2f} ({ds.attrs[f'{prefix}slope_U_points']} widths above the noise floor)")
     print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:

@@ -102,6 +102,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"
     for v in ("alternative_check_gap", "alternative_check_mcse", "alternative_verdict", "U_sd_theory", "U_sd_sampled"):
         assert v in ds and "sample_width" in ds[v].dims, v
+    assert (tmp_path / "sw" / "order_parameter_sd.png").exists()
 
     def fail(*a, **k):
         raise AssertionError("a finished width was recomputed")

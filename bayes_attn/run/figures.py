@@ -240,3 +240,30 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
         ax.set_ylabel("relative error, sampled vs theory (noise-corrected)")
         ax.legend(fontsize=6)
     return _save(fig, path)
+
+
+def order_parameter_sd(ds: xr.Dataset, path) -> Path:
+    """Predicted posterior sd of every ``U`` entry (THEORY.md §8) against the sampled sd, one colour per width.
+
+    ``ds``: a sweep with ``U_sd_theory`` and ``U_sd_sampled`` (``[sample_width, path, path_]``); log–log, with the diagonal.
+    """
+    fig, ax = _subplots(1, 1, figsize=(5.2, 4.6))
+    D = ds.sizes["path"]
+    iu = np.triu_indices(D)
+    lo, hi = np.inf, 0.0
+    for k, N in enumerate(ds["sample_width"].values):
+        pred = ds["U_sd_theory"].sel(sample_width=N).values[iu]
+        samp = ds["U_sd_sampled"].sel(sample_width=N).values[iu]
+        ok = (pred > 0) & (samp > 0)
+        ax.scatter(pred[ok], samp[ok], s=18, color=f"C{k % 10}", label=f"N = {N}")
+        if ok.any():
+            lo, hi = min(lo, pred[ok].min(), samp[ok].min()), max(hi, pred[ok].max(), samp[ok].max())
+    if hi > 0:
+        ax.plot([lo, hi], [lo, hi], "k:", lw=1, label="predicted = sampled")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted posterior sd of U entries (Laplace, §8)")
+    ax.set_ylabel("sampled posterior sd")
+    ax.set_title("Posterior spread of the order parameter")
+    ax.legend(fontsize=7)
+    return _save(fig, path)

@@ -413,6 +413,8 @@ def _sweep_figures(ds: xr.Dataset, spec: Spec, stage: outputs.Staging) -> None:
     figures.sweep_accuracy(view, stage.path("accuracy_vs_width.png"))
     if "sample_width" in ds.dims and "temperature" not in ds.dims:
         figures.finite_size(view, stage.path("finite_size.png"))
+        if "U_sd_theory" in ds:
+            figures.order_parameter_sd(ds, stage.path("order_parameter_sd.png"))
 
 
 def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperature: float | None = None,
