@@ -109,6 +109,10 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(p, "run")
     _sampling(p)
+    p.add_argument("--correction", choices=["laplace", "none"],
+                   help="theory whose verdict is the headline: laplace (finite-width correction, THEORY.md §8) or "
+                   "none (the leading order, §4); both are reported side by side (default: the spec's "
+                   "compare.correction, laplace)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -266,6 +270,8 @@ def cmd_run(args) -> int:
     from .run.pipeline import run
 
     spec, out, temperature = _setup(args)
+    if args.correction is not None:
+        spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
     cfg = _settings(spec, args)
     print(f"{spec.name}: theory + {cfg.name} NUTS ({cfg.num_chains} chains × ({cfg.num_warmup} + "
           f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
@@ -274,6 +280,7 @@ def cmd_run(args) -> int:
     print(res.posterior.summary())
     print()
     print(res.comparison.report())
+    print(f"headline ({res.comparison.correction}): {res.comparison.theories_summary()}")
     print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
           "order_parameter.png, predictor.png, alignment.png")
     return _diagnostics_status(res.comparison.diagnostics)
@@ -299,9 +306,15 @@ def cmd_sweep(args) -> int:
                progress_bar=not args.no_progress, force=args.force, **cfg.to_dict())
     for names in (["accuracy_theory", "accuracy_validation_theory"], ["accuracy_gp"],
                   ["best_temperature_theory", "accuracy_theory_at_best"],
-                  ["accuracy_sampled", "accuracy_sampled_se", "verdict"], ["check_value", "check_mcse", "check_gap"]):
+                  ["accuracy_sampled", "accuracy_sampled_se", "verdict", "alternative_verdict"],
+                  ["check_value", "check_mcse", "check_gap"],
+                  ["alternative_check_value", "alternative_check_mcse", "alternative_check_gap"]):
         if all(n in ds for n in names):
             print(ds[names].to_dataframe().to_string())
+    for prefix, corr in (("", ds.attrs.get("correction")), ("alternative_", ds.attrs.get("alternative_correction"))):
+        if f"{prefix}slope_U" in ds.attrs:
+            print(f"{corr or 'none'} theory: U gap ~ N^-slope, slope {ds.attrs[f'{prefix}slope_U']:.2f} ± "
+                  f"{ds.attrs[f'{prefix}slope_U_se']:.2f} ({ds.attrs[f'{prefix}slope_U_points']} widths above the noise floor)")
     print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:

@@ -21,6 +21,7 @@ unconverged chains mean nothing, so neither "agree" nor "disagree" is said.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,9 @@ from .stats import accuracy
 from .theory import Theory, gp_limit
 
 
+CORRECTIONS = ("laplace", "none")
+"""Theories a comparison can headline: the finite-width correction (THEORY.md §8) or the leading order (§4)."""
+THEORY_NAMES = {"laplace": "corrected (Laplace, §8)", "none": "leading order (§4)"}
 MAX_RHAT = 1.01
 MIN_ESS = 100.0
 MIN_BFMI = 0.3
@@ -163,6 +167,15 @@ class Comparison:
     checks: list[Check] = field(default_factory=list)
     diagnostics: dict[str, float] = field(default_factory=dict)
     provenance: dict[str, str] = field(default_factory=dict)
+    correction: str = "none"
+    alternative: Comparison | None = None
+    U_sd_theory: np.ndarray | None = None
+    U_sd_sampled: np.ndarray | None = None
+
+    @property
+    def theories(self) -> dict[str, Comparison]:
+        """This comparison and its :attr:`alternative` by correction (``"laplace"``, ``"none"``), headline first."""
+        return {self.correction: self} | ({} if self.alternative is None else {self.alternative.correction: self.alternative})
 
     @property
     def U_zscores(self) -> np.ndarray:
@@ -194,8 +207,50 @@ class Comparison:
         return next(c for c in self.checks if c.name == name)
 
     def _verdict_text(self) -> str:
-        return {"agree": "theory and sampling agree", "disagree": "theory and sampling DISAGREE",
+        name = THEORY_NAMES[self.correction] + " " if self.alternative is not None else ""
+        return {"agree": f"{name}theory and sampling agree", "disagree": f"{name}theory and sampling DISAGREE",
                 "inconclusive": "INCONCLUSIVE (sampler diagnostics failed)"}[self.verdict]
+
+    def theories_summary(self) -> str:
+        """One line per theory: ``leading order: DISAGREE (U gap 9 % ± 0.1 %); corrected: AGREE (...)``."""
+        parts = []
+        for corr, c in self.theories.items():
+            u = c.checks[0]
+            parts.append(f"{THEORY_NAMES[corr]}: {c.verdict.upper()} (U gap {100 * u.gap:.2g} % ± {100 * u.mcse:.1g} %)")
+        return "; ".join(parts)
+
+    def _theories_section(self) -> list[str]:
+        """Side-by-side table of the leading and corrected theories (empty without an :attr:`alternative`)."""
+        if self.alternative is None:
+            return []
+        rows = []
+        for corr, c in self.theories.items():
+            for ch in c.checks:
+                rows.append(f"| {THEORY_NAMES[corr]} | {ch.name} | {ch.value:.4g} | {ch.mcse:.2g} | {ch.gap:.4g} | "
+                            f"{'pass' if ch.passed else 'FAIL'} |")
+            rows.append(f"| {THEORY_NAMES[corr]} | **verdict** | | | | **{c.verdict}** |")
+        lines = [
+            "## Leading order and finite-width correction",
+            "",
+            f"Headline theory: {THEORY_NAMES[self.correction]}. {self.theories_summary()}.",
+            "",
+            "The leading order (THEORY.md §4) is exact only as the widths grow; its gap from the exact posterior "
+            "shrinks like 1/N. The Laplace correction (§8) adds the next order in 1/N; its remaining gap shrinks "
+            "like 1/N².",
+            "",
+            "| theory | check | relative error | MCSE | noise-corrected gap | result |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+        if self.U_sd_theory is not None and self.U_sd_sampled is not None:
+            labels = self.path_labels
+            iu = np.triu_indices(len(labels))
+            lines += ["Posterior standard deviation of U (upper triangle): predicted (§8) against sampled.", "",
+                      "| entry | predicted sd | sampled sd |", "|---|---|---|",
+                      *[f"| {labels[i]}, {labels[j]} | {self.U_sd_theory[i, j]:.4g} | {self.U_sd_sampled[i, j]:.4g} |"
+                        for i, j in zip(*iu)], ""]
+        return lines
 
     def report(self) -> str:
         """Markdown report."""
@@ -227,12 +282,18 @@ class Comparison:
                     "chains) or with a higher target acceptance before reading the checks below.",
                     "",
                 ]),
-                *([] if self.verdict != "disagree" else [
+                *([] if self.verdict != "disagree" or self.alternative is None else [
+                    f"The other theory: {THEORY_NAMES[self.alternative.correction]}: {self.alternative.verdict}.",
+                    "",
+                ]),
+                *([] if self.verdict != "disagree" or self.correction == "laplace" else [
                     "The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
                     "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
                     "several --sample-widths shows whether it shrinks.",
                     "",
                 ]),
+                *self._theories_section(),
+                *([] if self.alternative is None else [f"## Checks of the headline theory ({THEORY_NAMES[self.correction]})", ""]),
                 "| check | relative error | MCSE | MC noise floor | noise-corrected gap | tolerance | result |",
                 "|---|---|---|---|---|---|---|",
                 *rows,
@@ -305,10 +366,21 @@ class Comparison:
                 "predictor": list(self.accuracy),
                 "check": [c.name for c in self.checks],
             },
-            attrs={"width": self.width, "verdict": self.verdict, "agree": int(self.agree), "sampler": self.sampler,
+            attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction, "agree": int(self.agree), "sampler": self.sampler,
                    "inconclusive_reasons": "; ".join(self.inconclusive_reasons), **self.diagnostics,
                    **self.provenance},
         )
+        if self.U_sd_theory is not None:
+            ds["U_sd_theory"] = (pp, self.U_sd_theory)
+        if self.U_sd_sampled is not None:
+            ds["U_sd_sampled"] = (pp, self.U_sd_sampled)
+        alt = self.alternative
+        if alt is not None and [c.name for c in alt.checks] == [c.name for c in self.checks]:
+            ds.attrs["alternative_correction"] = alt.correction
+            ds.attrs["alternative_verdict"] = alt.verdict
+            ds["alternative_U_theory"] = (pp, alt.U_theory)
+            for key in ("value", "mcse", "noise_floor", "gap", "passed"):
+                ds[f"alternative_check_{key}"] = ("check", [getattr(c, key) for c in alt.checks])
         return ds
 
 
@@ -321,8 +393,13 @@ def compare(
     rtol: float = 0.05,
     n_sigma: float = 3.0,
     gp: Theory | None = None,
+    headline: str | None = None,
 ) -> Comparison:
     """Compare a theory with posterior draws of the same network and data.
+
+    A theory solved with ``correction="laplace"`` is compared twice: as
+    corrected (THEORY.md §8) and at leading order (§4, :func:`leading_order`);
+    the result is the ``headline`` one, the other in its ``alternative``.
 
     Args:
         theory: from :func:`bayes_attn.solve_theory`.
@@ -332,12 +409,17 @@ def compare(
         rtol: relative tolerance of each check (5% by default).
         n_sigma: MC standard errors beyond the noise floor that make a difference significant.
         gp: the GP limit of the same problem (computed if not given).
+        headline: ``"laplace"`` or ``"none"``, the theory whose verdict is the
+            result's (default: ``theory.correction``); ``"laplace"`` needs a corrected theory.
     """
     net = theory.net
     x_test = net.check_inputs(x_test, "x_test")
     y_test = _checks.signs("y_test", y_test, x_test.shape[0])
     _checks.positive("rtol", rtol)
     _checks.positive("n_sigma", n_sigma)
+    headline = _checks.choice("headline", theory.correction if headline is None else headline, CORRECTIONS)
+    if headline == "laplace" and theory.correction != "laplace":
+        raise ValueError('headline="laplace" needs a theory solved with correction="laplace"')
     other = posterior.net
     same_net = (net.widths, net.variances, net.readout, net.heads) == (other.widths, other.variances, other.readout, other.heads)
     if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention)):
@@ -358,9 +440,34 @@ def compare(
     if not np.isclose(theory.temperature, posterior.temperature):
         raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature}")
 
+    gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
+    if theory.correction != "laplace":
+        return _compare_one(theory, posterior, x_test, y_test, rtol, n_sigma, gp)
+    both = {"laplace": _compare_one(theory, posterior, x_test, y_test, rtol, n_sigma, gp),
+            "none": _compare_one(leading_order(theory), posterior, x_test, y_test, rtol, n_sigma, gp)}
+    sd = both["laplace"].U_sd_theory
+    main, alt = both[headline], both["none" if headline == "laplace" else "laplace"]
+    return dataclasses.replace(main, alternative=alt, U_sd_theory=sd)
+
+
+def leading_order(theory: Theory) -> Theory:
+    """The leading-order theory (THEORY.md §4) held by a corrected one (returned as is when not corrected)."""
+    if theory.correction != "laplace":
+        return theory
+    return dataclasses.replace(
+        theory, U=theory.U_leading, order_parameters=tuple(theory.order_parameters_leading), Ua=theory.Ua_leading,
+        correction="none", U_leading=None, order_parameters_leading=None, Ua_leading=None, U_sd=None,
+        order_parameter_sds=None, Ua_sd=None, laplace=None,
+    )
+
+
+def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_test: np.ndarray, rtol: float,
+                 n_sigma: float, gp: Theory) -> Comparison:
+    """:func:`compare` for one theory, inputs already checked."""
     import arviz_stats as azs
 
-    gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
+    net = theory.net
+    tree = posterior.tree
     m_t, v_t = theory.predict(x_test)
     m_gp, _ = gp.predict(x_test)
 
@@ -407,4 +514,7 @@ def compare(
         provenance={"sampler_settings": str(tree.attrs.get("settings", "")), "temperature": theory.temperature,
                     "x_test_fingerprint": fingerprint(x_test),
                     "train_fingerprint": data_fingerprint(theory.x_train, theory.y_train)},
+        correction=theory.correction,
+        U_sd_theory=None if theory.U_sd is None else np.asarray(theory.U_sd),
+        U_sd_sampled=np.asarray(tree["posterior"]["U"].std(("chain", "draw")).values),
     )

@@ -67,6 +67,9 @@ class CompareSpec:
 
     ``gp_paths`` names path subsets whose GP limits are drawn as reference
     lines (a subset's GP is that of a network with only those paths).
+    ``correction``: the theory whose verdict is the headline, ``"laplace"``
+    (the finite-width correction of THEORY.md §8, the default; the leading
+    order is shown beside it) or ``"none"`` (the leading order of §4 alone).
     """
 
     gp_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -75,6 +78,7 @@ class CompareSpec:
     n_sigma: float = 3.0
     widths: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
     sample_widths: tuple[int, ...] = (10, 30, 100, 300, 1000, 3000, 10000)
+    correction: str = "laplace"
 
 
 FIG2C_COMPARE = CompareSpec(
@@ -184,6 +188,7 @@ def spec_from_dict(data: dict) -> Spec:
         raise ValueError(f"compare.path_names must name paths among {labels}, got {bad}")
     _checks.positive("compare.rtol", spec.compare.rtol)
     _checks.positive("compare.n_sigma", spec.compare.n_sigma)
+    _checks.choice("compare.correction", spec.compare.correction, ("laplace", "none"))
     for key in ("widths", "sample_widths"):
         for w in getattr(spec.compare, key):
             _checks.width(f"compare.{key}", w)

@@ -8,8 +8,14 @@ an interruption.
 
     python inference/fig2c.py [--out runs/fig2c] [--sample-widths 10 100 1000] [--chains 4] [--sampler collapsed]
 
-Writes sweep.nc, accuracy_vs_width.png, finite_size.png and, per sampled
-width, the posterior and comparison under OUT/widths/.
+At every sampled width both the leading-order theory (THEORY.md §4) and the
+finite-width (Laplace) correction (§8) are compared with the posterior: the
+gap of each in ``U`` against N on one log–log figure with fitted slopes
+(``finite_size.png``; expected ≈ 1 and ≈ 2), and the predicted posterior sd
+of ``U`` against the sampled sd (``order_parameter_sd.png``).
+
+Writes sweep.nc, accuracy_vs_width.png, finite_size.png, order_parameter_sd.png
+and, per sampled width, the posterior and comparison under OUT/widths/.
 """
 
 import argparse

@@ -147,3 +147,41 @@ def test_verdict_is_inconclusive_when_diagnostics_fail(problem):
     div = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
     div.tree["sample_stats"]["diverging"].values[0, 3] = True
     assert ba.compare(theory, div, xt, yt, gp=theory).inconclusive_reasons == ["1 divergent transitions"]
+
+
+@pytest.fixture(scope="module")
+def corrected(problem):
+    net, x, y, xt, yt, _ = problem
+    return ba.solve_theory(net, x, y, temperature=0.1, correction="laplace")
+
+
+def test_corrected_theory_is_compared_beside_the_leading_order(problem, corrected, tmp_path):
+    """Draws centred on the corrected theory: it agrees, the leading order is reported beside it with its own gap."""
+    net, x, y, xt, yt, _ = problem
+    m, v = corrected.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, corrected.U, m, np.sqrt(v))
+    c = ba.compare(corrected, post, xt, yt)
+    assert c.correction == "laplace" and c.alternative.correction == "none"
+    assert c.verdict == "agree", c.report()
+    np.testing.assert_allclose(c.alternative.U_theory, corrected.U_leading)
+    lead_gap = np.linalg.norm(corrected.U - corrected.U_leading) / np.linalg.norm(corrected.U_leading)
+    assert c.alternative.check("U (relative Frobenius)").value == pytest.approx(lead_gap, rel=0.3, abs=0.01)
+    text = c.report()
+    assert "leading order (§4)" in text and "corrected (Laplace, §8)" in text and "predicted sd" in text
+    ds = xr.load_dataset(c.save(tmp_path / "c.nc"))
+    assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"
+    assert "alternative_check_gap" in ds and "U_sd_theory" in ds
+
+
+def test_headline_picks_the_verdict_and_is_checked(problem, corrected):
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
+    c = ba.compare(corrected, post, xt, yt, headline="none")
+    assert c.correction == "none" and c.alternative.correction == "laplace"
+    np.testing.assert_allclose(c.U_theory, corrected.U_leading)
+    assert list(c.theories) == ["none", "laplace"]
+    with pytest.raises(ValueError, match="headline"):
+        ba.compare(corrected, post, xt, yt, headline="first")
+    with pytest.raises(ValueError, match="headline"):
+        ba.compare(theory, post, xt, yt, headline="laplace")

@@ -16,7 +16,7 @@ import xarray as xr
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from ..compare import Comparison
+from ..compare import THEORY_NAMES, Comparison
 from ..stats import power_law_slope
 from ..theory import Theory
 
@@ -178,14 +178,18 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     return _save(fig, path)
 
 
+THEORY_COLORS = {"none": "tab:red", "laplace": "tab:blue"}
 FINITE_SIZE_CHECKS = (("U (relative Frobenius)", "tab:blue"), ("predictor mean (relative L2)", "tab:green"))
 
 
-def _gap_curve(ax, inv, ds: xr.Dataset, name: str, color: str, marker: str, tag: str) -> None:
-    """One noise-corrected gap curve with MCSE error bars and its fitted slope in the legend."""
-    gap = ds["check_gap"].sel(check=name).values
-    se = ds["check_mcse"].sel(check=name).values
-    floor = ds["check_noise_floor"].sel(check=name).values
+def _gap_curve(ax, inv, ds: xr.Dataset, name: str, color: str, marker: str, tag: str, prefix: str = "") -> None:
+    """One noise-corrected gap curve with MCSE error bars and its fitted slope in the legend.
+
+    ``prefix``: ``""`` for the headline theory's checks, ``"alternative_"`` for the other theory's.
+    """
+    gap = ds[f"{prefix}check_gap"].sel(check=name).values
+    se = ds[f"{prefix}check_mcse"].sel(check=name).values
+    floor = ds[f"{prefix}check_noise_floor"].sel(check=name).values
     slope, slope_se, used = power_law_slope(inv, gap, se, floor)
     fit = "" if np.isnan(slope) else f", slope {slope:.2f} ± {slope_se:.2f}"
     ax.errorbar(inv, gap, yerr=se, fmt=marker + "-", color=color, capsize=3, label=f"{tag}{name}{fit}")
@@ -210,8 +214,17 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
     axes = np.atleast_1d(axes)
     P = ds.attrs.get("n_train", "")
     inv = 1.0 / ds["sample_width"].values
-    for name, color in FINITE_SIZE_CHECKS:
-        _gap_curve(axes[0], inv, ds, name, color, "o", f"P = {P}: " if P else "")
+    theories = [("", ds.attrs.get("correction", "none"))]
+    if "alternative_check_gap" in ds:
+        theories.append(("alternative_", ds.attrs.get("alternative_correction", "none")))
+    for prefix, corr in theories:
+        both = len(theories) > 1
+        for name, color in FINITE_SIZE_CHECKS:
+            if both and name != "U (relative Frobenius)":
+                continue  # with two theories: U only, one colour per theory
+            tag = (f"P = {P}: " if P else "") + (f"{THEORY_NAMES[corr]}: " if both else "")
+            _gap_curve(axes[0], inv, ds, name, THEORY_COLORS[corr] if both else color, "o" if corr == "none" else "s",
+                       tag, prefix)
     axes[0].set_title("Fixed P: gap between sampling and theory")
     for k, (label, a) in enumerate((alpha_sweeps or {}).items()):
         inv_a = 1.0 / a["sample_width"].values
@@ -226,4 +239,31 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
         ax.set_xlabel("1 / N")
         ax.set_ylabel("relative error, sampled vs theory (noise-corrected)")
         ax.legend(fontsize=6)
+    return _save(fig, path)
+
+
+def order_parameter_sd(ds: xr.Dataset, path) -> Path:
+    """Predicted posterior sd of every ``U`` entry (THEORY.md §8) against the sampled sd, one colour per width.
+
+    ``ds``: a sweep with ``U_sd_theory`` and ``U_sd_sampled`` (``[sample_width, path, path_]``); log–log, with the diagonal.
+    """
+    fig, ax = _subplots(1, 1, figsize=(5.2, 4.6))
+    D = ds.sizes["path"]
+    iu = np.triu_indices(D)
+    lo, hi = np.inf, 0.0
+    for k, N in enumerate(ds["sample_width"].values):
+        pred = ds["U_sd_theory"].sel(sample_width=N).values[iu]
+        samp = ds["U_sd_sampled"].sel(sample_width=N).values[iu]
+        ok = (pred > 0) & (samp > 0)
+        ax.scatter(pred[ok], samp[ok], s=18, color=f"C{k % 10}", label=f"N = {N}")
+        if ok.any():
+            lo, hi = min(lo, pred[ok].min(), samp[ok].min()), max(hi, pred[ok].max(), samp[ok].max())
+    if hi > 0:
+        ax.plot([lo, hi], [lo, hi], "k:", lw=1, label="predicted = sampled")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted posterior sd of U entries (Laplace, §8)")
+    ax.set_ylabel("sampled posterior sd")
+    ax.set_title("Posterior spread of the order parameter")
+    ax.legend(fontsize=7)
     return _save(fig, path)

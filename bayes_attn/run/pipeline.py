@@ -133,6 +133,10 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
         progress_bar: bool = True, force: bool = False, **sampler) -> RunResult:
     """Theory + GP + sampling + comparison at one width, written into ``out``.
 
+    The theory is solved with the finite-width correction (THEORY.md §8) and
+    compared both corrected and at leading order; ``spec.compare.correction``
+    picks the one whose verdict is the headline (and the exit status).
+
     Writes ``theory.nc``, ``gp.nc``, ``posterior.nc``, ``comparison.nc``,
     ``report.md``, ``spec.toml`` (the run as made: replaying it repeats it),
     ``manifest.json`` and figures ``order_parameter.png``, ``predictor.png``,
@@ -144,10 +148,11 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     settings = spec.sampler.replace(**sampler)
     x, y, xt, yt = spec.data()
     with outputs.output_folder(out, force=force) as stage:
-        theory = solve_theory(net, x, y, temperature=T)
+        theory = solve_theory(net, x, y, temperature=T, correction="laplace")
         gp = gp_limit(net, x, y, temperature=T)
         post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
-        comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
+        comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
+                       headline=spec.compare.correction)
         ran = _ran(spec, net, T, json.loads(post.tree.attrs["settings"]))
         theory.save(stage.path("theory.nc"))
         gp.save(stage.path("gp.nc"))
@@ -176,6 +181,8 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
             f"# {spec.name}: N = {net.widths[0]}, temperature = {T}",
             "",
             f"Paths: {paths}. P = {len(theory.y_train)} training, {len(comp.y_test)} test examples.",
+            "",
+            f"Headline: {comp.theories_summary()}.",
             "",
             f"Theory: converged = {theory.converged}, max |dS/dU| = {theory.max_gradient:.2g}, "
             f"Hessian min eigenvalue = {theory.hessian_min_eigenvalue:.3g}, Ua = {theory.Ua:.4g}, "

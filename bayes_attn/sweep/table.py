@@ -43,7 +43,7 @@ from ..theory import gp_limit, solve_theory
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Bumped when the per-job files change layout: older files are recomputed."""
 
 THEORY_VARS = ("U", "accuracy", "accuracy_validation", "action", "max_gradient", "hessian_min_eigenvalue", "Ua",
@@ -65,7 +65,7 @@ def _theory_key(spec: Spec, T: float) -> str:
 
 def _sample_key(spec: Spec, T: float, settings: SamplerSettings) -> str:
     return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), T, settings.to_dict(),
-                spec.compare.rtol, spec.compare.n_sigma)
+                spec.compare.rtol, spec.compare.n_sigma, spec.compare.correction)
 
 
 def _finished(path: Path, key: str) -> xr.Dataset | None:
@@ -114,11 +114,12 @@ def sample_job(spec: Spec, N: int, T: float, folder: Path, settings: SamplerSett
     t0 = time.perf_counter()
     x, y, xt, yt = spec.data()
     net = spec.net(N)
-    theory = solve_theory(net, x, y, temperature=T)
+    theory = solve_theory(net, x, y, temperature=T, correction="laplace")  # both theories, side by side
     gp = gp_limit(net, x, y, temperature=T)
     post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
     post.save(folder / f"posterior-{_tag(N, T)}.nc")
-    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp)
+    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
+                   headline=spec.compare.correction)
     ds = comp.to_dataset()
     chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
     ds["accuracy_per_chain"] = ("chain", [accuracy(m, yt) for m in chain_means])
@@ -187,6 +188,12 @@ def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Da
     s = xr.concat([d[keep] for d in sampled], dim=sw, coords="minimal", compat="override")
     out = s[["U_sampled", "U_mcse", "check_value", "check_mcse", "check_noise_floor", "check_gap", "check_passed"]]
     out["U_theory_at_sample_width"] = s["U_theory"]
+    extra = ["U_sd_theory", "U_sd_sampled", "alternative_U_theory"] + [
+        f"alternative_check_{k}" for k in ("value", "mcse", "noise_floor", "gap", "passed")]
+    if all(v in d for d in sampled for v in extra):  # leading and corrected theory side by side
+        alt = xr.concat([d[extra] for d in sampled], dim=sw, coords="minimal", compat="override")
+        out = out.merge(alt)
+        out["alternative_verdict"] = ("sample_width", [d.attrs["alternative_verdict"] for d in sampled])
     out["accuracy_sampled"] = s["accuracy"].sel(predictor="sampled", drop=True)
     out["accuracy_sampled_se"] = ("sample_width", [
         float(d["accuracy_per_chain"].std(ddof=1) / np.sqrt(d.sizes["chain"])) if d.sizes["chain"] >= MIN_CHAINS_SE
@@ -206,10 +213,14 @@ def _slopes(ds: xr.Dataset) -> dict[str, float]:
     """Fitted power-law slopes of the noise-corrected gaps against 1/N (see :func:`power_law_slope`)."""
     out = {}
     inv = 1.0 / ds["sample_width"].values
-    for name, key in (("U (relative Frobenius)", "U"), ("predictor mean (relative L2)", "mean")):
-        c = ds.sel(check=name)
-        slope, se, used = power_law_slope(inv, c["check_gap"].values, c["check_mcse"].values, c["check_noise_floor"].values)
-        out |= {f"slope_{key}": slope, f"slope_{key}_se": se, f"slope_{key}_points": int(used.sum())}
+    prefixes = [""] + (["alternative_"] if "alternative_check_gap" in ds else [])
+    for prefix in prefixes:
+        for name, key in (("U (relative Frobenius)", "U"), ("predictor mean (relative L2)", "mean")):
+            c = ds.sel(check=name)
+            slope, se, used = power_law_slope(inv, c[f"{prefix}check_gap"].values, c[f"{prefix}check_mcse"].values,
+                                              c[f"{prefix}check_noise_floor"].values)
+            k = f"{prefix}slope_{key}"
+            out |= {k: slope, f"{k}_se": se, f"{k}_points": int(used.sum())}
     return out
 
 
@@ -356,6 +367,9 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
                  for T in temps]
         ds = ds.merge(xr.concat(per_T, dim=xr.DataArray(temps, dims="temperature", name="temperature"),
                                 coords="minimal", compat="override"))
+    if "alternative_check_gap" in ds:
+        ds.attrs.update(correction=spec.compare.correction,
+                        alternative_correction="none" if spec.compare.correction == "laplace" else "laplace")
     if len(temps) == 1:
         ds = ds.squeeze("temperature")  # keeps ``temperature`` as a scalar coordinate
         if sample_widths:
@@ -399,6 +413,8 @@ def _sweep_figures(ds: xr.Dataset, spec: Spec, stage: outputs.Staging) -> None:
     figures.sweep_accuracy(view, stage.path("accuracy_vs_width.png"))
     if "sample_width" in ds.dims and "temperature" not in ds.dims:
         figures.finite_size(view, stage.path("finite_size.png"))
+        if "U_sd_theory" in ds:
+            figures.order_parameter_sd(ds, stage.path("order_parameter_sd.png"))
 
 
 def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperature: float | None = None,

@@ -29,6 +29,12 @@ def test_spec_round_trip_and_shipped_specs(tmp_path):
     assert two.net().D == 2 and two.task.noise_perp == 5.0
 
 
+def test_spec_correction_round_trips(tmp_path):
+    assert Spec().compare.correction == "laplace"  # the corrected theory headlines by default
+    spec, path = _write(tmp_path, {**TINY, "compare": {**TINY["compare"], "correction": "none"}})
+    assert spec.compare.correction == "none" and load_spec(path) == spec
+
+
 def test_spec_without_compare_table_for_other_depths():
     for layers in ([["same_token", "uniform"]], [["same_token"], ["uniform"], ["random", "uniform"]]):
         spec = spec_from_dict({"network": {"layers": layers}})
@@ -49,6 +55,7 @@ def test_spec_without_compare_table_for_other_depths():
         ({"compare": {"path_names": {"7-7": "x"}}}, "path_names"),
         ({"sampler": {"num_chains": 0}}, "num_chains"),
         ({"sampler": {"thinning": 500, "num_samples": 10}}, "thinning"),
+        ({"compare": {"correction": "second_order"}}, r"compare.correction must be one of \['laplace', 'none'\]"),
     ],
 )
 def test_bad_specs(change, match):
@@ -65,6 +72,10 @@ def test_run_writes_everything(tmp_path):
         assert (tmp_path / "run" / name).stat().st_size > 0, name
     report = (tmp_path / "run" / "report.md").read_text()
     assert "Verdict" in report and "GP limits" in report and "Head scores" in report
+    # both theories side by side, the corrected one as headline
+    assert res.comparison.correction == "laplace" and res.comparison.alternative.correction == "none"
+    assert "leading order (§4): " in report and "corrected (Laplace, §8): " in report
+    assert xr.load_dataset(tmp_path / "run" / "comparison.nc").attrs["correction"] == "laplace"
     assert res.theory.converged
     # the folder's spec.toml is the run as made, overrides included
     again = pipeline.run(spec, tmp_path / "run2", width=4, temperature=0.2, progress_bar=False, seed=5)
@@ -80,6 +91,11 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     assert ds.sizes["width"] == 2 and ds.sizes["sample_width"] == 1
     assert set(ds["gp_model"].values) == {"whole network", "good path", "good + denoising paths"}
     assert (tmp_path / "sw" / "accuracy_vs_width.png").exists() and (tmp_path / "sw" / "finite_size.png").exists()
+    # leading and corrected theory side by side, each with gap, MCSE and verdict
+    assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"
+    for v in ("alternative_check_gap", "alternative_check_mcse", "alternative_verdict", "U_sd_theory", "U_sd_sampled"):
+        assert v in ds and "sample_width" in ds[v].dims, v
+    assert (tmp_path / "sw" / "order_parameter_sd.png").exists()
 
     def fail(*a, **k):
         raise AssertionError("a finished width was recomputed")
@@ -119,6 +135,19 @@ def test_cli_sample_and_theory(tmp_path, capsys):
     assert cli.main(["theory", str(path), "--width", "5", "--out", str(tmp_path / "t")]) == 0
     out = capsys.readouterr().out
     assert "Ua =" in out and "GP (whole network)" in out and (tmp_path / "t" / "theory.nc").exists()
+
+
+def test_cli_run_correction_picks_the_headline(tmp_path, capsys):
+    _, path = _write(tmp_path)
+    cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--correction", "none", "--no-progress"])
+    out = capsys.readouterr().out
+    ds = xr.load_dataset(tmp_path / "r" / "comparison.nc")
+    assert ds.attrs["correction"] == "none" and ds.attrs["alternative_correction"] == "laplace"
+    assert "headline (none): leading order (§4): " in out
+    assert load_spec(tmp_path / "r" / "spec.toml").compare.correction == "none"
+    with pytest.raises(SystemExit):
+        cli.main(["run", str(path), "--correction", "first"])
+    assert "--correction" in capsys.readouterr().err
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
