@@ -110,7 +110,7 @@ def parser() -> argparse.ArgumentParser:
     _common(p, "run")
     _sampling(p)
     p.add_argument("--correction", choices=["laplace", "none"],
-                   help="theory whose verdict is the headline: laplace (finite-width correction, THEORY.md §8) or "
+                   help="theory whose verdict is the headline: laplace (finite-width correction, docs/theory.md §8) or "
                    "none (the leading order, §4); both are reported side by side (default: the spec's "
                    "compare.correction, laplace)")
     p.set_defaults(func=cmd_run)
