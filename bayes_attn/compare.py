@@ -398,7 +398,7 @@ def compare(
     """Compare a theory with posterior draws of the same network and data.
 
     A theory solved with ``correction="laplace"`` is compared twice: as
-    corrected (THEORY.md §8) and at leading order (§4, :func:`leading_order`);
+    corrected (THEORY.md §8) and at leading order (§4, :meth:`~bayes_attn.theory.Theory.leading_order`);
     the result is the ``headline`` one, the other in its ``alternative``.
 
     Args:
@@ -444,21 +444,10 @@ def compare(
     if theory.correction != "laplace":
         return _compare_one(theory, posterior, x_test, y_test, rtol, n_sigma, gp)
     both = {"laplace": _compare_one(theory, posterior, x_test, y_test, rtol, n_sigma, gp),
-            "none": _compare_one(leading_order(theory), posterior, x_test, y_test, rtol, n_sigma, gp)}
+            "none": _compare_one(theory.leading_order(), posterior, x_test, y_test, rtol, n_sigma, gp)}
     sd = both["laplace"].U_sd_theory
     main, alt = both[headline], both["none" if headline == "laplace" else "laplace"]
     return dataclasses.replace(main, alternative=alt, U_sd_theory=sd)
-
-
-def leading_order(theory: Theory) -> Theory:
-    """The leading-order theory (THEORY.md §4) held by a corrected one (returned as is when not corrected)."""
-    if theory.correction != "laplace":
-        return theory
-    return dataclasses.replace(
-        theory, U=theory.U_leading, order_parameters=tuple(theory.order_parameters_leading), Ua=theory.Ua_leading,
-        correction="none", U_leading=None, order_parameters_leading=None, Ua_leading=None, U_sd=None,
-        order_parameter_sds=None, Ua_sd=None, laplace=None,
-    )
 
 
 def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_test: np.ndarray, rtol: float,

@@ -19,7 +19,6 @@ and the test accuracy there.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import time
@@ -56,7 +55,7 @@ THEORY_VARS = ("U", "accuracy", "accuracy_validation", "action", "max_gradient",
 def _key(*parts) -> str:
     """Hash of everything a job's result depends on."""
     text = json.dumps([CACHE_VERSION, *parts], sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _io.digest(text)
 
 
 def _theory_key(spec: Spec, T: float) -> str:

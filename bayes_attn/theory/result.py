@@ -6,7 +6,7 @@ import itertools
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -180,6 +180,16 @@ class Theory:
         x2 = None if x2 is None else self.net.check_inputs(x2, "x2")
         with float64():
             return np.asarray(self.net.kernel(self.U, x1, x2))
+
+    def leading_order(self) -> Theory:
+        """The leading-order theory (THEORY.md §4) this one was corrected from; ``self`` when not corrected."""
+        if self.correction != "laplace":
+            return self
+        return replace(
+            self, U=self.U_leading, order_parameters=tuple(self.order_parameters_leading), Ua=self.Ua_leading,
+            correction="none", U_leading=None, order_parameters_leading=None, Ua_leading=None, U_sd=None,
+            order_parameter_sds=None, Ua_sd=None, laplace=None,
+        )
 
     def predict(self, x_test, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of ``f(x*)`` (THEORY.md §4 "Predictor statistics"):
