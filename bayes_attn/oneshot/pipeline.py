@@ -393,7 +393,7 @@ def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> 
     t = spec.task
     files = (list(t.files) if t.kind == "omniglot" else []) + ([t.runs_file] if "all_runs" in t.ood else [])
     if files:
-        _checks.data_folder("data_dir", t.data_dir if data_dir is None else data_dir, files)
+        _checks.data_folder("data_dir", spec.data_path(data_dir), files)
 
 
 def sampling_verdict(path: str | os.PathLike) -> dict:
