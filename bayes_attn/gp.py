@@ -10,6 +10,14 @@ One helper serves the theory's predictor, ``Posterior.predict`` (per draw of
 ``f* = f*' + k*ᵀ G⁻¹ (Y − f'(X) − eps)`` with ``(f', f*')`` from the prior and
 ``eps ~ Normal(0, temperature)``). Every solve goes through the Cholesky
 factor of ``G``; all functions are pure JAX and can be ``vmap``-ed over draws.
+
+Through the path inputs ``xi`` ``[P, D, N0]`` (THEORY.md §2) the kernel is
+``K(U)(x, x') = s0² / (N0 D) Σ xi_π(x) U[π, π'] xi_π'(x')``, so for any weights
+``alpha`` ``[P]`` on the training inputs ``K(x*, X) alpha = Σ_π xi_π(x*) · v_π``
+with ``v = s0² / (N0 D) · Σ_ν alpha_ν U xi(x_ν)`` ``[D, N0]``
+(:func:`xi_weights`, :func:`at_xi`): the predictor mean without forming
+``K(x*, X)``. :func:`moments_from_xi` and :func:`mean_from_xi` are the
+predictive of one ``U`` from path inputs.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
+
+from .network import kernel_from_xi
 
 
 def gram_cholesky(K: jax.Array, temperature: float) -> jax.Array:
@@ -41,6 +51,47 @@ def moments(K: jax.Array, K_cross: jax.Array, k_diag: jax.Array, y: jax.Array, t
     return v.T @ z, k_diag - jnp.sum(v * v, axis=0)
 
 
+def cross_kernels(U: jax.Array, xi_query: jax.Array, xi_train: jax.Array, s0sq: float):
+    """``K(x*, X)`` ``[P*, P]`` and ``K(x*, x*)`` ``[P*]`` from path inputs ``xi_query`` ``[P*, D, N0]``
+    and ``xi_train`` ``[P, D, N0]`` (``U`` ``[D, D]``, ``s0sq`` the prior variance of ``V0``)."""
+    D, N0 = xi_query.shape[1], xi_query.shape[2]
+    k_cross = kernel_from_xi(U, xi_query, xi_train, s0sq)
+    k_diag = s0sq * jnp.einsum("adi,de,aei->a", xi_query, U, xi_query) / (N0 * D)
+    return k_cross, k_diag
+
+
+@jax.jit
+def moments_from_xi(U: jax.Array, xi_train: jax.Array, xi_query: jax.Array, y: jax.Array, temperature: float,
+                    s0sq: float):
+    """:func:`moments` of the kernel ``K(U)`` given by path inputs: ``(mean, variance)``, each ``[P*]``."""
+    K = kernel_from_xi(U, xi_train, xi_train, s0sq)
+    return moments(K, *cross_kernels(U, xi_query, xi_train, s0sq), y, temperature)
+
+
+def dual_weights(K: jax.Array, y: jax.Array, temperature: float) -> jax.Array:
+    """``alpha = G⁻¹ y`` with ``G = K + temperature I`` (``K`` ``[P, P]``, ``y`` ``[P]``): ``[P]``."""
+    return cho_solve((gram_cholesky(K, temperature), True), y)
+
+
+def xi_weights(U: jax.Array, xi_train: jax.Array, alpha: jax.Array, s0sq: float) -> jax.Array:
+    """``v = s0² / (N0 D) · Σ_ν alpha_ν U xi(x_ν)`` ``[D, N0]``, so that ``K(x, X) alpha = at_xi(xi(x), v)``."""
+    D, N0 = xi_train.shape[1], xi_train.shape[2]
+    return (s0sq / (N0 * D)) * jnp.einsum("b,bei,de->di", alpha, xi_train, U)
+
+
+def at_xi(xi: jax.Array, v: jax.Array) -> jax.Array:
+    """``Σ_π xi_π(x) · v_π`` for path inputs ``xi`` ``[P*, D, N0]`` and ``v`` ``[D, N0]``: ``[P*]``."""
+    return jnp.einsum("pdi,di->p", xi, v)
+
+
+@jax.jit
+def mean_from_xi(U: jax.Array, xi_train: jax.Array, xi_query: jax.Array, y: jax.Array, temperature: float,
+                 s0sq: float) -> jax.Array:
+    """Predictor mean ``k*ᵀ G⁻¹ Y`` ``[P*]`` in the ``xi`` form (``K(x*, X)`` never formed)."""
+    alpha = dual_weights(kernel_from_xi(U, xi_train, xi_train, s0sq), y, temperature)
+    return at_xi(xi_query, xi_weights(U, xi_train, alpha, s0sq))
+
+
 def pathwise_weights(K: jax.Array, f_prior: jax.Array, y: jax.Array, eps: jax.Array, temperature: float) -> jax.Array:
     """Weights ``alpha = G⁻¹ (Y − f'(X) − eps)`` of one exact posterior draw by pathwise conditioning.
 
@@ -49,5 +100,4 @@ def pathwise_weights(K: jax.Array, f_prior: jax.Array, y: jax.Array, eps: jax.Ar
     draw from ``f(x*) | Y`` at any inputs (the training inputs included:
     ``f(X) = f' + K alpha``). ``K`` is ``[P, P]``; returns ``[P]``.
     """
-    chol = gram_cholesky(K, temperature)
-    return cho_solve((chol, True), y - f_prior - eps)
+    return dual_weights(K, y - f_prior - eps, temperature)

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
+from ..network import kernel_from_xi
 from ..precision import float64
 from ..theory import Theory
 
@@ -183,13 +185,15 @@ def path_kernels(theory: Theory, gp: Theory, paths: Sequence[str | int], path, *
     order = keep[np.argsort(-y[keep], kind="stable")]
     x, y = x[order], y[order]
     with float64():
-        xi = np.asarray(net.xi(x), dtype=np.float64)  # [P, D, N0]
-    s0, D, N0 = net.variances[0], net.D, net.N0
-    panels = [(f"C[{labels[i]}, {labels[i]}]" + (f" ({names[labels[i]]})" if names and labels[i] in names else ""),
-               s0 * xi[:, i] @ xi[:, i].T / (N0 * D)) for i in idx]
-    for name, t in (("GP kernel K(U_GP)", gp), (f"renormalised K(U), N = {theory.net.widths[0]}", theory)):
-        K = s0 * np.einsum("adi,de,bei->ab", xi, t.U, xi) / (N0 * D)
-        panels.append((name, K))
+        xi = net.xi(x)  # [P, D, N0]
+
+        def K_of(U):  # K(U) on the examples (C[π, π] is K of the unit matrix at (π, π)), float64 NumPy [P, P]
+            return np.asarray(kernel_from_xi(jnp.asarray(U, jnp.float64), xi, xi, net.variances[0]))
+
+        panels = [(f"C[{labels[i]}, {labels[i]}]" + (f" ({names[labels[i]]})" if names and labels[i] in names else ""),
+                   K_of(np.diag(np.eye(net.D)[i]))) for i in idx]
+        for name, t in (("GP kernel K(U_GP)", gp), (f"renormalised K(U), N = {theory.net.widths[0]}", theory)):
+            panels.append((name, K_of(t.U)))
     fig, axes = _subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6))
     n_plus = int(np.sum(y > 0))
     for ax, (name, K) in zip(axes[0], panels):

@@ -8,8 +8,9 @@ separately, of the GP limit) is the grid value of best accuracy on
 
 Predictions use :func:`predictor_mean`, the theory's predictor mean of §4
 written through the path inputs ``xi`` ``[P, D, N0]`` (computed once per
-episode set): ``mean(x*) = k*ᵀ G⁻¹ Y = Σ_π xi_π(x*) · v_π`` with
-``v = s0² / (N0 D) · Σ_ν α_ν U xi(x_ν)``, ``α = G⁻¹ Y``, ``G = K(U) + T I``.
+episode set; :func:`bayes_attn.gp.mean_from_xi`): ``mean(x*) = k*ᵀ G⁻¹ Y =
+Σ_π xi_π(x*) · v_π`` with ``v = s0² / (N0 D) · Σ_ν α_ν U xi(x_ν)``,
+``α = G⁻¹ Y``, ``G = K(U) + temperature·I``.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import time
 import warnings
 from typing import NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
 import xarray as xr
 
-from .. import _checks, stats
-from ..network import Network, kernel_from_xi
+from .. import _checks, gp, stats
+from ..network import Network
 from .spec import OneShotSpec
 from ..posterior import Posterior, sample_posterior
 from ..precision import float64
@@ -55,10 +56,8 @@ def predictor_mean(U, temperature: float, xi_train, y_train, xi, *, s0sq: float 
     y = _checks.labels("y_train", y_train, P)
     temperature = _checks.positive("temperature", temperature)
     with float64():
-        K = np.asarray(kernel_from_xi(U, xi_train, xi_train, s0sq))
-    alpha = scipy.linalg.cho_solve(scipy.linalg.cho_factor(K + temperature * np.eye(P), lower=True), y)
-    v = (s0sq / (N0 * D)) * np.einsum("b,bei,de->di", alpha, xi_train, U)
-    return np.einsum("pdi,di->p", xi, v)
+        return np.asarray(gp.mean_from_xi(*(jnp.asarray(a, jnp.float64) for a in (U, xi_train, xi, y)),
+                                          temperature, s0sq))
 
 
 class Scan(NamedTuple):

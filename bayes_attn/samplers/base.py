@@ -262,7 +262,7 @@ def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.
         priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
         eps = math.sqrt(T) * jax.random.normal(k2, y.shape, U.dtype)
         alpha = gp.pathwise_weights(gram(U, R, data, form, s0sq), priors[0], y, eps, T)
-        v = (s0sq / (N0 * D)) * jnp.einsum("b,bei,de->di", alpha, xi, U)  # K(x, X) alpha = xi(x) · v
-        return [f + jnp.einsum("pdi,di->p", xq, v) for f, xq in zip(priors, xis)]
+        v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
+        return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
 
     return jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=256)

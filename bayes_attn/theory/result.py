@@ -50,13 +50,9 @@ def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
 @jax.jit
 def _laplace_moments(U0, shift, E, xi_t, xi_train, y, temperature, s0):
     """Next-order predictor mean and variance (THEORY.md §8); see :meth:`Theory._predict_laplace`."""
-    D, N0 = xi_t.shape[1], xi_t.shape[2]
 
     def moments(U):  # [2, B]: mean and variance of f(x*) given U_1 = U
-        K = kernel_from_xi(U, xi_train, xi_train, s0)
-        k_cross = kernel_from_xi(U, xi_t, xi_train, s0)
-        k_diag = s0 * jnp.einsum("adi,de,aei->a", xi_t, U, xi_t) / (N0 * D)
-        return jnp.stack(gp.moments(K, k_cross, k_diag, y, temperature))
+        return jnp.stack(gp.moments_from_xi(U, xi_train, xi_t, y, temperature, s0))
 
     base, along_shift = jax.jvp(moments, (U0,), (shift,))
 
@@ -210,9 +206,7 @@ class Theory:
             means, variances = [], []
             for start in range(0, xt.shape[0], batch_size):
                 xi_t = self.net.xi(xt[start : start + batch_size])  # [B, D, N0]
-                D, N0 = xi_t.shape[1], xi_t.shape[2]
-                k_cross = kernel_from_xi(U, xi_t, self._xi_train, s0)  # [B, P]
-                k_diag = s0 * jnp.einsum("adi,de,aei->a", xi_t, U, xi_t) / (N0 * D)  # [B]
+                k_cross, k_diag = gp.cross_kernels(U, xi_t, self._xi_train, s0)  # [B, P], [B]
                 m, v = gp.moments(K, k_cross, k_diag, y, self.temperature)
                 means.append(np.asarray(m))
                 variances.append(np.asarray(v))
