@@ -1,7 +1,8 @@
 """The one-shot image task end to end: paper Fig. 3 (THEORY.md §6).
 
 - :mod:`.spec`: the one-shot spec (task, model, training, theory, pruning, sampler);
-- :mod:`.training`: the gradient-descent transformer, its training and files;
+- :mod:`.model`: the gradient-descent transformer, its files, its ``Network`` and a pixel baseline;
+- :mod:`.training`: its training;
 - :mod:`.scan`: theory over widths × temperatures on the frozen attention, sampling;
 - :mod:`.pruning`: head ablation of the trained model, Spearman, cumulative pruning;
 - :mod:`.results`, :mod:`.figures`: ``oneshot.nc``, ``report.md`` and the figures;

@@ -52,13 +52,13 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _checks, _io, outputs, stats
-from . import figures, results, pruning, training
+from . import figures, model as gd_model, results, pruning, training
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations, load_oneshot_spec
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
 from ..compare import points_verdict
 from ..theory import gp_limit, head_scores, solve_theory
-from .training import ModelConfig, Params
+from .model import ModelConfig, Params
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def _saved_model(spec: OneShotSpec, out: Path):
         meta = json.loads((out / "model.json").read_text())
         if meta.get("training_hash") != spec.training_hash():
             return None, None
-        saved = training.load_model(out / "model.npz")
+        saved = gd_model.load_model(out / "model.npz")
     except (OSError, ValueError):
         return None, None
     return saved, meta
@@ -271,21 +271,21 @@ def train_model(
             augment=lambda epoch, rng: gd_episodes(spec, sets, epoch)[1:],
         )
         seconds = time.perf_counter() - t0
-        training.save_model(out / "model.npz", params, config, spec.training, history)
+        gd_model.save_model(out / "model.npz", params, config, spec.training, history)
         write_json(out / "model.json", {"training_hash": spec.training_hash(), "settings": spec.training_settings(),
                                         "history": history.to_dict(), "train_seconds": seconds})
     metrics = {"train_seconds": seconds, "reused": saved is not None}
     for name in ("test", "validation"):
         s = evaluation[name]
-        metrics[name] = _accuracy_se(training.correct(params, s.x, s.y))
+        metrics[name] = _accuracy_se(gd_model.correct(params, s.x, s.y))
     test = evaluation["test"]
-    acc, se = training.nearest_neighbour_accuracy(test.episodes.images, test.y)
+    acc, se = gd_model.nearest_neighbour_accuracy(test.episodes.images, test.y)
     metrics["nn_baseline"] = {"accuracy": acc, "se": se}
     metrics["ood"] = {}
     for key, s in evaluation.items():
         if key.startswith("ood/"):
-            nn, nn_se = training.nearest_neighbour_accuracy(s.episodes.images, s.y)
-            metrics["ood"][key[4:]] = {**_accuracy_se(training.correct(params, s.x, s.y)), "nn_accuracy": nn, "nn_se": nn_se}
+            nn, nn_se = gd_model.nearest_neighbour_accuracy(s.episodes.images, s.y)
+            metrics["ood"][key[4:]] = {**_accuracy_se(gd_model.correct(params, s.x, s.y)), "nn_accuracy": nn, "nn_se": nn_se}
     return TrainedModel(params, config, history, metrics)
 
 
@@ -422,7 +422,7 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
     model = train_model(spec, out, sets=sets, evaluation=ev, retrain=retrain, progress_bar=progress_bar)
     lap("training" + (" (reused model)" if model.metrics["reused"] else ""))
     th = spec.theory
-    net, _ = training.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
+    net, _ = gd_model.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
     tr, val, te = ev["theory_train"], ev["validation"], ev["test"]
     scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
     lap("theory scan")
@@ -435,7 +435,7 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
     scores = head_scores(score_theory.U, heads)
     report = pruning.pruning_report(model.params, model.config, te.x, te.y, scores,
                                     n_random=spec.pruning.n_random, seed=spec.pruning.seed)
-    trained = training.trained_order_parameters(model.params, model.config)
+    trained = gd_model.trained_order_parameters(model.params, model.config)
     trained_scores = head_scores(trained.U, heads)
     report |= _uncertainty(spec, sets, net, model, scan, ev, scores, score_theory, report, progress_bar)
     report |= {

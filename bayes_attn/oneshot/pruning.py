@@ -23,7 +23,7 @@ import scipy.stats
 
 from .. import _checks
 from ..theory import head_scores  # noqa: F401  (re-exported: the one implementation lives with Theory)
-from .training import ModelConfig, Params, check_params, correct
+from .model import ModelConfig, Params, check_params, correct
 
 ALTERNATIVES = ("greater", "less", "two-sided")
 

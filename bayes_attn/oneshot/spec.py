@@ -47,7 +47,8 @@ from .._spec_types import check_name, check_type, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
 from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
-from .training import ModelConfig, TrainConfig
+from .model import ModelConfig
+from .training import TrainConfig
 
 KINDS = ("omniglot", "digits")
 OOD_SETS = ("all_runs", "digits")
@@ -201,7 +202,7 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The gradient-descent model: :class:`~bayes_attn.oneshot.training.ModelConfig` without ``N0``."""
+    """The gradient-descent model: :class:`~bayes_attn.oneshot.model.ModelConfig` without ``N0``."""
 
     width: int = 128
     d_qk: int = 32

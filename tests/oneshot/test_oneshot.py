@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bayes_attn import oneshot
-from bayes_attn.oneshot import pruning, training
+from bayes_attn.oneshot import model, pruning
 from bayes_attn.oneshot.scan import path_inputs, predictor_mean, temperature_scan
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.samplers import SamplerSettings
@@ -208,18 +208,18 @@ def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
 @pytest.mark.slow
 def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_run, tiny_sets):
     out, _ = tiny_run
-    saved = training.load_model(out / "model.npz")
+    saved = model.load_model(out / "model.npz")
     import xarray as xr
 
     with xr.open_dataset(out / "oneshot.nc") as ds:
         U = ds["U_trained"].values
-    np.testing.assert_allclose(U, training.trained_order_parameters(saved.params, saved.config).U, rtol=1e-6)
+    np.testing.assert_allclose(U, model.trained_order_parameters(saved.params, saved.config).U, rtol=1e-6)
     np.testing.assert_allclose(head_scores(U, saved.config.heads)[0], json.loads((out / "pruning.json").read_text())
                                ["trained_head_scores"][0], rtol=1e-6)
     # the frozen model as a Network (readout "mean", W = K^T Q / sqrt(d_qk)) on real tokens
     x = tiny_sets[1]["test"].x[:12]
-    net, weights = training.to_network(saved.params, saved.config)
-    f_gd = training.predict(saved.params, x)
+    net, weights = model.to_network(saved.params, saved.config)
+    f_gd = model.predict(saved.params, x)
     for form in ("token", "path"):
         np.testing.assert_allclose(np.asarray(net.forward(weights, x, form=form)), f_gd, rtol=1e-4, atol=1e-5)
 

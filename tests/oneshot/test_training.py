@@ -1,4 +1,4 @@
-"""The gradient-descent model of Fig. 3 (bayes_attn.oneshot.training) and head pruning (bayes_attn.oneshot.pruning).
+"""The gradient-descent model of Fig. 3 (bayes_attn.oneshot.model, .training) and head pruning (bayes_attn.oneshot.pruning).
 
 Every fast path has a plain NumPy twin here: the forward pass, the order
 parameter over paths, head scores, the rescaled ablation.
@@ -14,14 +14,15 @@ import jax
 import numpy as np
 import pytest
 
-from bayes_attn.oneshot import pruning, training
-from bayes_attn.oneshot.training import ModelConfig, Params, TrainConfig
+from bayes_attn.oneshot import model, pruning, training
+from bayes_attn.oneshot.model import ModelConfig, Params
+from bayes_attn.oneshot.training import TrainConfig
 
 SMALL = ModelConfig(N0=10, width=6, d_qk=4, heads=(2, 3), qk_scale=1.0)
 
 
 def small_model(seed=0, config=SMALL):
-    return training.init_params(config, jax.random.PRNGKey(seed))
+    return model.init_params(config, jax.random.PRNGKey(seed))
 
 
 def small_x(P=7, T=5, N0=10, seed=3):
@@ -56,10 +57,10 @@ def numpy_forward(params: Params, x, removed=None):
 @pytest.mark.slow
 def test_forward_matches_numpy_and_network_token_and_path_forms():
     params, x = small_model(), small_x()
-    f = np.asarray(training.forward(params, x))
+    f = np.asarray(model.forward(params, x))
     assert f.dtype == np.float64
     np.testing.assert_allclose(f, numpy_forward(params, x), rtol=1e-10, atol=1e-10)
-    net, weights = training.to_network(params, SMALL)
+    net, weights = model.to_network(params, SMALL)
     assert net.readout == "mean" and net.widths == (6, 6, 6) and net.heads == (2, 3)
     np.testing.assert_allclose(np.asarray(net.forward(weights, x, form="token")), f, rtol=0, atol=1e-10)
     np.testing.assert_allclose(np.asarray(net.forward(weights, x, form="path")), f, rtol=0, atol=1e-10)
@@ -69,12 +70,12 @@ def test_forward_matches_numpy_and_network_token_and_path_forms():
 @pytest.mark.slow
 def test_rescaling_factors_are_sqrt_N0_and_sqrt_width():
     params = small_model()
-    _, w = training.to_network(params, SMALL)
+    _, w = model.to_network(params, SMALL)
     np.testing.assert_allclose(np.asarray(w.V0), np.asarray(params.V0) * math.sqrt(10))
     for Vn, Vg in zip(w.V, params.V):
         np.testing.assert_allclose(np.asarray(Vn), np.asarray(Vg) * math.sqrt(6))
     np.testing.assert_allclose(np.asarray(w.a), np.asarray(params.a) * math.sqrt(6))
-    net, none = training.to_network(params, SMALL, width=50)
+    net, none = model.to_network(params, SMALL, width=50)
     assert none is None and net.widths == (50, 50, 50)
 
 
@@ -87,7 +88,7 @@ def test_trained_order_parameters_match_a_loop_over_paths():
     w = np.array([a @ V[1][h2] @ V[0][h1] / math.sqrt(d * d) for h1, h2 in paths])  # w_pi, [D, N1]
     U = w @ w.T / d
     top = np.array([a @ V[1][h2] / math.sqrt(d) for h2 in range(3)])
-    op = training.trained_order_parameters(params, SMALL)
+    op = model.trained_order_parameters(params, SMALL)
     np.testing.assert_allclose(op.U, U, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(op.Us[0], U, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(op.Us[1], top @ top.T / d, rtol=1e-10, atol=1e-12)
@@ -117,7 +118,7 @@ def test_training_lowers_the_loss_and_beats_chance(trained):
     config, tc, params, hist, (xv, yv) = trained
     assert len(hist.loss) == tc.epochs and len(hist.val_accuracy) == tc.epochs
     assert hist.loss[-1] < 0.6 * hist.loss[0]
-    acc, se = training.accuracy(params, xv, yv)
+    acc, se = model.accuracy(params, xv, yv)
     assert acc > 0.8 and acc - 5 * se > 0.5
     assert se == pytest.approx(math.sqrt(acc * (1 - acc) / len(yv)))
     assert hist.val_accuracy[-1] == acc
@@ -149,17 +150,17 @@ def test_progress_line_is_logged(caplog):
 @pytest.mark.slow
 def test_save_load_round_trip_and_bad_files(trained, tmp_path):
     config, tc, params, hist, (xv, _) = trained
-    path = training.save_model(tmp_path / "sub" / "model.npz", params, config, tc, hist)
-    saved = training.load_model(path)
+    path = model.save_model(tmp_path / "sub" / "model.npz", params, config, tc, hist)
+    saved = model.load_model(path)
     assert saved.config == config and saved.train_config == tc and saved.history == hist
-    np.testing.assert_array_equal(np.asarray(training.forward(saved.params, xv)), np.asarray(training.forward(params, xv)))
+    np.testing.assert_array_equal(np.asarray(model.forward(saved.params, xv)), np.asarray(model.forward(params, xv)))
     assert [p.name for p in path.parent.iterdir()] == ["model.npz"]  # no temporary file left
     with pytest.raises(ValueError, match="existing model file"):
-        training.load_model(tmp_path / "missing.npz")
+        model.load_model(tmp_path / "missing.npz")
     bad = tmp_path / "bad.npz"
     bad.write_bytes(path.read_bytes()[:200])
     with pytest.raises(ValueError, match="not a readable"):
-        training.load_model(bad)
+        model.load_model(bad)
 
 
 def test_configs_name_the_bad_field():
@@ -174,7 +175,7 @@ def test_configs_name_the_bad_field():
     with pytest.raises(ValueError, match="weight_decay"):
         TrainConfig(weight_decay=float("nan"))
     with pytest.raises(ValueError, match="y must hold labels"):
-        training.accuracy(small_model(), small_x(), np.zeros(7))
+        model.accuracy(small_model(), small_x(), np.zeros(7))
 
 
 def test_nearest_neighbour_baseline():
@@ -185,10 +186,10 @@ def test_nearest_neighbour_baseline():
     query = np.where(same0[:, None, None], s0, s1) + 0.01 * rng.normal(size=(n, 4, 4))
     images = np.stack([s0, s1, query], axis=1)
     y = np.where(same0, 1.0, -1.0)
-    assert training.nearest_neighbour_accuracy(images, y) == (1.0, 0.0)
-    assert training.nearest_neighbour_accuracy(images, y, positive_support=1)[0] == 0.0
+    assert model.nearest_neighbour_accuracy(images, y) == (1.0, 0.0)
+    assert model.nearest_neighbour_accuracy(images, y, positive_support=1)[0] == 0.0
     with pytest.raises(ValueError, match="images"):
-        training.nearest_neighbour_accuracy(images[:, :2], y)
+        model.nearest_neighbour_accuracy(images[:, :2], y)
 
 
 # ----- pruning ------------------------------------------------------------------
@@ -199,7 +200,7 @@ def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(same)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     x = small_x()
-    np.testing.assert_array_equal(np.asarray(training.forward(same, x)), np.asarray(training.forward(params, x)))
+    np.testing.assert_array_equal(np.asarray(model.forward(same, x)), np.asarray(model.forward(params, x)))
     with pytest.raises(ValueError, match="all 2 heads of layer 0"):
         pruning.ablate(params, SMALL, [(0, 0), (0, 1)])
     with pytest.raises(ValueError, match="head of layer 1"):
@@ -211,7 +212,7 @@ def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
 @pytest.mark.parametrize("layer,head", [(0, 1), (1, 0), (1, 2)])
 def test_ablating_one_head_equals_the_hand_computed_rescaled_forward(layer, head):
     params, x = small_model(seed=2), small_x()
-    f = np.asarray(training.forward(pruning.ablate(params, SMALL, {layer: [head]}), x))
+    f = np.asarray(model.forward(pruning.ablate(params, SMALL, {layer: [head]}), x))
     np.testing.assert_allclose(f, numpy_forward(params, x, removed={layer: head}), rtol=1e-10, atol=1e-10)
     assert not np.allclose(f, numpy_forward(params, x))
 
@@ -264,10 +265,10 @@ def test_spearman_p_values():
 @pytest.mark.slow
 def test_single_head_drops_and_cumulative_pruning():
     params, x = small_model(seed=4), small_x(P=40)
-    y = np.where(np.asarray(training.forward(params, x)) >= 0, 1.0, -1.0)  # the full model is always right
+    y = np.where(np.asarray(model.forward(params, x)) >= 0, 1.0, -1.0)  # the full model is always right
     d = pruning.single_head_drops(params, SMALL, x, y)
     assert d.base_accuracy == 1.0 and [len(v) for v in d.drops] == [2, 3]
-    c = training.correct(pruning.ablate(params, SMALL, [(1, 2)]), x, y)
+    c = model.correct(pruning.ablate(params, SMALL, [(1, 2)]), x, y)
     assert d.drops[1][2] == pytest.approx(1 - c.mean())
     assert d.drop_se[1][2] == pytest.approx(np.std(1.0 - c, ddof=1) / math.sqrt(40))
     order = pruning.all_heads(SMALL.heads)
@@ -316,10 +317,10 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
     from bayes_attn.precision import float64
 
     with float64():  # both sides in float64, so 1e-6 tests the algebra, not float32 round-off
-        params = training.init_params(SMALL, jax.random.PRNGKey(6), dtype=jnp.float64)
+        params = model.init_params(SMALL, jax.random.PRNGKey(6), dtype=jnp.float64)
         x = small_x(P=9)
-        f_gd = training.predict(pruning.ablate(params, SMALL, removed), x)
-        net, weights = training.to_network(params, SMALL)
+        f_gd = model.predict(pruning.ablate(params, SMALL, removed), x)
+        net, weights = model.to_network(params, SMALL)
         w = np.asarray(net.effective_weights(weights), dtype=np.float64)  # [D, N1]
         m = pruning.path_factors(SMALL.heads, removed)
         f_paths = np.asarray(forward_from_xi(jnp.asarray(np.asarray(net.xi(x)), jnp.float64),
