@@ -268,6 +268,7 @@ def cmd_theory(args) -> int:
 
 def cmd_run(args) -> int:
     from .run.pipeline import run
+    from .run.report import comparison_report
 
     spec, out, temperature = _setup(args)
     if args.correction is not None:
@@ -279,7 +280,7 @@ def cmd_run(args) -> int:
               force=args.force, **cfg.to_dict())
     print(res.posterior.summary())
     print()
-    print(res.comparison.report())
+    print(comparison_report(res.comparison))
     print(f"headline ({res.comparison.correction}): {res.comparison.theories_summary()}")
     print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
           "order_parameter.png, predictor.png, alignment.png")

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from . import _checks, _io
@@ -206,11 +205,6 @@ class Comparison:
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
 
-    def _verdict_text(self) -> str:
-        name = THEORY_NAMES[self.correction] + " " if self.alternative is not None else ""
-        return {"agree": f"{name}theory and sampling agree", "disagree": f"{name}theory and sampling DISAGREE",
-                "inconclusive": "INCONCLUSIVE (sampler diagnostics failed)"}[self.verdict]
-
     def theories_summary(self) -> str:
         """One line per theory: ``leading order: DISAGREE (U gap 9 % ± 0.1 %); corrected: AGREE (...)``."""
         parts = []
@@ -218,119 +212,6 @@ class Comparison:
             u = c.checks[0]
             parts.append(f"{THEORY_NAMES[corr]}: {c.verdict.upper()} (U gap {100 * u.gap:.2g} % ± {100 * u.mcse:.1g} %)")
         return "; ".join(parts)
-
-    def _theories_section(self) -> list[str]:
-        """Side-by-side table of the leading and corrected theories (empty without an :attr:`alternative`)."""
-        if self.alternative is None:
-            return []
-        rows = []
-        for corr, c in self.theories.items():
-            for ch in c.checks:
-                rows.append(f"| {THEORY_NAMES[corr]} | {ch.name} | {ch.value:.4g} | {ch.mcse:.2g} | {ch.gap:.4g} | "
-                            f"{'pass' if ch.passed else 'FAIL'} |")
-            rows.append(f"| {THEORY_NAMES[corr]} | **verdict** | | | | **{c.verdict}** |")
-        lines = [
-            "## Leading order and finite-width correction",
-            "",
-            f"Headline theory: {THEORY_NAMES[self.correction]}. {self.theories_summary()}.",
-            "",
-            "The leading order (THEORY.md §4) is exact only as the widths grow; its gap from the exact posterior "
-            "shrinks like 1/N. The Laplace correction (§8) adds the next order in 1/N; its remaining gap shrinks "
-            "like 1/N².",
-            "",
-            "| theory | check | relative error | MCSE | noise-corrected gap | result |",
-            "|---|---|---|---|---|---|",
-            *rows,
-            "",
-        ]
-        if self.U_sd_theory is not None and self.U_sd_sampled is not None:
-            labels = self.path_labels
-            iu = np.triu_indices(len(labels))
-            lines += ["Posterior standard deviation of U (upper triangle): predicted (§8) against sampled.", "",
-                      "| entry | predicted sd | sampled sd |", "|---|---|---|",
-                      *[f"| {labels[i]}, {labels[j]} | {self.U_sd_theory[i, j]:.4g} | {self.U_sd_sampled[i, j]:.4g} |"
-                        for i, j in zip(*iu)], ""]
-        return lines
-
-    def report(self) -> str:
-        """Markdown report."""
-        labels = self.path_labels
-        frame = lambda a: pd.DataFrame(a, index=labels, columns=labels).to_markdown(floatfmt=".4g")  # noqa: E731
-        rows = [
-            f"| {c.name} | {c.value:.4g} | {c.mcse:.2g} | {c.noise_floor:.2g} ± {c.noise_sd:.2g} | {c.gap:.4g} | {c.tolerance:.3g} | "
-            f"{'pass' if c.passed else 'FAIL'} |"
-            for c in self.checks
-        ]
-        n = len(self.y_test)
-        acc = [
-            f"| {k} | {v:.4f} | {math.sqrt(max(v * (1 - v), 1e-12) / n):.4f} |" for k, v in self.accuracy.items()
-        ]
-        diag = ", ".join(f"{k} = {v:.4g}" for k, v in self.diagnostics.items())
-        return "\n".join(
-            [
-                f"# Theory vs sampling (N = {self.width})",
-                "",
-                f"Sampled with the `{self.sampler}` sampler (NUTS).",
-                "",
-                f"**Verdict: {self._verdict_text()}** "
-                f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
-                f"Monte-Carlo noise floor exceeds {self.checks[0].n_sigma if self.checks else 3:g} standard errors).",
-                "",
-                *([] if self.verdict != "inconclusive" else [
-                    "The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
-                    + "; ".join(self.inconclusive_reasons) + ". Sample longer (more warm-up and draws, more "
-                    "chains) or with a higher target acceptance before reading the checks below.",
-                    "",
-                ]),
-                *([] if self.verdict != "disagree" or self.alternative is None else [
-                    f"The other theory: {THEORY_NAMES[self.alternative.correction]}: {self.alternative.verdict}.",
-                    "",
-                ]),
-                *([] if self.verdict != "disagree" or self.correction == "laplace" else [
-                    "The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
-                    "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
-                    "several --sample-widths shows whether it shrinks.",
-                    "",
-                ]),
-                *self._theories_section(),
-                *([] if self.alternative is None else [f"## Checks of the headline theory ({THEORY_NAMES[self.correction]})", ""]),
-                "| check | relative error | MCSE | MC noise floor | noise-corrected gap | tolerance | result |",
-                "|---|---|---|---|---|---|---|",
-                *rows,
-                "",
-                f"Sampler diagnostics: {diag}",
-                "",
-                "## Test accuracy of sign(mean)",
-                "",
-                f"| predictor | accuracy | test-set s.e. (P_test = {n}) |",
-                "|---|---|---|",
-                *acc,
-                "",
-                "## Order parameter U",
-                "",
-                "Theory:",
-                "",
-                frame(self.U_theory),
-                "",
-                "Sampled (posterior mean of U; w·w'/N1 for samplers that draw weights):",
-                "",
-                frame(self.U_sampled),
-                "",
-                "Monte-Carlo standard error:",
-                "",
-                frame(self.U_mcse),
-                "",
-                "z-scores (sampled − theory) / MCSE:",
-                "",
-                frame(self.U_zscores),
-                "",
-                "## Predictor on the test set",
-                "",
-                f"correlation of means: {self.mean_correlation:.5f}; "
-                f"median MCSE of sampled means: {np.median(self.mean_mcse):.3g}",
-                "",
-            ]
-        )
 
     def save(self, path) -> Path:
         """Write :meth:`to_dataset` to netCDF atomically."""

@@ -10,6 +10,7 @@ from conftest import random_data, random_network
 import bayes_attn as ba
 from bayes_attn.compare import Check
 from bayes_attn.posterior import Posterior, fingerprint, sample_stats
+from bayes_attn.run.report import comparison_report
 
 
 def test_check_verdict_rules():
@@ -59,7 +60,7 @@ def test_verdict_on_draws_centred_on_theory(problem):
     m, v = theory.predict(xt)
     post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
     c = ba.compare(theory, post, xt, yt)
-    assert c.agree, c.report()
+    assert c.agree, comparison_report(c)
     assert np.max(np.abs(c.U_zscores)) < 5
     assert c.accuracy["theory"] == pytest.approx(np.mean(np.sign(m) == yt))
     assert c.check("predictor mean (relative L2)").value < 0.05
@@ -74,7 +75,7 @@ def test_verdict_flags_a_ten_percent_shift(problem):
     assert not c.agree
     assert not c.check("U (relative Frobenius)").passed
     assert c.check("U (relative Frobenius)").value == pytest.approx(0.1, abs=0.01)
-    assert "DISAGREE" in c.report()
+    assert "DISAGREE" in comparison_report(c)
 
 
 @pytest.mark.slow
@@ -142,7 +143,7 @@ def test_verdict_is_inconclusive_when_diagnostics_fail(problem):
     f.values[...] = f.values + np.arange(f.sizes["chain"])[:, None, None] * np.sqrt(v)
     c = ba.compare(theory, stuck, xt, yt, gp=theory)
     assert c.verdict == "inconclusive" and any("R-hat" in r for r in c.inconclusive_reasons)
-    assert "INCONCLUSIVE" in c.report() and c.to_dataset().attrs["verdict"] == "inconclusive"
+    assert "INCONCLUSIVE" in comparison_report(c) and c.to_dataset().attrs["verdict"] == "inconclusive"
     # one divergent transition is enough
     div = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
     div.tree["sample_stats"]["diverging"].values[0, 3] = True
@@ -162,11 +163,11 @@ def test_corrected_theory_is_compared_beside_the_leading_order(problem, correcte
     post = _synthetic_posterior(net, x, y, xt, corrected.U, m, np.sqrt(v))
     c = ba.compare(corrected, post, xt, yt)
     assert c.correction == "laplace" and c.alternative.correction == "none"
-    assert c.verdict == "agree", c.report()
+    assert c.verdict == "agree", comparison_report(c)
     np.testing.assert_allclose(c.alternative.U_theory, corrected.U_leading)
     lead_gap = np.linalg.norm(corrected.U - corrected.U_leading) / np.linalg.norm(corrected.U_leading)
     assert c.alternative.check("U (relative Frobenius)").value == pytest.approx(lead_gap, rel=0.3, abs=0.01)
-    text = c.report()
+    text = comparison_report(c)
     assert "leading order (§4)" in text and "corrected (Laplace, §8)" in text and "predicted sd" in text
     ds = xr.load_dataset(c.save(tmp_path / "c.nc"))
     assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"

@@ -2,6 +2,7 @@
 
 - :mod:`.pipeline`: :func:`theory_run` and :func:`run`, the jobs behind
   ``bayes-attn theory`` and ``bayes-attn run``;
+- :mod:`.report`: the Markdown report of a comparison;
 - :mod:`.figures`: the figures of a run and of a sweep.
 """
 

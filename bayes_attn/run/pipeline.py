@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _io, outputs
 from . import figures
+from .report import comparison_report
 from ..compare import Comparison, compare, diagnostic_failures
 from ..stats import accuracy
 from ..network import Network
@@ -191,7 +192,7 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
             f"Sampler: {post.sampler} (NUTS), {post.tree['posterior'].sizes['chain']} chains × "
             f"{post.tree['posterior'].sizes['draw']} draws, {post.tree.attrs['seconds']:.1f} s.",
             "",
-            comp.report(),
+            comparison_report(comp),
             "## GP limits",
             "",
             "| GP model | test accuracy |",
