@@ -14,7 +14,7 @@ Here, for each of ``R`` replications ``r`` (:func:`simulate`):
    for every sampler, including ``"wishart"`` whose sites are Bartlett factors:
    the order parameters of prior weights have exactly the Wishart-chain law
    of §7, so the truth is the same for all samplers;
-2. labels ``y_r = f(x; theta_r) + sqrt(T) eps`` (the likelihood at temperature ``T``);
+2. labels ``y_r = f(x; theta_r) + sqrt(temperature) eps`` (the likelihood at ``temperature``);
 3. one NUTS chain on the posterior given ``y_r``, built by the sampler of the
    registry (:func:`bayes_attn.samplers.get`: ``build``, ``observables``,
    ``conditional``, exactly as :func:`bayes_attn.sample_posterior` uses them),
@@ -34,7 +34,7 @@ over the ``Q`` observables.
 
 Negative controls (the check has power): ``likelihood_temperature`` lets the
 sampler use a likelihood at a temperature other than the one the data were
-simulated at; at ``T/4`` the posterior is too narrow, at ``4T`` too wide, and
+simulated at; at ``temperature/4`` the posterior is too narrow, at ``4·temperature`` too wide, and
 with enough replications the pooled p-value must be small.
 
 The replications run as one compiled program: a ``jax.vmap`` of NumPyro's

@@ -286,7 +286,7 @@ class Posterior:
         """
         x = self.net.check_inputs(x, "x")
         batch_size = _checks.positive_int("batch_size", batch_size)
-        s0sq, T = self.net.variances[0], self.temperature
+        s0sq, temperature = self.net.variances[0], self.temperature
         with x64(True):
             xi = self.net.xi(self.x_train)
             C = path_kernel_from_xi(xi, xi, s0sq)
@@ -298,7 +298,8 @@ class Posterior:
                 Cx = path_kernel_from_xi(xs, xi, s0sq)  # [D, D, Px, P]
                 Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
                 m, v = jax.lax.map(
-                    lambda u: gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), y, T),
+                    lambda u: gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), y,
+                                         temperature),
                     U, batch_size=64,
                 )
                 means.append(np.asarray(m.mean(0)))

@@ -25,18 +25,18 @@ Pure steps, each small, and :func:`run_oneshot`, the whole job:
    over draws of the ``P`` episodes × class bootstraps of the test
    episodes; files and figures.
 
-**Temperature choice.** The paper chose ``T`` per width by *test* accuracy.
+**Temperature choice.** The paper chose the temperature per width by *test* accuracy.
 Here it is chosen by accuracy on separate validation episodes drawn from a
 alphabet of its own (default Tagalog, :data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`),
 disjoint from the gradient-descent (and theory-training) and test classes,
 so that validation episodes are new classes like the test episodes, and the
-test accuracy at the chosen ``T`` is an honest estimate. Standard errors of
+test accuracy at the chosen temperature is an honest estimate. Standard errors of
 test accuracies come from a bootstrap over the query's class
 (:func:`~bayes_attn.oneshot.pruning.class_bootstrap`).
 
 Symbols (THEORY.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
 training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
-``T`` (``temperature``) the likelihood variance.
+``temperature`` the likelihood variance.
 """
 
 from __future__ import annotations
@@ -308,15 +308,15 @@ def _uncertainty(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, s
                         f"{pr.n_bootstrap} resamples)")
     xi_tr, xi_te, s0 = path_inputs(net, tr.x), path_inputs(net, te.x), net.variances[0]
 
-    def acc_se(U, T):
-        f = predictor_mean(U, T, xi_tr, tr.y, xi_te, s0sq=s0)
+    def acc_se(U, temperature):
+        f = predictor_mean(U, temperature, xi_tr, tr.y, xi_te, s0sq=s0)
         return pruning.bootstrap_accuracy(np.where(f >= 0, 1.0, -1.0) == te.y, boots)
 
-    T_th, T_gp = scan.best_temperature(th.score_width), float(scan.dataset["gp_best_temperature"])
-    out["theory_accuracy"], out["theory_se"] = acc_se(scan.theory(th.score_width).U, T_th)
-    out["theory_temperature"], out["theory_width"] = T_th, th.score_width
-    out["gp_accuracy"], out["gp_se"] = acc_se(net.gp_U, T_gp)
-    out["gp_temperature"] = T_gp
+    temp_th, temp_gp = scan.best_temperature(th.score_width), float(scan.dataset["gp_best_temperature"])
+    out["theory_accuracy"], out["theory_se"] = acc_se(scan.theory(th.score_width).U, temp_th)
+    out["theory_temperature"], out["theory_width"] = temp_th, th.score_width
+    out["gp_accuracy"], out["gp_se"] = acc_se(net.gp_U, temp_gp)
+    out["gp_temperature"] = temp_gp
     ablation = pruning.theory_head_drops(score_theory.U, th.score_temperature, xi_tr, tr.y, xi_te, te.y, heads, s0sq=s0)
     ablation["spearman_score"] = pruning.spearman(scores, ablation["drops"], seed=pr.seed)
     ablation["spearman_gd_drops"] = pruning.spearman(ablation["drops"], report["accuracy_drops"], seed=pr.seed)
@@ -447,7 +447,7 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
         "trained_head_scores": [s.tolist() for s in trained_scores],
         "trained_spearman": pruning.spearman(trained_scores, report["accuracy_drops"], seed=spec.pruning.seed),
         "temperatures": {"choice": scan.dataset.attrs["temperature_choice"],
-                         "finite_width": {str(int(N)): float(T) for N, T in zip(scan.dataset["width"].values,
+                         "finite_width": {str(int(N)): float(temp) for N, temp in zip(scan.dataset["width"].values,
                                                                                   scan.dataset["best_temperature"].values)},
                          "gp": float(scan.dataset["gp_best_temperature"])},
         "theory_classes": spec.task.theory_part,

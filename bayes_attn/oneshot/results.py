@@ -84,9 +84,9 @@ def draw_figures(out: str | os.PathLike) -> list[Path]:
     mats = {}
     if "sample_width" in ds.dims and ds.sizes["sample_width"]:
         N = int(ds["sample_width"][0])
-        T = float(ds["temperature_sampled"][0])
-        mats[f"theory U, N = {N}, T = {T:g}"] = ds["U_theory"].isel(sample_width=0).values
-        mats[f"sampled U (posterior mean), N = {N}, T = {T:g}"] = ds["U_sampled"].isel(sample_width=0).values
+        temp = float(ds["temperature_sampled"][0])
+        mats[f"theory U, N = {N}, T = {temp:g}"] = ds["U_theory"].isel(sample_width=0).values
+        mats[f"sampled U (posterior mean), N = {N}, T = {temp:g}"] = ds["U_sampled"].isel(sample_width=0).values
     else:
         mats[f"theory U, N = {ds.attrs['score_width']}, T = {ds.attrs['score_temperature']:g}"] = ds["U_score"].values
     mats[f"trained weights U (GD model, width {int(ds.attrs['gd_width'])})"] = ds["U_trained"].values

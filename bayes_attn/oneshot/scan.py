@@ -81,8 +81,8 @@ class Scan(NamedTuple):
 
     def theory(self, width: int, temperature: float | None = None) -> Theory:
         """The theory at ``width`` and ``temperature`` (default: the chosen one)."""
-        T = self.best_temperature(width) if temperature is None else float(temperature)
-        return self.theories[(int(width), T)]
+        temperature = self.best_temperature(width) if temperature is None else float(temperature)
+        return self.theories[(int(width), temperature)]
 
 
 def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test, y_test, *,
@@ -122,23 +122,23 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     for i, N in enumerate(widths):
         net_N, init = net.with_width(N), "gp"
         for j in reversed(range(nT)):
-            T = temps[j]
+            temp = temps[j]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                t = solve_theory(net_N, x, y, temperature=T, init=init)
+                t = solve_theory(net_N, x, y, temperature=temp, init=init)
             ok = bool(t.converged and t.is_minimum)
             init = list(t.order_parameters) if ok else init
-            theories[(N, T)] = t
+            theories[(N, temp)] = t
             converged[i, j], iterations[i, j], seconds[i, j], U_scan[i, j] = ok, t.iterations, t.solve_seconds, t.U
-            acc_val[i, j] = stats.accuracy_se(predictor_mean(t.U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
-            acc_test[i, j] = stats.accuracy_se(predictor_mean(t.U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+            acc_val[i, j] = stats.accuracy_se(predictor_mean(t.U, temp, xi, y, xi_val, s0sq=s0), y_val)[0]
+            acc_test[i, j] = stats.accuracy_se(predictor_mean(t.U, temp, xi, y, xi_test, s0sq=s0), y_test)[0]
             if progress_bar:
-                log.info(f"theory N={N} T={T:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
+                log.info(f"theory N={N} T={temp:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
                          f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}")
     gp_val, gp_test = np.zeros(nT), np.zeros(nT)
-    for j, T in enumerate(temps):
-        gp_val[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_val, s0sq=s0), y_val)[0]
-        gp_test[j] = stats.accuracy_se(predictor_mean(net.gp_U, T, xi, y, xi_test, s0sq=s0), y_test)[0]
+    for j, temp in enumerate(temps):
+        gp_val[j] = stats.accuracy_se(predictor_mean(net.gp_U, temp, xi, y, xi_val, s0sq=s0), y_val)[0]
+        gp_test[j] = stats.accuracy_se(predictor_mean(net.gp_U, temp, xi, y, xi_test, s0sq=s0), y_test)[0]
     best = np.array([stats.choose_temperature(acc_val[i], converged[i]) for i in range(nW)])
     gp_best = stats.choose_temperature(gp_val)
     n = y_test.size
@@ -187,17 +187,17 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
     xi, xi_test = path_inputs(net, x), path_inputs(net, x_test)
     rows, posteriors = [], {}
     for N in spec.theory.sample_widths:
-        T = scan.best_temperature(N)
+        temperature = scan.best_temperature(N)
         t0 = time.perf_counter()
-        post = sample_posterior(net.with_width(N), x, y, temperature=T, x_test=x_test, sampler=spec.sampler,
+        post = sample_posterior(net.with_width(N), x, y, temperature=temperature, x_test=x_test, sampler=spec.sampler,
                                 progress_bar=progress_bar)
         seconds = time.perf_counter() - t0
         posteriors[N] = post
         f = np.asarray(post.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
-        theory_mean = predictor_mean(scan.theory(N).U, T, xi, y, xi_test, s0sq=net.variances[0])
+        theory_mean = predictor_mean(scan.theory(N).U, temperature, xi, y, xi_test, s0sq=net.variances[0])
         draws = post.tree["posterior"]
         rows.append({
-            "temperature_sampled": T,
+            "temperature_sampled": temperature,
             "accuracy_sampled": stats.accuracy_se(f, y_test),
             "agreement": float(np.mean((f >= 0) == (theory_mean >= 0))),
             "U_sampled": post.order_parameter(1),
@@ -209,7 +209,7 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
             "sampling_seconds": seconds,
         })
         if progress_bar:
-            log.info(f"sampled N={N} T={T:g}: accuracy {rows[-1]['accuracy_sampled'][0]:.3f}, "
+            log.info(f"sampled N={N} T={temperature:g}: accuracy {rows[-1]['accuracy_sampled'][0]:.3f}, "
                      f"agreement with theory {rows[-1]['agreement']:.3f}, {seconds:.0f} s")
     sw = list(spec.theory.sample_widths)
     D, labels = net.D, net.path_labels

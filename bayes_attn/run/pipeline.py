@@ -65,16 +65,16 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
                force: bool = False) -> TheoryResult:
     """Theory and GP limit at one width, with test accuracies; writes ``out/theory.nc`` and ``out/spec.toml``."""
     net = spec.net(width)
-    T = spec.temperature if temperature is None else temperature
+    temperature = spec.temperature if temperature is None else temperature
     x, y, xt, yt = spec.data()
     with outputs.output_folder(out, force=force) as stage:
-        theory = solve_theory(net, x, y, temperature=T)
-        gp = gp_limit(net, x, y, temperature=T)
+        theory = solve_theory(net, x, y, temperature=temperature)
+        gp = gp_limit(net, x, y, temperature=temperature)
         acc = accuracy(theory.predict(xt)[0], yt)
-        ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, T).to_toml())
+        ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
         ds["accuracy"] = acc
         _io.save(ds, stage.path("theory.nc"))
-        stage.path("spec.toml").write_text(_ran(spec, net, T).to_toml())
+        stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())
     return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
 
 
@@ -95,15 +95,16 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     folder is held and its files replaced together, as in :func:`run`.
     """
     net = spec.net(width)
-    T = spec.temperature if temperature is None else temperature
+    temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
     x, y, xt, _ = spec.data()
     with outputs.output_folder(out, force=force) as stage:
-        post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
+        post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
+                                sampler=settings)
         post.save(stage.path("posterior.nc"))
         summary = post.summary()
         stage.path("summary.txt").write_text(str(summary) + "\n")
-        ran = _ran(spec, net, T, json.loads(post.tree.attrs["settings"]))
+        ran = _ran(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         stage.path("spec.toml").write_text(ran.to_toml())
         failures = diagnostic_failures(summary.diagnostics())
         stage.record.update(verdict="inconclusive" if failures else "diagnostics passed",
@@ -111,9 +112,9 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     return SampleResult(post, summary, stage.folder)
 
 
-def _ran(spec: Spec, net: Network, T: float, settings: dict | None = None) -> Spec:
+def _ran(spec: Spec, net: Network, temperature: float, settings: dict | None = None) -> Spec:
     """The spec of the run as it was made: overrides applied, the chain method as resolved."""
-    changes = {"temperature": T, "network": dataclasses.replace(spec.network, width=net.widths[0])}
+    changes = {"temperature": temperature, "network": dataclasses.replace(spec.network, width=net.widths[0])}
     if settings is not None:
         changes["sampler"] = spec.sampler.replace(**settings)
     return dataclasses.replace(spec, **changes)
@@ -145,23 +146,24 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     into it fails at once) and its files are replaced together at the end.
     """
     net = spec.net(width)
-    T = spec.temperature if temperature is None else temperature
+    temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
     x, y, xt, yt = spec.data()
     with outputs.output_folder(out, force=force) as stage:
-        theory = solve_theory(net, x, y, temperature=T, correction="laplace")
-        gp = gp_limit(net, x, y, temperature=T)
-        post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
+        theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")
+        gp = gp_limit(net, x, y, temperature=temperature)
+        post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
+                                sampler=settings)
         comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
                        headline=spec.compare.correction)
-        ran = _ran(spec, net, T, json.loads(post.tree.attrs["settings"]))
+        ran = _ran(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         theory.save(stage.path("theory.nc"))
         gp.save(stage.path("gp.nc"))
         post.save(stage.path("posterior.nc"))
         comp.save(stage.path("comparison.nc"))
         gp_acc = gp_accuracies(spec, gp, xt, yt)
         stage.path("spec.toml").write_text(ran.to_toml())
-        stage.path("report.md").write_text(_report(spec, net, T, theory, post, comp, gp_acc))
+        stage.path("report.md").write_text(_report(spec, net, temperature, theory, post, comp, gp_acc))
         figures.order_parameter(comp, stage.path("order_parameter.png"), spec.compare.path_names)
         figures.predictor(comp, stage.path("predictor.png"))
         figures.alignment(theory, gp, stage.path("alignment.png"))
@@ -169,7 +171,8 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     return RunResult(theory, gp, post, comp, stage.folder)
 
 
-def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior, comp: Comparison, gp_acc) -> str:
+def _report(spec: Spec, net: Network, temperature: float, theory: Theory, post: Posterior, comp: Comparison,
+            gp_acc) -> str:
     names = spec.compare.path_names
     paths = ", ".join(f"{p} ({names[p]})" if p in names else p for p in net.path_labels)
     scores = theory.head_scores()
@@ -179,7 +182,7 @@ def _report(spec: Spec, net: Network, T: float, theory: Theory, post: Posterior,
     ]
     return "\n".join(
         [
-            f"# {spec.name}: N = {net.widths[0]}, temperature = {T}",
+            f"# {spec.name}: N = {net.widths[0]}, temperature = {temperature}",
             "",
             f"Paths: {paths}. P = {len(theory.y_train)} training, {len(comp.y_test)} test examples.",
             "",

@@ -55,7 +55,7 @@ def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Ar
     ``alpha`` from :func:`bayes_attn.gp.pathwise_weights` and
     ``df(x_mu)/dV0 = sum_pi w_pi ⊗ xi_pi(x_mu) / sqrt(N1 N0 D)``.
     """
-    net, xi, y, T = inputs.net, inputs.xi, inputs.y, inputs.temperature
+    net, xi, y, temperature = inputs.net, inputs.xi, inputs.y, inputs.temperature
     s0sq = net.variances[0]
     N1, N0, D = net.widths[0], net.N0, net.D
     C = path_kernel_from_xi(xi, xi, s0sq)
@@ -64,8 +64,8 @@ def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Ar
         w = effective_weights(V, a, net.widths)
         k1, k2 = jax.random.split(k)
         V0p = math.sqrt(s0sq) * jax.random.normal(k1, (N1, N0), xi.dtype)
-        eps = math.sqrt(T) * jax.random.normal(k2, y.shape, xi.dtype)
-        alpha = gp.pathwise_weights(kernel_from_C(w @ w.T / N1, C), forward_from_xi(xi, V0p, w), y, eps, T)
+        eps = math.sqrt(temperature) * jax.random.normal(k2, y.shape, xi.dtype)
+        alpha = gp.pathwise_weights(kernel_from_C(w @ w.T / N1, C), forward_from_xi(xi, V0p, w), y, eps, temperature)
         return V0p + s0sq * jnp.einsum("b,dn,bdi->ni", alpha, w, xi) / math.sqrt(N1 * N0 * D)
 
     shape = draws["a"].shape[:2]

@@ -297,7 +297,7 @@ def factors_from_draw(z: dict, heads: Sequence[int], widths: Sequence[int]) -> l
 
 
 def model(data, y, *, heads, widths, variances, temperature, form="tensor"):
-    """Wishart-chain prior via Bartlett factors; ``Y ~ Normal(0, K(U_1) + T I)``.
+    """Wishart-chain prior via Bartlett factors; ``Y ~ Normal(0, K(U_1) + temperature I)``.
 
     ``data`` is what the likelihood's ``form`` reads (:func:`~bayes_attn.samplers.base.likelihood_data`):
     the path kernel ``C`` ``[D, D, P, P]`` (``"tensor"``) or the path inputs ``[P, D, N0]``

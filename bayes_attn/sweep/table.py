@@ -58,12 +58,12 @@ def _key(*parts) -> str:
     return _io.digest(text)
 
 
-def _theory_key(spec: Spec, T: float) -> str:
-    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), T)
+def _theory_key(spec: Spec, temperature: float) -> str:
+    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), temperature)
 
 
-def _sample_key(spec: Spec, T: float, settings: SamplerSettings) -> str:
-    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), T, settings.to_dict(),
+def _sample_key(spec: Spec, temperature: float, settings: SamplerSettings) -> str:
+    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), temperature, settings.to_dict(),
                 spec.compare.rtol, spec.compare.n_sigma, spec.compare.correction)
 
 
@@ -82,8 +82,8 @@ def _finished(path: Path, key: str) -> xr.Dataset | None:
     return ds
 
 
-def _tag(N: int, T: float) -> str:
-    return f"N{N}-T{T!r}"
+def _tag(N: int, temperature: float) -> str:
+    return f"N{N}-T{temperature!r}"
 
 
 def theory_job(spec: Spec, N: int, T: float, folder: Path) -> Path:
@@ -140,16 +140,17 @@ def run_job(job: Job) -> str:
 def sweep_jobs(spec: Spec, folder: Path, widths, sample_widths, temperatures, *, progress_bar: bool = False) -> list[Job]:
     """The jobs of a sweep: theory at ``widths × temperatures``, sampling at ``sample_widths × temperatures``.
 
-    A sampling job's seed is ``job_seed(spec.sampler.seed, kind="sample", width=N, temperature=T)``.
+    A sampling job's seed is ``job_seed(spec.sampler.seed, kind="sample", width=N, temperature=temp)`` at
+    each temperature ``temp``.
     """
     common = {"spec": spec.to_toml(), "folder": str(folder)}
-    jobs = [Job(f"theory-{_tag(N, T)}", common | {"kind": "theory", "width": N, "temperature": T}, 0)
-            for T in temperatures for N in widths]
-    for T in temperatures:
+    jobs = [Job(f"theory-{_tag(N, temp)}", common | {"kind": "theory", "width": N, "temperature": temp}, 0)
+            for temp in temperatures for N in widths]
+    for temp in temperatures:
         for N in sample_widths:
-            seed = job_seed(spec.sampler.seed, kind="sample", width=N, temperature=T)
-            params = common | {"kind": "sample", "width": N, "temperature": T, "progress_bar": progress_bar}
-            jobs.append(Job(f"sample-{_tag(N, T)}", params, seed))
+            seed = job_seed(spec.sampler.seed, kind="sample", width=N, temperature=temp)
+            params = common | {"kind": "sample", "width": N, "temperature": temp, "progress_bar": progress_bar}
+            jobs.append(Job(f"sample-{_tag(N, temp)}", params, seed))
     return jobs
 
 
@@ -158,12 +159,12 @@ def sweep_jobs(spec: Spec, folder: Path, widths, sample_widths, temperatures, *,
 # ----------------------------------------------------------------------------
 def _theory_table(files: dict[tuple[int, float], Path], widths, temperatures) -> xr.Dataset:
     rows = []
-    for T in temperatures:
+    for temp in temperatures:
         per_width = []
         for N in widths:
-            t = _io.load_dataset(files[N, T])
+            t = _io.load_dataset(files[N, temp])
             if not bool(t["converged"]):
-                warnings.warn(f"the theory at N={N}, temperature={T} did not converge (max |dS/dU| = "
+                warnings.warn(f"the theory at N={N}, temperature={temp} did not converge (max |dS/dU| = "
                               f"{float(t['max_gradient']):.2g}): its numbers are not a solution", RuntimeWarning,
                               stacklevel=3)
             per_width.append(t[list(THEORY_VARS)].assign(seconds=t.attrs["seconds"]))
@@ -349,22 +350,24 @@ def inconclusive_points(ds: xr.Dataset) -> list[str]:
 def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, validation) -> xr.Dataset:
     """``sweep.nc``'s table from the finished jobs (widths with a failed job at some temperature are left out)."""
     x, y, xt, yt = data
-    widths = [N for N in widths if all(("theory", N, T) in done for T in temps)]
-    sample_widths = [N for N in sample_widths if all(("sample", N, T) in done for T in temps)]
-    gps = {T: gp_limit(spec.net(widths[0] if widths else spec.network.width), x, y, temperature=T) for T in temps}
-    gp_acc = [gp_accuracies(spec, gps[T], xt, yt) for T in temps]
-    gp_val = [accuracy(gps[T].predict(validation[0])[0], validation[1]) for T in temps]
+    widths = [N for N in widths if all(("theory", N, temp) in done for temp in temps)]
+    sample_widths = [N for N in sample_widths if all(("sample", N, temp) in done for temp in temps)]
+    net = spec.net(widths[0] if widths else spec.network.width)
+    gps = {temp: gp_limit(net, x, y, temperature=temp) for temp in temps}
+    gp_acc = [gp_accuracies(spec, gps[temp], xt, yt) for temp in temps]
+    gp_val = [accuracy(gps[temp].predict(validation[0])[0], validation[1]) for temp in temps]
     ds = xr.Dataset(
         {"accuracy_gp": (("temperature", "gp_model"), [list(a.values()) for a in gp_acc]),
          "accuracy_gp_validation": ("temperature", gp_val)},
         coords={"gp_model": list(gp_acc[0]), "temperature": temps},
     )
     if widths:
-        ds = ds.merge(_theory_table({(N, T): done["theory", N, T] for N in widths for T in temps}, widths, temps))
+        files = {(N, temp): done["theory", N, temp] for N in widths for temp in temps}
+        ds = ds.merge(_theory_table(files, widths, temps))
     if sample_widths:
-        per_T = [_sampled_table([_io.load_dataset(done["sample", N, T]) for N in sample_widths], sample_widths)
-                 for T in temps]
-        ds = ds.merge(xr.concat(per_T, dim=xr.DataArray(temps, dims="temperature", name="temperature"),
+        per_temp = [_sampled_table([_io.load_dataset(done["sample", N, temp]) for N in sample_widths], sample_widths)
+                 for temp in temps]
+        ds = ds.merge(xr.concat(per_temp, dim=xr.DataArray(temps, dims="temperature", name="temperature"),
                                 coords="minimal", compat="override"))
     if "alternative_check_gap" in ds:
         ds.attrs.update(correction=spec.compare.correction,
@@ -427,7 +430,7 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     out = Path(out)
     alpha = _checks.positive("alpha", alpha)
     widths = _check_widths("widths", widths)
-    T = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
+    temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
     spec = _with_sampler(spec, sampler)
     with outputs.output_folder(out) as stage:
         _cache_folder(stage.folder)
@@ -435,12 +438,13 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
         for N in widths:
             P = max(2, int(round(alpha * N)))
             s = dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=P))
-            settings = spec.sampler.replace(seed=job_seed(spec.sampler.seed, kind="sample", width=N, temperature=T))
-            path = sample_job(s, N, T, stage.folder / "widths", settings, progress_bar)
+            seed = job_seed(spec.sampler.seed, kind="sample", width=N, temperature=temperature)
+            settings = spec.sampler.replace(seed=seed)
+            path = sample_job(s, N, temperature, stage.folder / "widths", settings, progress_bar)
             sampled.append(_io.load_dataset(path))
             n_train.append(P)
         ds = _sampled_table(sampled, widths).assign_coords(n_train=("sample_width", n_train))
-        ds.attrs.update(_slopes(ds), alpha=float(alpha), temperature=T, name=spec.name, spec=spec.to_toml())
+        ds.attrs.update(_slopes(ds), alpha=float(alpha), temperature=temperature, name=spec.name, spec=spec.to_toml())
         _io.save(ds, stage.path("alpha_sweep.nc"))
     return ds
 

@@ -9,7 +9,7 @@ finite-dimensional Laplace expansion. Symbols of §8:
 - ``θ``: coordinates of the order parameters (below);
 - ``S(θ) = − log p(U(θ)) − log |∂U/∂θ|``: minus the log of the exact
   posterior density in ``θ`` (up to a constant), ``p`` the Wishart chain of
-  §7 times ``Normal(Y | 0, K(U_1) + T I)``;
+  §7 times ``Normal(Y | 0, K(U_1) + temperature I)``;
 - ``θ̂ = argmin S``: the expansion point (the exact ``S``, not the action of
   §4: they differ at ``O(1/N)``); its Newton solve starts from the
   leading-order solution;

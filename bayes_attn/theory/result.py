@@ -229,10 +229,11 @@ class Theory:
         means, variances = [], []
         with float64():
             args = [jnp.asarray(a, jnp.float64) for a in (U0, self.U - U0, E)]
-            y, T, s0 = jnp.asarray(self.y_train), jnp.asarray(self.temperature), jnp.asarray(self.net.variances[0])
+            y, temperature = jnp.asarray(self.y_train), jnp.asarray(self.temperature)
+            s0 = jnp.asarray(self.net.variances[0])
             for start in range(0, xt.shape[0], batch_size):
                 xi_t = self.net.xi(xt[start : start + batch_size])
-                m, v = _laplace_moments(*args, xi_t, self._xi_train, y, T, s0)
+                m, v = _laplace_moments(*args, xi_t, self._xi_train, y, temperature, s0)
                 means.append(np.asarray(m))
                 variances.append(np.asarray(v))
         return np.concatenate(means), np.concatenate(variances)
