@@ -1,7 +1,8 @@
 """The ``bayes-attn`` command: a thin layer over the library.
 
 Every subcommand reads a TOML spec (see ``models/``); without one it uses the
-embedded default, the Fig. 2c Markov network at width 10. Each calls one
+embedded default, the Fig. 2c Markov network at width 10 (``prune``: the
+shipped one-shot spec ``models/omniglot_oneshot.toml``). Each calls one
 library function, which holds its own output folder (:mod:`bayes_attn.outputs`);
 each has its own default folder, so that no command replaces another's files.
 Exit status: 0 success, 2 bad input (before anything is computed), 3
@@ -330,9 +331,9 @@ def cmd_sweep(args) -> int:
 
 def cmd_prune(args) -> int:
     from .oneshot.pipeline import run_oneshot
-    from .oneshot.spec import OneShotSpec, load_oneshot_spec
+    from .oneshot.spec import load_oneshot_spec
 
-    spec = OneShotSpec() if args.spec is None else load_oneshot_spec(args.spec)
+    spec = load_oneshot_spec(args.spec)  # None: the embedded shipped spec, models/omniglot_oneshot.toml
     out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
     report = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
                    force=args.force)

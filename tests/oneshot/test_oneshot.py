@@ -32,6 +32,26 @@ def test_spec_files_load_and_round_trip(path):
     assert OneShotSpec.from_dict(tomllib.loads(spec.to_toml())) == spec
 
 
+def test_prune_default_spec_is_the_shipped_toml(tmp_path, monkeypatch):
+    shipped = load_oneshot_spec(ROOT / "models/omniglot_oneshot.toml")
+    embedded = load_oneshot_spec()
+    assert embedded == shipped and embedded.to_toml() == shipped.to_toml()
+    assert embedded.data_path() == shipped.data_path()  # the relative data_dir resolves to the same folder
+    # the command without a spec file runs on it (the pipeline itself replaced, not run)
+    import bayes_attn.oneshot.pipeline as oneshot_pipeline
+    from bayes_attn import cli
+
+    seen = {}
+
+    def fake_run_oneshot(spec, out, **kwargs):
+        seen["spec"] = spec
+        return {"spearman": {"rho": 0.0, "p_value": 1.0}, "base_accuracy": 0.5, "base_se": 0.0, "verdict": "agree"}
+
+    monkeypatch.setattr(oneshot_pipeline, "run_oneshot", fake_run_oneshot)
+    assert cli.main(["prune", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert seen["spec"] == shipped and seen["spec"].to_toml() == shipped.to_toml()
+
+
 def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
     spec = OneShotSpec()
     assert OneShotSpec.from_dict(tomllib.loads(spec.to_toml())) == spec
