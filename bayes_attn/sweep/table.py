@@ -86,16 +86,16 @@ def _tag(N: int, temperature: float) -> str:
     return f"N{N}-T{temperature!r}"
 
 
-def theory_job(spec: Spec, N: int, T: float, folder: Path) -> Path:
-    """Theory at width ``N`` and temperature ``T``: ``folder/theory-N..-T...nc`` (test and validation accuracy)."""
-    path = folder / f"theory-{_tag(N, T)}.nc"
-    key = _theory_key(spec, T)
+def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
+    """Theory at width ``N`` and ``temperature``: ``folder/theory-N..-T...nc`` (test and validation accuracy)."""
+    path = folder / f"theory-{_tag(N, temperature)}.nc"
+    key = _theory_key(spec, temperature)
     if _finished(path, key) is not None:
         return path
     t0 = time.perf_counter()
     x, y, xt, yt = spec.data()
     xv, yv = spec.validation()
-    t = solve_theory(spec.net(N), x, y, temperature=T)
+    t = solve_theory(spec.net(N), x, y, temperature=temperature)
     ds = t.to_dataset()
     ds["accuracy"] = accuracy(t.predict(xt)[0], yt)
     ds["accuracy_validation"] = accuracy(t.predict(xv)[0], yv)
@@ -104,19 +104,19 @@ def theory_job(spec: Spec, N: int, T: float, folder: Path) -> Path:
     return _io.save(ds, path)
 
 
-def sample_job(spec: Spec, N: int, T: float, folder: Path, settings: SamplerSettings, progress_bar: bool) -> Path:
-    """Sampling at width ``N``, temperature ``T``, compared with the theory: ``folder/sampled-N..-T...nc``."""
-    path = folder / f"sampled-{_tag(N, T)}.nc"
-    key = _sample_key(spec, T, settings)
+def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: SamplerSettings, progress_bar: bool) -> Path:
+    """Sampling at width ``N``, ``temperature``, compared with the theory: ``folder/sampled-N..-T...nc``."""
+    path = folder / f"sampled-{_tag(N, temperature)}.nc"
+    key = _sample_key(spec, temperature, settings)
     if _finished(path, key) is not None:
         return path
     t0 = time.perf_counter()
     x, y, xt, yt = spec.data()
     net = spec.net(N)
-    theory = solve_theory(net, x, y, temperature=T, correction="laplace")  # both theories, side by side
-    gp = gp_limit(net, x, y, temperature=T)
-    post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
-    post.save(folder / f"posterior-{_tag(N, T)}.nc")
+    theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")  # both theories, side by side
+    gp = gp_limit(net, x, y, temperature=temperature)
+    post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar, sampler=settings)
+    post.save(folder / f"posterior-{_tag(N, temperature)}.nc")
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
                    headline=spec.compare.correction)
     ds = comp.to_dataset()
