@@ -245,6 +245,11 @@ class Network:
 def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[jax.Array]:
     out = []
     for l, W in enumerate(att):
+        if l == len(att) - 1 and readout in ("last", "first"):
+            # only the readout query's column: its scores, softmax over keys (the other queries are not used)
+            q = x[:, -1 if readout == "last" else 0]  # [P, N0]
+            out.append(jax.nn.softmax(jnp.einsum("psi,hij,pj->phs", x, W, q), axis=2))
+            continue
         score = jnp.einsum("psi,hij,ptj->phst", x, W, x)
         omega = jax.nn.softmax(score, axis=2)
         if l == len(att) - 1:
