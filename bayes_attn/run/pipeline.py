@@ -23,7 +23,7 @@ from .. import _io, outputs
 from . import figures
 from ..compare import Comparison, compare, diagnostic_failures
 from ..stats import accuracy
-from ..network import Network
+from ..network import Network, memoized_xi
 from ..posterior import Posterior, sample_posterior
 from ..spec import Spec
 from ..theory import Theory, gp_limit, solve_theory
@@ -66,15 +66,16 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     T = spec.temperature if temperature is None else temperature
     x, y, xt, yt = spec.data()
-    with outputs.output_folder(out, force=force) as stage:
-        theory = solve_theory(net, x, y, temperature=T)
-        gp = gp_limit(net, x, y, temperature=T)
-        acc = accuracy(theory.predict(xt)[0], yt)
-        ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, T).to_toml())
-        ds["accuracy"] = acc
-        _io.save(ds, stage.path("theory.nc"))
-        stage.path("spec.toml").write_text(_ran(spec, net, T).to_toml())
-    return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
+    with memoized_xi():  # the xi of each batch once, for the theory's and the GP limits' predictions
+        with outputs.output_folder(out, force=force) as stage:
+            theory = solve_theory(net, x, y, temperature=T)
+            gp = gp_limit(net, x, y, temperature=T)
+            acc = accuracy(theory.predict(xt)[0], yt)
+            ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, T).to_toml())
+            ds["accuracy"] = acc
+            _io.save(ds, stage.path("theory.nc"))
+            stage.path("spec.toml").write_text(_ran(spec, net, T).to_toml())
+        return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
 
 
 @dataclass(frozen=True, eq=False)
