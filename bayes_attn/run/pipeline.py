@@ -19,14 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from .. import _io, outputs
-from . import figures
-from ..compare import Comparison, compare, diagnostic_failures
 from ..stats import accuracy
 from ..network import Network, memoized_xi
-from ..posterior import Posterior, sample_posterior
 from ..spec import Spec
 from ..theory import Theory, gp_limit, solve_theory
+
+if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
+    from ..compare import Comparison
+    from ..posterior import Posterior
 
 
 def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
@@ -97,6 +100,9 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     T = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
+    from ..compare import diagnostic_failures
+    from ..posterior import sample_posterior
+
     x, y, xt, _ = spec.data()
     with outputs.output_folder(out, force=force) as stage:
         post = sample_posterior(net, x, y, temperature=T, x_test=xt, progress_bar=progress_bar, sampler=settings)
@@ -147,6 +153,10 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     net = spec.net(width)
     T = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
+    from . import figures
+    from ..compare import compare
+    from ..posterior import sample_posterior
+
     x, y, xt, yt = spec.data()
     with outputs.output_folder(out, force=force) as stage:
         theory = solve_theory(net, x, y, temperature=T, correction="laplace")
