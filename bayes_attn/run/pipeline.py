@@ -49,7 +49,14 @@ def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
 def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
     """Test accuracy of the GP limit of the whole network and of each ``compare.gp_paths`` subset."""
     models = {"whole network": gp} | {k: gp_on_paths(gp, v) for k, v in spec.compare.gp_paths.items()}
-    return {k: accuracy(t.predict(x_test)[0], y_test) for k, t in models.items()}
+    batch = _even_batches(len(x_test))
+    return {k: accuracy(t.predict(x_test, batch)[0], y_test) for k, t in models.items()}
+
+
+def _even_batches(n: int, most: int = 512) -> int:
+    """A batch size of at most ``most`` that splits ``n`` test inputs into batches of equal size (the last one
+    possibly one smaller): one shape, so that the predictor's programs are traced and compiled once, not twice."""
+    return -(-n // -(-n // most))
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,7 +80,7 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         with outputs.output_folder(out, force=force) as stage:
             theory = solve_theory(net, x, y, temperature=T)
             gp = gp_limit(net, x, y, temperature=T)
-            acc = accuracy(theory.predict(xt)[0], yt)
+            acc = accuracy(theory.predict(xt, _even_batches(len(xt)))[0], yt)
             ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, T).to_toml())
             ds["accuracy"] = acc
             _io.save(ds, stage.path("theory.nc"))
