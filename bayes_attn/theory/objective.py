@@ -332,6 +332,7 @@ def data_derivatives(theta1: jax.Array, problem: Problem) -> tuple[jax.Array, ja
     return value, grad, hess
 
 
+@jax.jit  # traced once for both entry points below that use it (vech and log-Cholesky coordinates)
 def _vgh(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.Array]:
     fe, ge = jax.value_and_grad(_reduced_entropy)(theta, problem)
     He = jax.hessian(_reduced_entropy)(theta, problem)
