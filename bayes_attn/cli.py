@@ -18,6 +18,7 @@ import errno
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from . import _checks, outputs
 from .compile_cache import enable_compile_cache
 from .outputs import FolderBusyError
 from .precision import DTYPES
-from .samplers import CHAIN_METHODS, SAMPLERS, SamplerSettings
+from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
 from .spec import Spec, load_spec
 from .threads import one_blas_thread
 
@@ -59,8 +60,8 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
     p.add_argument("--seed", type=int, help="random seed of the sampler (0 to 2**32 - 1)")
-    p.add_argument("--sampler", choices=list(SAMPLERS), help="the sampler: "
-                   + "; ".join(f"{k}: {v.description}" for k, v in SAMPLERS.items()))
+    p.add_argument("--sampler", choices=list(SAMPLER_DESCRIPTIONS), help="the sampler: "
+                   + "; ".join(f"{k}: {v}" for k, v in SAMPLER_DESCRIPTIONS.items()))
     p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
     p.add_argument("--chain-method", choices=list(CHAIN_METHODS),
                    help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
@@ -350,6 +351,12 @@ def _error(command: str, message: str) -> None:
     print(f"bayes-attn {command}: error: {message}", file=sys.stderr)
 
 
+def _set_host_device_count(n: int) -> None:
+    """``numpyro.set_host_device_count(n)`` (the same ``XLA_FLAGS``) without importing NumPyro for every command."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.getenv("XLA_FLAGS", "")).split()
+    os.environ["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={n}", *flags])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "no_progress", False)
@@ -359,9 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.
-    import numpyro
-
-    numpyro.set_host_device_count(max(4, getattr(args, "chains", None) or 0, os.cpu_count() or 1))
+    _set_host_device_count(max(4, getattr(args, "chains", None) or 0, os.cpu_count() or 1))
     try:
         return args.func(args)
     except (ValueError, FolderBusyError) as err:

@@ -10,10 +10,11 @@ are ``D = H_1 ... H_L`` of them. Path labels are 1-based, e.g. ``"1-2"``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -188,9 +189,21 @@ class Network:
         return _attention(tuple(jnp.asarray(a) for a in self.attention), x, self.readout)
 
     def xi(self, x) -> jax.Array:
-        """Attentioned inputs ``xi_pi(x)`` of every path: ``[P, D, N0]``."""
-        x = jnp.asarray(self.check_inputs(x))
-        return _xi(tuple(jnp.asarray(a) for a in self.attention), x, self.readout)
+        """Attentioned inputs ``xi_pi(x)`` of every path: ``[P, D, N0]``.
+
+        Inside :func:`memoized_xi`, equal inputs (and attention) give the result computed before.
+        """
+        x = self.check_inputs(x)
+        if not _XI_MEMO:
+            return _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
+        memo = _XI_MEMO[-1]
+        key = (bool(jax.config.jax_enable_x64), self.readout, x.shape, tuple(a.shape for a in self.attention))
+        for k, xc, att, xi in memo:
+            if k == key and np.array_equal(xc, x) and all(np.array_equal(a, b) for a, b in zip(att, self.attention)):
+                return xi
+        xi = _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
+        memo.append((key, x.copy(), tuple(a.copy() for a in self.attention), xi))
+        return xi
 
     def path_kernel(self, x, x2=None) -> jax.Array:
         """``C[pi, pi'](mu, nu) = s0² xi_pi(x_mu)·xi_pi'(x2_nu) / (N0 D)``: ``[D, D, P, P2]``."""
@@ -241,10 +254,36 @@ class Network:
         return forward_from_xi(xi, weights.V0, self.effective_weights(weights))
 
 
+_XI_MEMO: list[list[tuple]] = []  # one list per active memoized_xi(): (key, x, attention, xi)
+
+
+@contextlib.contextmanager
+def memoized_xi() -> Iterator[None]:
+    """Context in which :meth:`Network.xi` keeps what it computes, for the duration only.
+
+    ``xi`` depends on the inputs and the attention, not on the widths or the
+    order parameters: a run that predicts with several theories of one network
+    (the theory, the GP limit, GP limits on some paths) computes the ``xi`` of
+    each batch once. Results are reused when the inputs, the attention, the
+    readout and JAX's precision mode are equal (compared by value with copies
+    kept here); everything kept is dropped on exit.
+    """
+    _XI_MEMO.append([])
+    try:
+        yield
+    finally:
+        _XI_MEMO.pop()
+
+
 @partial(jax.jit, static_argnames="readout")
 def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[jax.Array]:
     out = []
     for l, W in enumerate(att):
+        if l == len(att) - 1 and readout in ("last", "first"):
+            # only the readout query's column: its scores, softmax over keys (the other queries are not used)
+            q = x[:, -1 if readout == "last" else 0]  # [P, N0]
+            out.append(jax.nn.softmax(jnp.einsum("psi,hij,pj->phs", x, W, q), axis=2))
+            continue
         score = jnp.einsum("psi,hij,ptj->phst", x, W, x)
         omega = jax.nn.softmax(score, axis=2)
         if l == len(att) - 1:

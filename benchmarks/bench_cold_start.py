@@ -8,9 +8,14 @@ Per run: wall seconds, CPU seconds of the process (user + system; on a
 shared machine the wall time also counts waiting for a core) and the load
 average before it. Output: ``results/cold_start.json``.
 
+``--old DIR`` runs an earlier copy of the package as well (a folder holding
+``bayes_attn``, e.g. from ``git archive <commit> bayes_attn | tar -x -C DIR``),
+with its own cache folder, each step alternately with this one, so that both
+see the same machine load.
+
 Run::
 
-    .venv/bin/python benchmarks/bench_cold_start.py
+    .venv/bin/python benchmarks/bench_cold_start.py [--old DIR]
 """
 
 from __future__ import annotations
@@ -27,36 +32,42 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
 
 
-def run_once(label: str, cache: Path, out: Path, flags: list[str]) -> dict:
-    env = dict(os.environ, BAYES_ATTN_COMPILE_CACHE=str(cache))
+def run_once(label: str, cache: Path, out: Path, flags: list[str], code: Path = REPO) -> dict:
+    env = dict(os.environ, BAYES_ATTN_COMPILE_CACHE=str(cache), PYTHONPATH=str(code))
     env.pop("BAYES_ATTN_NO_COMPILE_CACHE", None)
     load = os.getloadavg()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
+    # run outside the repository: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
     subprocess.run([sys.executable, "-m", "bayes_attn.cli", *flags, "theory", "--out", str(out)], env=env, check=True,
-                   capture_output=True, text=True)
+                   capture_output=True, text=True, cwd=out.parent)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     files = len(list(cache.glob("*"))) if cache.exists() else 0
-    print(f"{label:16s} wall {wall:6.1f} s  cpu {cpu:6.1f} s  load before {load[0]:.1f}  cache files {files}", flush=True)
-    return dict(run=label, wall_seconds=wall, cpu_seconds=cpu, load_before=load, cache_files=files)
+    print(f"{code.name[:12]:12s} {label:16s} wall {wall:6.1f} s  cpu {cpu:6.1f} s  load before {load[0]:.1f}  cache files {files}", flush=True)
+    return dict(run=label, code=str(code), wall_seconds=wall, cpu_seconds=cpu, load_before=load, cache_files=files)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--old", type=Path, help="folder holding an earlier bayes_attn package, run alternately")
     a = ap.parse_args(argv)
+    codes = [REPO] + ([a.old.resolve()] if a.old else [])
+    steps = [("cold (empty cache)", []), ("warm 1", []), ("warm 2", []), ("no cache", ["--no-compile-cache"])]
+    runs = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        cache = tmp / "cache"
-        runs = [run_once("cold (empty cache)", cache, tmp / "o1", []),
-                run_once("warm 1", cache, tmp / "o2", []),
-                run_once("warm 2", cache, tmp / "o3", []),
-                run_once("no cache", cache, tmp / "o4", ["--no-compile-cache"])]
-    record = dict(command="bayes-attn theory (default spec: Fig. 2c, N = 10)", runs=runs, cpu_count=os.cpu_count(),
+        for i, (label, flags) in enumerate(steps):
+            for code in (codes if i % 2 == 0 else codes[::-1]):
+                tag = "new" if code == REPO else "old"
+                runs.append(run_once(label, tmp / f"cache-{tag}", tmp / f"o{i}-{tag}", flags, code))
+    record = dict(command="bayes-attn theory (default spec: Fig. 2c, N = 10)", runs=runs, old=str(a.old) if a.old else None,
+                  cpu_count=os.cpu_count(),
                   platform=platform.platform(), python=sys.version.split()[0], load_after=os.getloadavg())
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "cold_start.json").write_text(json.dumps(record, indent=1))

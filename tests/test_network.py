@@ -173,3 +173,22 @@ def test_kernel_form_choice_by_shape():
     assert choose_kernel_form(16, 600, 64) == "xi"  # the one-shot image task
     assert choose_kernel_form(16, 600, 8, rank=4) == "woodbury"
     assert "woodbury" not in kernel_form_costs(16, 600, 64, rank=16)
+
+
+def test_memoized_xi_reuses_equal_inputs_only():
+    from bayes_attn.network import memoized_xi
+
+    net = random_network((2, 2))
+    x, _ = random_data(5)
+    plain = np.asarray(net.xi(x))
+    with memoized_xi():
+        a = net.xi(x)
+        assert net.xi(x.copy()) is a and net.with_width(9).xi(x) is a  # equal inputs, any width
+        np.testing.assert_array_equal(np.asarray(a), plain)
+        x[0, 0, 0] += 1.0  # changed in place: computed again
+        b = net.xi(x)
+        assert b is not a
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(ba.Network(net.attention, 4).xi(x)))
+        other = ba.Network([2.0 * w for w in net.attention], 4)
+        assert other.xi(x) is not b
+    assert net.xi(x) is not b  # nothing kept after the context

@@ -19,15 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from .. import _io, outputs
-from . import figures
-from .report import comparison_report
-from ..compare import Comparison, compare, diagnostic_failures
 from ..stats import accuracy
-from ..network import Network
-from ..posterior import Posterior, sample_posterior
+from ..network import Network, memoized_xi
 from ..spec import Spec
 from ..theory import Theory, gp_limit, solve_theory
+
+if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
+    from ..compare import Comparison
+    from ..posterior import Posterior
 
 
 def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
@@ -47,7 +49,14 @@ def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
 def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
     """Test accuracy of the GP limit of the whole network and of each ``compare.gp_paths`` subset."""
     models = {"whole network": gp} | {k: gp_on_paths(gp, v) for k, v in spec.compare.gp_paths.items()}
-    return {k: accuracy(t.predict(x_test)[0], y_test) for k, t in models.items()}
+    batch = _even_batches(len(x_test))
+    return {k: accuracy(t.predict(x_test, batch)[0], y_test) for k, t in models.items()}
+
+
+def _even_batches(n: int, most: int = 512) -> int:
+    """A batch size of at most ``most`` that splits ``n`` test inputs into batches of equal size (the last one
+    possibly one smaller): one shape, so that the predictor's programs are traced and compiled once, not twice."""
+    return -(-n // -(-n // most))
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,15 +76,16 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     x, y, xt, yt = spec.data()
-    with outputs.output_folder(out, force=force) as stage:
-        theory = solve_theory(net, x, y, temperature=temperature)
-        gp = gp_limit(net, x, y, temperature=temperature)
-        acc = accuracy(theory.predict(xt)[0], yt)
-        ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
-        ds["accuracy"] = acc
-        _io.save(ds, stage.path("theory.nc"))
-        stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())
-    return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
+    with memoized_xi():  # the xi of each batch once, for the theory's and the GP limits' predictions
+        with outputs.output_folder(out, force=force) as stage:
+            theory = solve_theory(net, x, y, temperature=temperature)
+            gp = gp_limit(net, x, y, temperature=temperature)
+            acc = accuracy(theory.predict(xt, _even_batches(len(xt)))[0], yt)
+            ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
+            ds["accuracy"] = acc
+            _io.save(ds, stage.path("theory.nc"))
+            stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())
+        return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +107,9 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
+    from ..compare import diagnostic_failures
+    from ..posterior import sample_posterior
+
     x, y, xt, _ = spec.data()
     with outputs.output_folder(out, force=force) as stage:
         post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
@@ -148,6 +161,10 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
+    from . import figures
+    from ..compare import compare
+    from ..posterior import sample_posterior
+
     x, y, xt, yt = spec.data()
     with outputs.output_folder(out, force=force) as stage:
         theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")
@@ -173,6 +190,8 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
 
 def _report(spec: Spec, net: Network, temperature: float, theory: Theory, post: Posterior, comp: Comparison,
             gp_acc) -> str:
+    from .report import comparison_report
+
     names = spec.compare.path_names
     paths = ", ".join(f"{p} ({names[p]})" if p in names else p for p in net.path_labels)
     scores = theory.head_scores()

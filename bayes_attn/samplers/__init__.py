@@ -15,24 +15,54 @@ afterwards). Adding a sampler is one module plus one entry in :data:`SAMPLERS`.
 
 from __future__ import annotations
 
-from . import collapsed, full, full_token, wishart
-from .base import Options, Sampler, SamplerInputs, conditional_outputs, prepare
-from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SamplerSettings
+import importlib
+from typing import TYPE_CHECKING
 
-SAMPLERS: dict[str, Sampler] = {m.SAMPLER.name: m.SAMPLER for m in (full, full_token, collapsed, wishart)}
-"""The registry: sampler name → :class:`Sampler`."""
+from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMPLER_NAMES, SamplerSettings
+
+if TYPE_CHECKING:
+    from . import collapsed, full, full_token, wishart  # noqa: F401
+    from .base import Options, Sampler, SamplerInputs, conditional_outputs, prepare  # noqa: F401
+
+# Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
+_FROM_BASE = ("Options", "Sampler", "SamplerInputs", "conditional_outputs", "prepare")
+_MODULES = ("base", "collapsed", "full", "full_token", "memory", "nuts", "wishart")
 
 
-def get(name: str) -> Sampler:
-    """The sampler called ``name`` (a ``ValueError`` lists the choices)."""
-    if name not in SAMPLERS:
-        raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {name!r}")
-    return SAMPLERS[name]
+def _registry() -> dict:
+    from . import collapsed, full, full_token, wishart
+
+    samplers = {m.SAMPLER.name: m.SAMPLER for m in (full, full_token, collapsed, wishart)}
+    assert tuple(samplers) == SAMPLER_NAMES, (tuple(samplers), SAMPLER_NAMES)
+    return samplers
+
+
+def __getattr__(name: str):
+    if name == "SAMPLERS":
+        value = _registry()  # SAMPLERS: the registry, sampler name → :class:`Sampler`
+    elif name in _FROM_BASE:
+        value = getattr(importlib.import_module(".base", __name__), name)
+    elif name in _MODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def get(name: str):
+    """The :class:`Sampler` called ``name`` (a ``ValueError`` lists the choices)."""
+    samplers = globals().get("SAMPLERS") or __getattr__("SAMPLERS")
+    if name not in samplers:
+        raise ValueError(f"sampler must be one of {list(samplers)}, got {name!r}")
+    return samplers[name]
 
 
 __all__ = [
     "CHAIN_METHODS",
     "DEFAULT_SAMPLER",
+    "SAMPLER_DESCRIPTIONS",
+    "SAMPLER_NAMES",
     "SAMPLERS",
     "SamplerSettings",
     "Options", "Sampler", "SamplerInputs", "conditional_outputs", "get", "prepare"]

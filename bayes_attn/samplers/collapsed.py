@@ -17,6 +17,7 @@ import numpyro
 from .. import gp
 from ..network import effective_weights, forward_from_xi, kernel_from_C, path_kernel_from_xi
 
+from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
     Options,
     Sampler,
@@ -87,7 +88,7 @@ def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Opt
 
 SAMPLER = Sampler(
     name="collapsed",
-    description="NUTS over the upper weights with V0 integrated out; f (or V0) drawn exactly afterwards",
+    description=SAMPLER_DESCRIPTIONS["collapsed"],
     draws_weights=True,
     model=model,
     build=build,

@@ -13,6 +13,7 @@ import numpyro
 import numpyro.distributions as dist
 
 from ..network import effective_weights, forward_from_xi
+from .settings import SAMPLER_DESCRIPTIONS
 from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
 
 
@@ -31,7 +32,7 @@ def build(inputs: SamplerInputs):
 
 SAMPLER = Sampler(
     name="full",
-    description="NUTS over all weights, f summed over paths from precomputed path inputs",
+    description=SAMPLER_DESCRIPTIONS["full"],
     draws_weights=True,
     model=model,
     build=build,

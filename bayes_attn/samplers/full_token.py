@@ -14,6 +14,7 @@ import numpyro.distributions as dist
 
 from ..network import Weights, forward_token
 
+from .settings import SAMPLER_DESCRIPTIONS
 from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
 
 
@@ -35,7 +36,7 @@ def build(inputs: SamplerInputs):
 
 SAMPLER = Sampler(
     name="full-token",
-    description="NUTS over all weights, the network run over tokens as in the paper (slow)",
+    description=SAMPLER_DESCRIPTIONS["full-token"],
     draws_weights=True,
     model=model,
     build=build,

@@ -17,6 +17,15 @@ from ..precision import DTYPES
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
 DEFAULT_SAMPLER = "wishart"
+SAMPLER_DESCRIPTIONS = {
+    "full": "NUTS over all weights, f summed over paths from precomputed path inputs",
+    "full-token": "NUTS over all weights, the network run over tokens as in the paper (slow)",
+    "collapsed": "NUTS over the upper weights with V0 integrated out; f (or V0) drawn exactly afterwards",
+    "wishart": "NUTS over the order parameters only (Bartlett factors of the Wishart chain); f drawn exactly afterwards",
+}
+"""The samplers of :data:`bayes_attn.samplers.SAMPLERS` by name, in its order, with their descriptions (here, so
+that settings and the command's options need not import the samplers and NumPyro)."""
+SAMPLER_NAMES = tuple(SAMPLER_DESCRIPTIONS)
 RENAMED = {
     "method": "name",
     "form": "name",
@@ -54,9 +63,7 @@ class SamplerSettings:
     max_tree_depth: int = 10
 
     def __post_init__(self):
-        from . import SAMPLERS  # the registry imports this module
-
-        _checks.choice("sampler", self.name, tuple(SAMPLERS))
+        _checks.choice("sampler", self.name, SAMPLER_NAMES)
         _checks.positive_int("num_warmup", self.num_warmup, minimum=0)
         _checks.positive_int("num_samples", self.num_samples)
         _checks.positive_int("num_chains", self.num_chains)

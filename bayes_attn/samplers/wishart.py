@@ -81,6 +81,7 @@ import numpyro.distributions as dist
 import scipy.special
 from numpyro.distributions import constraints
 
+from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
     Options,
     Sampler,
@@ -350,7 +351,7 @@ def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], vari
 
 SAMPLER = Sampler(
     name="wishart",
-    description="NUTS over the order parameters only (Bartlett factors of the Wishart chain); f drawn exactly afterwards",
+    description=SAMPLER_DESCRIPTIONS["wishart"],
     draws_weights=False,
     model=model,
     build=build,

@@ -103,7 +103,6 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .. import _checks
 from ..precision import float64
-from ..samplers.wishart import _lower_indices, assemble, factor_shapes, order_parameters_from_factors
 from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
 from .newton import newton_direction
 from .objective import Problem, data_derivatives, data_term, make_problem
@@ -141,6 +140,8 @@ def _n_lower(m: int, r: int) -> int:
 
 def _bartlett_order_parameters(theta, problem: Problem, shapes):
     """``([U_1..U_L], Ua)`` from Bartlett-site coordinates ``θ = (log c, lower entries)``."""
+    from ..samplers.wishart import assemble, order_parameters_from_factors  # imports NumPyro: only when used
+
     L = len(problem.heads)
     nr = _n_diagonals(shapes)
     logc, low = theta[:nr], theta[nr:]
@@ -365,6 +366,8 @@ def _shapes_for(problem: Problem, coordinates: str):
     """Static shapes of the Bartlett factors (``None`` for log-Cholesky coordinates)."""
     if coordinates == "log_cholesky":
         return None
+    from ..samplers.wishart import factor_shapes
+
     shapes = factor_shapes(problem.heads, [int(round(float(n))) for n in np.asarray(problem.widths)])
     return tuple(tuple(int(a) for a in s) for s in shapes)
 
@@ -383,6 +386,8 @@ def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "ba
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
         return np.concatenate([log_cholesky(Us), [math.log(Ua)]])
+    from ..samplers.wishart import _lower_indices, factor_shapes
+
     heads, widths, var = net.heads, net.widths, net.variances
     shapes = factor_shapes(heads, widths)
     hs = (*heads, 1)

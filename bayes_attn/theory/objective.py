@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, threads
-from ..network import Network, path_kernel_from_xi
+from ..network import Network, _xi, path_kernel_from_xi
 from ..precision import float64
 from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
 
@@ -41,6 +41,7 @@ __all__ = [
     "FORMS",
     "Problem",
     "make_problem",
+    "clear_basis_cache",
     "gp_order_parameters",
     "readout_closed_form",
     "kernel",
@@ -109,31 +110,81 @@ def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float,
 
     ``form`` defaults to ``"C"`` when ``D² P² <= C_MAX_ENTRIES``, else ``"xi"``.
     Arguments are assumed checked (see :func:`check_problem`).
+
+    The kernel basis does not depend on the widths: the last one computed is
+    kept (with copies of its inputs, see :func:`clear_basis_cache`), so that
+    solving the same data at other widths does not compute it again.
     """
-    with float64(), threads.limits():
-        xi = net.xi(x)
-        P, D, N0 = xi.shape
-        if form is None:
-            form = "C" if D * D * P * P <= C_MAX_ENTRIES else "xi"
-        _checks.choice("form", form, FORMS)
-        if form == "C":
-            C = np.asarray(path_kernel_from_xi(xi, xi, net.variances[0]))  # [D, D, P, P]
-            i, j = np.triu_indices(D)
-            basis = np.where((i == j)[:, None, None], C[i, j], C[i, j] + C[j, i])  # [n_1, P, P]
-            basis = 0.5 * (basis + basis.transpose(0, 2, 1))
-        else:
-            basis = xi * math.sqrt(net.variances[0] / (N0 * D))
+    x = net.check_inputs(x)
+    P, D = x.shape[0], net.D
+    if form is None:
+        form = "C" if D * D * P * P <= C_MAX_ENTRIES else "xi"
+    _checks.choice("form", form, FORMS)
+    basis = _problem_basis(net, x, form)
+    with float64():
         f64 = partial(jnp.asarray, dtype=jnp.float64)
         return Problem(
             heads=tuple(net.heads),
             form=form,
-            basis=f64(basis),
+            basis=basis,
             y=f64(y),
             temperature=f64(temperature),
             widths=f64(net.widths),
             variances=f64(net.variances),
             scale=f64(1.0 / max(net.widths)),
         )
+
+
+_BASIS_CACHE: list[tuple] = []  # [(key, x, attention, basis)], the most recent last
+_BASIS_CACHE_SIZE = 2
+_BASIS_CACHE_MAX_BYTES = 64 * 2**20  # inputs and basis larger than this are not kept
+
+
+def clear_basis_cache() -> None:
+    """Forget the kernel bases :func:`make_problem` kept (and the copies of their inputs)."""
+    _BASIS_CACHE.clear()
+
+
+def _problem_basis(net: Network, x: np.ndarray, form: str) -> jax.Array:
+    """``Problem.basis`` of ``net`` on ``x`` (float64, on the device); from the cache when the inputs are equal."""
+    s0sq = float(net.variances[0])
+    key = (form, net.readout, s0sq, x.shape, tuple(a.shape for a in net.attention))
+    for k, entry in enumerate(_BASIS_CACHE):
+        if entry[0] == key and np.array_equal(entry[1], x) and all(
+            np.array_equal(a, b) for a, b in zip(entry[2], net.attention)
+        ):
+            _BASIS_CACHE.append(_BASIS_CACHE.pop(k))
+            return entry[3]
+    D, N0 = net.D, net.N0
+    with float64(), threads.limits():
+        att = tuple(jnp.asarray(a, dtype=jnp.float64) for a in net.attention)
+        xj = jnp.asarray(x, dtype=jnp.float64)
+        if form == "C":
+            basis = _folded_path_kernel(att, xj, s0sq, readout=net.readout)
+        else:
+            basis = _scaled_xi(att, xj, math.sqrt(s0sq / (N0 * D)), readout=net.readout)
+        basis = jax.block_until_ready(basis)
+    size = x.nbytes + sum(a.nbytes for a in net.attention) + basis.nbytes
+    if size <= _BASIS_CACHE_MAX_BYTES:
+        _BASIS_CACHE.append((key, x.copy(), tuple(a.copy() for a in net.attention), basis))
+        del _BASIS_CACHE[:-_BASIS_CACHE_SIZE]
+    return basis
+
+
+@partial(jax.jit, static_argnames="readout")
+def _folded_path_kernel(att: tuple[jax.Array, ...], x: jax.Array, s0sq: jax.Array, readout: str) -> jax.Array:
+    """The ``"C"`` basis: ``C`` ``[D, D, P, P]`` folded onto the vech entries of ``U_1``, ``[n_1, P, P]``, symmetrised."""
+    xi = _xi(att, x, readout)
+    C = path_kernel_from_xi(xi, xi, s0sq)  # [D, D, P, P]
+    i, j = np.triu_indices(xi.shape[1])
+    basis = jnp.where((i == j)[:, None, None], C[i, j], C[i, j] + C[j, i])  # [n_1, P, P]
+    return 0.5 * (basis + basis.transpose(0, 2, 1))
+
+
+@partial(jax.jit, static_argnames="readout")
+def _scaled_xi(att: tuple[jax.Array, ...], x: jax.Array, scale: jax.Array, readout: str) -> jax.Array:
+    """The ``"xi"`` basis: ``xi · sqrt(s0² / (N0 D))`` ``[P, D, N0]``."""
+    return _xi(att, x, readout) * scale
 
 
 def check_problem(net, x, y, temperature) -> tuple[np.ndarray, np.ndarray, float]:
@@ -281,6 +332,7 @@ def data_derivatives(theta1: jax.Array, problem: Problem) -> tuple[jax.Array, ja
     return value, grad, hess
 
 
+@jax.jit  # traced once for both entry points below that use it (vech and log-Cholesky coordinates)
 def _vgh(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.Array]:
     fe, ge = jax.value_and_grad(_reduced_entropy)(theta, problem)
     He = jax.hessian(_reduced_entropy)(theta, problem)

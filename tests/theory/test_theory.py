@@ -157,6 +157,80 @@ def test_kernel_form_follows_C_MAX_ENTRIES(monkeypatch):
         th.make_problem(net, x, y, 0.1, form="K")
 
 
+def _numpy_basis(net, x, form):
+    """``Problem.basis`` by hand in NumPy: softmax over keys of every query, paths as matrix products, ``C``, folding."""
+    omegas = []
+    for W in net.attention:
+        score = np.einsum("psi,hij,ptj->phst", x, W, x)
+        e = np.exp(score - score.max(axis=2, keepdims=True))
+        omegas.append(e / e.sum(axis=2, keepdims=True))  # [P, H, key, query]
+    col = {"last": lambda o: o[..., -1], "first": lambda o: o[..., 0], "mean": lambda o: o.mean(axis=-1)}[net.readout]
+    P, D, N0 = x.shape[0], net.D, net.N0
+    xi = np.empty((P, D, N0))
+    for d, path in enumerate(net.paths):
+        for mu in range(P):
+            r = col(omegas[-1][mu, path[-1]])
+            for l in reversed(range(net.L - 1)):
+                r = omegas[l][mu, path[l]] @ r
+            xi[mu, d] = x[mu].T @ r
+    if form == "xi":
+        return xi * math.sqrt(net.variances[0] / (N0 * D))
+    C = net.variances[0] * np.einsum("adi,bei->deab", xi, xi) / (N0 * D)
+    i, j = np.triu_indices(D)
+    return np.stack([C[a, b] if a == b else C[a, b] + C[b, a] for a, b in zip(i, j)])
+
+
+@pytest.mark.parametrize("heads", [(2, 2), (3,), (2, 1, 2)])
+@pytest.mark.parametrize("readout", ["last", "first", "mean"])
+@pytest.mark.parametrize("form", ["C", "xi"])
+def test_problem_basis_matches_numpy(heads, readout, form):
+    """The kernel basis (one compiled program: attention, ξ, C, folding) equals a NumPy computation to 1e-12."""
+    rng = np.random.default_rng(7)
+    net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2], readout)
+    x = rng.normal(size=(P, TOKENS, N0))
+    y = np.where(rng.random(P) < 0.5, 1.0, -1.0)
+    objective.clear_basis_cache()
+    basis = np.asarray(th.make_problem(net, x, y, 0.1, form=form).basis)
+    expect = _numpy_basis(net, x, form)
+    assert basis.dtype == np.float64 and basis.shape == expect.shape
+    np.testing.assert_allclose(basis, expect, rtol=1e-12, atol=1e-12 * np.abs(expect).max())
+
+
+def test_problem_basis_is_kept_across_widths_and_recomputed_for_new_inputs():
+    net, x, y = random_problem((2, 2), [6, 4, 9])
+    objective.clear_basis_cache()
+    b1 = th.make_problem(net, x, y, 0.1).basis
+    assert th.make_problem(net.with_width(50), x, y, 0.3).basis is b1  # the same data at another width
+    x2 = x.copy()
+    x2[3, 1, 2] += 0.5  # other inputs, same shape
+    b2 = th.make_problem(net, x2, y, 0.1).basis
+    assert b2 is not b1
+    np.testing.assert_allclose(np.asarray(b2), _numpy_basis(net, x2, "C"), rtol=1e-12, atol=1e-12)
+    x[3, 1, 2] += 0.5  # the caller's array changed in place: not the stored copy
+    assert th.make_problem(net, x, y, 0.1).basis is b2
+    net3 = Network([a * 1.5 for a in net.attention], net.widths, net.variances)  # other attention
+    assert th.make_problem(net3, x, y, 0.1).basis is not b2
+    net4 = Network(net.attention, net.widths, [2.0, 1.0, 1.0, 1.0])  # another s0²
+    np.testing.assert_allclose(np.asarray(th.make_problem(net4, x, y, 0.1).basis), 2.0 * np.asarray(b2), rtol=1e-14)
+    objective.clear_basis_cache()
+    assert th.make_problem(net, x, y, 0.1).basis is not b2
+
+
+def test_second_width_compiles_nothing(caplog):
+    """Solving the same structure at another width, or on other data of the same shape, compiles no program."""
+    import jax
+
+    net, x, y = random_problem((2, 2), [6, 4, 9], p=12)
+    th.solve_theory(net, x, y, temperature=0.1)
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        caplog.clear()
+        th.solve_theory(net.with_width(40), x, y, temperature=0.2)
+        th.solve_theory(net.with_width(7), x + 0.1, y, temperature=0.1)
+        assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
+        th.solve_theory(net, x[:11], y[:11], temperature=0.1)  # a new shape compiles (the check can see it)
+        assert [r for r in caplog.records if "Compiling" in r.getMessage()]
+
+
 # ----------------------------------------------------------------------------
 # coordinates
 # ----------------------------------------------------------------------------
