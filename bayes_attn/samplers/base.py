@@ -250,7 +250,6 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
 def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.Array, y: jax.Array,
                    xi_test: jax.Array | None, *, form: str, s0sq: float, temperature: float) -> list[jax.Array]:
     """:func:`conditional_outputs` on flat draws ``[S, D, D]`` with one key each: ``[f_train [S, P], (f_test [S, P_test])]``."""
-    T = temperature
     D, N0 = xi.shape[1], xi.shape[2]
     xis = [xi] if xi_test is None else [xi, xi_test]
     scale = math.sqrt(s0sq / (N0 * D))
@@ -260,8 +259,8 @@ def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.
         R = _psd_sqrt(U)
         RZ = R @ jax.random.normal(k1, (D, N0), U.dtype) * scale
         priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
-        eps = math.sqrt(T) * jax.random.normal(k2, y.shape, U.dtype)
-        alpha = gp.pathwise_weights(gram(U, R, data, form, s0sq), priors[0], y, eps, T)
+        eps = math.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
+        alpha = gp.pathwise_weights(gram(U, R, data, form, s0sq), priors[0], y, eps, temperature)
         v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
         return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
 
