@@ -25,10 +25,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 
+from bayes_attn.cli import configure_logging
 from bayes_attn.oneshot.pipeline import PAPER_SPEARMAN_RHO, load_oneshot_spec, run_oneshot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +102,7 @@ def main() -> None:
     p.add_argument("--data-dir", default=None, help="folder of the Omniglot zip files (default: the spec's)")
     p.add_argument("--summary-only", action="store_true", help="only pool the runs already finished")
     a = p.parse_args()
+    configure_logging(logging.INFO)  # progress of every stage on stderr
     runs: dict[str, dict[int, dict]] = {}
     for variant in a.variants:
         base = load_oneshot_spec(VARIANTS[variant])

@@ -61,6 +61,15 @@ def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
     assert OneShotSpec(training=TrainConfig(epochs=3)).training_hash() != spec.training_hash()
 
 
+@pytest.mark.parametrize("path", [p for p in SPECS if "omniglot" in p.stem], ids=lambda p: p.stem)
+def test_data_check_resolves_the_spec_files_relative_data_dir(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the spec's data_dir is relative to its file, not to the working folder
+    spec = load_oneshot_spec(path)
+    oneshot.pipeline.check_data(spec)
+    with pytest.raises(ValueError, match="data_dir: the folder .* does not exist"):
+        oneshot.pipeline.check_data(spec, tmp_path / "missing")
+
+
 @pytest.mark.parametrize("table, match", [
     ({"model": {"width": "big"}}, "model.width must be an integer"),
     ({"task": {"rotations": 1}}, "task.rotations must be true or false"),
