@@ -450,8 +450,8 @@ _SHIPPED_SPEC = {  # models/omniglot_oneshot.toml (see there for the choices), a
     },
     "sampler": {
         "name": "wishart",
-        "num_warmup": 300,
-        "num_samples": 700,
+        "num_warmup": 150,
+        "num_samples": 250,
         "num_chains": 4,
         "seed": 0,
         "dtype": "float32",
