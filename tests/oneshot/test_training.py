@@ -262,6 +262,21 @@ def test_spearman_p_values():
     assert pruning.spearman([1, 2, 3], [1, 1, 1])["rho"] is None
 
 
+def test_spearman_exact_p_value_of_eight_heads_equals_enumeration():
+    # the paper's case: 8 heads, all 8! = 40320 re-pairings (fast and small: not (8!)² orderings)
+    import itertools
+
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=8), rng.normal(size=8)
+    r = pruning.spearman(a, b, alternative="two-sided")
+    ra, rb = np.argsort(np.argsort(a)) - 3.5, np.argsort(np.argsort(b)) - 3.5
+    perms = np.array(list(itertools.permutations(range(8))))
+    rhos = (ra[perms] @ rb) / (ra @ ra)
+    want = np.mean(np.abs(rhos) >= abs(r["rho"]) - 1e-12)
+    assert r["method"] == "exact" and r["n_permutations"] == 40320
+    assert r["p_value"] == pytest.approx(want, rel=1e-9)
+
+
 @pytest.mark.slow
 def test_single_head_drops_and_cumulative_pruning():
     params, x = small_model(seed=4), small_x(P=40)
