@@ -49,7 +49,7 @@ def run_once(label: str, cache: Path, out: Path, flags: list[str], code: Path = 
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     files = len(list(cache.glob("*"))) if cache.exists() else 0
     print(f"{code.name[:12]:12s} {label:16s} wall {wall:6.1f} s  cpu {cpu:6.1f} s  load before {load[0]:.1f}  cache files {files}", flush=True)
-    return dict(run=label, code=str(code), wall_seconds=wall, cpu_seconds=cpu, load_before=load, cache_files=files)
+    return dict(run=label, code="new" if code == REPO else "old", wall_seconds=wall, cpu_seconds=cpu, load_before=load, cache_files=files)
 
 
 def main(argv=None):
@@ -66,7 +66,7 @@ def main(argv=None):
             for code in (codes if i % 2 == 0 else codes[::-1]):
                 tag = "new" if code == REPO else "old"
                 runs.append(run_once(label, tmp / f"cache-{tag}", tmp / f"o{i}-{tag}", flags, code))
-    record = dict(command="bayes-attn theory (default spec: Fig. 2c, N = 10)", runs=runs, old=str(a.old) if a.old else None,
+    record = dict(command="bayes-attn theory (default spec: Fig. 2c, N = 10)", runs=runs, old=a.old.name if a.old else None,
                   cpu_count=os.cpu_count(),
                   platform=platform.platform(), python=sys.version.split()[0], load_after=os.getloadavg())
     a.out.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,6 @@ def worker(repeats: int) -> dict:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import numpy as np
 
-    import bayes_attn
     from bayes_attn import markov
     from bayes_attn import theory as th
     from bayes_attn.theory import objective
@@ -74,7 +73,7 @@ def worker(repeats: int) -> dict:
             t["newton"].append(time.perf_counter() - t0)
         rows.append({"N": N, **{f"{k}_s": float(np.median(v)) for k, v in t.items()},
                      "iterations": sol.iterations, "action": sol.action, "U": np.asarray(sol.U).tolist()})
-    return {"package": os.path.dirname(bayes_attn.__file__), "rows": rows}
+    return {"rows": rows}
 
 
 def main(argv=None) -> dict:
