@@ -148,6 +148,7 @@ def test_dask_compilation_cache_lives_in_the_users_cache_folder(tmp_path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("BAYES_ATTN_COMPILE_CACHE", raising=False)
     monkeypatch.delenv("BAYES_ATTN_NO_COMPILE_CACHE", raising=False)
+    monkeypatch.setattr(cli, "enable_compile_cache", lambda on: None)  # JAX's cache stays off in this process
     seen = {}
 
     def fake_sweep(spec, out, executor=None, **kw):
