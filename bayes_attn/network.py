@@ -196,13 +196,11 @@ class Network:
         x = self.check_inputs(x)
         if not _XI_MEMO:
             return _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
-        memo = _XI_MEMO[-1]
-        key = (bool(jax.config.jax_enable_x64), self.readout, x.shape, tuple(a.shape for a in self.attention))
-        for k, xc, att, xi in memo:
-            if k == key and np.array_equal(xc, x) and all(np.array_equal(a, b) for a, b in zip(att, self.attention)):
-                return xi
-        xi = _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
-        memo.append((key, x.copy(), tuple(a.copy() for a in self.attention), xi))
+        memo, key = _XI_MEMO[-1], (bool(jax.config.jax_enable_x64), self.readout)
+        xi = memo.get(key, x, self.attention)
+        if xi is None:
+            xi = _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
+            memo.put(key, x, self.attention, xi)
         return xi
 
     def path_kernel(self, x, x2=None) -> jax.Array:
@@ -254,7 +252,40 @@ class Network:
         return forward_from_xi(xi, weights.V0, self.effective_weights(weights))
 
 
-_XI_MEMO: list[list[tuple]] = []  # one list per active memoized_xi(): (key, x, attention, xi)
+class InputsMemo:
+    """Results kept by the value of what they were computed from: a key, inputs ``x`` and the attention.
+
+    Entries are found by comparing with copies kept here (so a caller changing its arrays in place
+    cannot hit a stale entry); at most ``size`` entries (the most recently used kept), none whose
+    inputs, attention and result together exceed ``max_bytes``.
+    """
+
+    def __init__(self, size: int | None = None, max_bytes: int | None = None):
+        self.size, self.max_bytes, self.entries = size, max_bytes, []
+
+    def get(self, key, x: np.ndarray, attention):
+        """The result kept for ``key``, ``x`` and ``attention`` (``None`` if none)."""
+        key = (key, x.shape, tuple(a.shape for a in attention))
+        for k, (kk, xc, att, value) in enumerate(self.entries):
+            if kk == key and np.array_equal(xc, x) and all(np.array_equal(a, b) for a, b in zip(att, attention)):
+                self.entries.append(self.entries.pop(k))
+                return value
+        return None
+
+    def put(self, key, x: np.ndarray, attention, value) -> None:
+        """Keep ``value`` (unless over ``max_bytes``), dropping the least recently used beyond ``size``."""
+        if self.max_bytes is not None and x.nbytes + sum(a.nbytes for a in attention) + value.nbytes > self.max_bytes:
+            return
+        self.entries.append(((key, x.shape, tuple(a.shape for a in attention)), x.copy(),
+                             tuple(np.array(a, copy=True) for a in attention), value))
+        if self.size is not None:
+            del self.entries[:-self.size]
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+_XI_MEMO: list[InputsMemo] = []  # one per active memoized_xi()
 
 
 @contextlib.contextmanager
@@ -268,7 +299,7 @@ def memoized_xi() -> Iterator[None]:
     readout and JAX's precision mode are equal (compared by value with copies
     kept here); everything kept is dropped on exit.
     """
-    _XI_MEMO.append([])
+    _XI_MEMO.append(InputsMemo())
     try:
         yield
     finally:

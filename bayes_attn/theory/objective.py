@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, threads
-from ..network import Network, _xi, path_kernel_from_xi
+from ..network import InputsMemo, Network, _xi, path_kernel_from_xi
 from ..precision import float64
 from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
 
@@ -135,9 +135,7 @@ def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float,
         )
 
 
-_BASIS_CACHE: list[tuple] = []  # [(key, x, attention, basis)], the most recent last
-_BASIS_CACHE_SIZE = 2
-_BASIS_CACHE_MAX_BYTES = 64 * 2**20  # inputs and basis larger than this are not kept
+_BASIS_CACHE = InputsMemo(size=2, max_bytes=64 * 2**20)  # inputs and basis larger than 64 MiB are not kept
 
 
 def clear_basis_cache() -> None:
@@ -148,13 +146,10 @@ def clear_basis_cache() -> None:
 def _problem_basis(net: Network, x: np.ndarray, form: str) -> jax.Array:
     """``Problem.basis`` of ``net`` on ``x`` (float64, on the device); from the cache when the inputs are equal."""
     s0sq = float(net.variances[0])
-    key = (form, net.readout, s0sq, x.shape, tuple(a.shape for a in net.attention))
-    for k, entry in enumerate(_BASIS_CACHE):
-        if entry[0] == key and np.array_equal(entry[1], x) and all(
-            np.array_equal(a, b) for a, b in zip(entry[2], net.attention)
-        ):
-            _BASIS_CACHE.append(_BASIS_CACHE.pop(k))
-            return entry[3]
+    key = (form, net.readout, s0sq)
+    basis = _BASIS_CACHE.get(key, x, net.attention)
+    if basis is not None:
+        return basis
     D, N0 = net.D, net.N0
     with float64(), threads.limits():
         att = tuple(jnp.asarray(a, dtype=jnp.float64) for a in net.attention)
@@ -164,10 +159,7 @@ def _problem_basis(net: Network, x: np.ndarray, form: str) -> jax.Array:
         else:
             basis = _scaled_xi(att, xj, math.sqrt(s0sq / (N0 * D)), readout=net.readout)
         basis = jax.block_until_ready(basis)
-    size = x.nbytes + sum(a.nbytes for a in net.attention) + basis.nbytes
-    if size <= _BASIS_CACHE_MAX_BYTES:
-        _BASIS_CACHE.append((key, x.copy(), tuple(a.copy() for a in net.attention), basis))
-        del _BASIS_CACHE[:-_BASIS_CACHE_SIZE]
+    _BASIS_CACHE.put(key, x, net.attention, basis)
     return basis
 
 
