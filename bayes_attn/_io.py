@@ -147,31 +147,29 @@ def _corrupt(path: Path, err: Exception) -> CorruptFileError:
     )
 
 
+def _load(path: str | os.PathLike, open_file, samplers: Collection[str] | None):
+    """``open_file(path)``'s tree or dataset read into memory, the file closed, its attributes checked."""
+    path = _existing(path)
+    try:
+        with open_file(path, engine="netcdf4") as data:
+            data = data.load().copy()
+    except (OSError, RuntimeError, ValueError, KeyError) as err:
+        raise _corrupt(path, err) from err
+    _check_attrs(data.attrs, path, samplers)
+    return data
+
+
 def load_tree(path: str | os.PathLike, samplers: Collection[str] | None = None) -> xr.DataTree:
     """Read a whole netCDF ``DataTree`` into memory and close the file.
 
     ``samplers``: the known sampler names; a file naming another (attribute ``sampler``) is refused.
     """
-    path = _existing(path)
-    try:
-        with xr.open_datatree(path, engine="netcdf4") as tree:
-            tree = tree.load().copy()
-    except (OSError, RuntimeError, ValueError, KeyError) as err:
-        raise _corrupt(path, err) from err
-    _check_attrs(tree.attrs, path, samplers)
-    return tree
+    return _load(path, xr.open_datatree, samplers)
 
 
 def load_dataset(path: str | os.PathLike, samplers: Collection[str] | None = None) -> xr.Dataset:
     """Read a whole netCDF ``Dataset`` into memory and close the file (``samplers``: as for :func:`load_tree`)."""
-    path = _existing(path)
-    try:
-        with xr.open_dataset(path, engine="netcdf4") as ds:
-            ds = ds.load().copy()
-    except (OSError, RuntimeError, ValueError, KeyError) as err:
-        raise _corrupt(path, err) from err
-    _check_attrs(ds.attrs, path, samplers)
-    return ds
+    return _load(path, xr.open_dataset, samplers)
 
 
 def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = None) -> None:

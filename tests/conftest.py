@@ -4,12 +4,13 @@ The tests compare against NumPy/SciPy in float64, so this process turns on
 JAX's 64-bit mode (the package itself never does: see test_package.py).
 """
 
+import gc
 import os
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: chains in parallel on 2 cores
-# the command's persistent compilation cache stays off in the tests: once a CLI test switched it on it held
-# for the whole process, and JAX crashed (segmentation fault, abort) reading, compiling or writing an entry
-# after hundreds of programs; tests/test_threads.py checks the cache's switches with their own settings
+# the command's persistent compilation cache stays off in the tests (they write no user cache folder);
+# tests/test_threads.py checks the cache's switches with their own settings
 os.environ["BAYES_ATTN_NO_COMPILE_CACHE"] = "1"
 
 import jax  # noqa: E402
@@ -21,6 +22,29 @@ import bayes_attn as ba  # noqa: E402
 
 numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
+
+
+def _memory_maps() -> tuple[int, int] | None:
+    """(memory mappings of this process, the kernel's limit ``vm.max_map_count``); None off Linux."""
+    try:
+        with open("/proc/self/maps") as f:
+            count = sum(1 for _ in f)
+        return count, int(Path("/proc/sys/vm/max_map_count").read_text())
+    except OSError:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_programs():
+    """After each test, drop JAX's compiled programs when this process holds over half the memory
+    mappings the kernel allows. XLA's CPU backend maps each executable into memory (about three mappings
+    each); the suite compiles thousands of programs in one process, and at the limit (65530 by
+    default) XLA aborted or segfaulted while compiling, reading or writing a cache entry."""
+    yield
+    maps = _memory_maps()
+    if maps is not None and maps[0] > maps[1] // 2:
+        jax.clear_caches()
+        gc.collect()
 
 
 def random_network(heads, *, N0=6, width=4, variances=1.0, readout="last", seed=0, scale=1.0):

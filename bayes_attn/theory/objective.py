@@ -296,32 +296,54 @@ def data_derivatives(theta1: jax.Array, problem: Problem) -> tuple[jax.Array, ja
     With ``C_k = ∂K/∂θ_k``, ``G = Lg Lgᵀ``, ``Ĉ_k = Lg⁻¹ C_k Lg⁻ᵀ`` (two
     triangular solves) and ``z = Lg⁻¹ Y``:
     ``∂_k = tr Ĉ_k − zᵀ Ĉ_k z`` and ``∂_k ∂_l = −tr(Ĉ_k Ĉ_l) + 2 (Ĉ_k z)·(Ĉ_l z)``.
+    The ``"xi"`` form never forms ``Ĉ`` ``[n_1, P, P]``: see :func:`_xi_traces`.
     """
     D = sizes(problem.heads)[0]
-    iu = np.triu_indices(D)
     U1 = symmetric(theta1, D)
     basis = problem.basis
     K = kernel(U1, problem)
     P = K.shape[0]
     Lg, logdet_G = _chol_logdet(K + problem.temperature * jnp.eye(P, dtype=K.dtype))
     z = jax.scipy.linalg.solve_triangular(Lg, problem.y, lower=True)
+    value = logdet_G + z @ z
     if problem.form == "C":
         n = basis.shape[0]
         Lb = jnp.broadcast_to(Lg, (n, P, P))
         Ak = jax.lax.linalg.triangular_solve(Lb, basis, left_side=True, lower=True)  # Lg⁻¹ C_k
         Ch = jax.lax.linalg.triangular_solve(Lb, Ak, left_side=False, lower=True, transpose_a=True)  # · Lg⁻ᵀ
+        Cz = jnp.einsum("kpq,q->kp", Ch, z)  # Ĉ_k z
+        trace, trace2 = jnp.einsum("kpp->k", Ch), jnp.einsum("kpq,lpq->kl", Ch, Ch)
     else:
         N0 = basis.shape[2]
-        Z = jax.scipy.linalg.solve_triangular(Lg, basis.reshape(P, D * N0), lower=True).reshape(P, D, N0)  # Lg⁻¹ xi
-        i, j = iu
-        Zi, Zj = Z[:, i, :], Z[:, j, :]  # [P, n, N0]
-        Ch = jnp.einsum("pki,qki->kpq", Zi, Zj)
-        Ch = jnp.where((i == j)[:, None, None], Ch, Ch + jnp.transpose(Ch, (0, 2, 1)))
-    Cz = jnp.einsum("kpq,q->kp", Ch, z)  # Ĉ_k z
-    value = logdet_G + z @ z
-    grad = jnp.einsum("kpp->k", Ch) - Cz @ z
-    hess = -jnp.einsum("kpq,lpq->kl", Ch, Ch) + 2.0 * Cz @ Cz.T
+        Z = jax.scipy.linalg.solve_triangular(Lg, basis.reshape(P, D * N0), lower=True).reshape(P, D, N0)  # Lg⁻¹ ξ
+        Cz, trace, trace2 = _xi_traces(Z, z)
+    grad = trace - Cz @ z
+    hess = -trace2 + 2.0 * Cz @ Cz.T
     return value, grad, hess
+
+
+def _xi_traces(Z: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``Ĉ_k z`` ``[n_1, P]``, ``tr Ĉ_k`` ``[n_1]`` and ``tr(Ĉ_k Ĉ_l)`` ``[n_1, n_1]`` from ``Z = Lg⁻¹ ξ`` ``[P, D, N0]``.
+
+    For ``k = (i, j)``, ``Ĉ_k = s_k (Z_i Z_jᵀ + Z_j Z_iᵀ)`` with ``s_k = 1/2`` on
+    the diagonal (``i = j``), else 1. With the blocks ``M_ab = Z_aᵀ Z_b``
+    ``[N0, N0]`` and their Gram matrix ``F[(a, b), (c, d)] = <M_ab, M_cd>``:
+    ``tr Ĉ_k = 2 s_k tr M_ij`` and
+    ``tr(Ĉ_k Ĉ_l) = 2 s_k s_l (F[(n, i), (m, j)] + F[(m, i), (n, j)])`` for
+    ``l = (m, n)``. Memory ``O(D⁴ + D² N0²)`` instead of ``O(D² P²)``.
+    """
+    P, D, N0 = Z.shape
+    i, j = np.triu_indices(D)
+    s = jnp.where(i == j, 0.5, 1.0).astype(Z.dtype)
+    M = jnp.einsum("pai,pbj->abij", Z, Z)  # [D, D, N0, N0]
+    F = (M.reshape(D * D, N0 * N0) @ M.reshape(D * D, N0 * N0).T).reshape(D, D, D, D)
+    m, n = i[None, :], j[None, :]
+    ik, jk = i[:, None], j[:, None]
+    trace2 = 2.0 * s[:, None] * s[None, :] * (F[n, ik, m, jk] + F[m, ik, n, jk])
+    trace = 2.0 * s * jnp.einsum("kii->k", M[i, j])
+    V = jnp.einsum("pai,bi->abp", Z, jnp.einsum("pbi,p->bi", Z, z))  # V[a, b] = Z_a (Z_bᵀ z)
+    Cz = s[:, None] * (V[i, j] + V[j, i])
+    return Cz, trace, trace2
 
 
 @jax.jit  # traced once for both entry points below that use it (vech and log-Cholesky coordinates)
