@@ -187,12 +187,12 @@ def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = Non
                                "version or is corrupted")
     if "versions" not in attrs:
         warnings.warn(f"{str(path)!r} records no package versions: it was not written by this package's save "
-                      "functions, or by a version before they recorded them", RuntimeWarning, stacklevel=3)
+                      "functions, or by a version before they recorded them", RuntimeWarning, stacklevel=4)
         return
     recorded = json.loads(attrs["versions"])
     wrote = recorded.get("bayes_attn") if isinstance(recorded, dict) else None
     here = versions()["bayes_attn"]
     if wrote != here:
         warnings.warn(f"{str(path)!r} was written by bayes_attn {wrote}, this is {here}: results may differ "
-                      "between versions", RuntimeWarning, stacklevel=3)
+                      "between versions", RuntimeWarning, stacklevel=4)
 
