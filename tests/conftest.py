@@ -24,14 +24,16 @@ numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
 
 
-def _memory_maps() -> tuple[int, int] | None:
-    """(memory mappings of this process, the kernel's limit ``vm.max_map_count``); None off Linux."""
-    try:
-        with open("/proc/self/maps") as f:
-            count = sum(1 for _ in f)
-        return count, int(Path("/proc/sys/vm/max_map_count").read_text())
-    except OSError:
-        return None
+try:  # the kernel's limit on this process's memory mappings; None off Linux
+    MAX_MAP_COUNT = int(Path("/proc/sys/vm/max_map_count").read_text())
+except OSError:
+    MAX_MAP_COUNT = None
+
+
+def _memory_maps() -> int:
+    """The number of memory mappings this process holds."""
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +43,7 @@ def _release_compiled_programs():
     each); the suite compiles thousands of programs in one process, and at the limit (65530 by
     default) XLA aborted or segfaulted while compiling, reading or writing a cache entry."""
     yield
-    maps = _memory_maps()
-    if maps is not None and maps[0] > maps[1] // 2:
+    if MAX_MAP_COUNT is not None and _memory_maps() > MAX_MAP_COUNT // 2:
         jax.clear_caches()
         gc.collect()
 

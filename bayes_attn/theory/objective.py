@@ -334,13 +334,13 @@ def _xi_traces(Z: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array, jax.Ar
     """
     P, D, N0 = Z.shape
     i, j = np.triu_indices(D)
-    s = jnp.where(i == j, 0.5, 1.0).astype(Z.dtype)
+    s = jnp.asarray(np.where(i == j, 0.5, 1.0), Z.dtype)
     M = jnp.einsum("pai,pbj->abij", Z, Z)  # [D, D, N0, N0]
     F = (M.reshape(D * D, N0 * N0) @ M.reshape(D * D, N0 * N0).T).reshape(D, D, D, D)
     m, n = i[None, :], j[None, :]
     ik, jk = i[:, None], j[:, None]
     trace2 = 2.0 * s[:, None] * s[None, :] * (F[n, ik, m, jk] + F[m, ik, n, jk])
-    trace = 2.0 * s * jnp.einsum("kii->k", M[i, j])
+    trace = 2.0 * s * jnp.einsum("abii->ab", M)[i, j]
     V = jnp.einsum("pai,bi->abp", Z, jnp.einsum("pbi,p->bi", Z, z))  # V[a, b] = Z_a (Z_bᵀ z)
     Cz = s[:, None] * (V[i, j] + V[j, i])
     return Cz, trace, trace2
