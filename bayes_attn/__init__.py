@@ -17,71 +17,27 @@ Names are imported on first use (``bayes_attn.threads``, ``bayes_attn.Network``,
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
 from typing import TYPE_CHECKING
 
-_LAZY = {
-    # name: (module, attribute or None for the module itself)
-    "SAMPLERS": (".samplers", "SAMPLERS"),
-    "Comparison": (".compare", "Comparison"),
-    "Network": (".network", "Network"),
-    "Posterior": (".posterior", "Posterior"),
-    "SamplerSettings": (".samplers", "SamplerSettings"),
-    "Spec": (".spec", "Spec"),
-    "Summary": (".posterior", "Summary"),
-    "Theory": (".theory", "Theory"),
-    "Weights": (".network", "Weights"),
-    "compare": (".compare", "compare"),
-    "gp_limit": (".theory", "gp_limit"),
-    "load_posterior": (".posterior", "load_posterior"),
-    "load_spec": (".spec", "load_spec"),
-    "load_theory": (".theory", "load_theory"),
-    "markov": (".tasks.markov", None),
-    "sample_posterior": (".posterior", "sample_posterior"),
-    "samplers": (".samplers", None),
-    "solve_theory": (".theory", "solve_theory"),
-}
-_SUBMODULES = ("calibration", "gp", "network", "posterior", "precision", "spec", "tasks", "theory", "threads", "compile_cache",
-               "oneshot", "run", "sweep", "outputs", "cli")
+import lazy_loader
 
-__all__ = sorted(k for k in _LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        module, attr = _LAZY[name]
-        mod = importlib.import_module(module, __name__)
-        value = mod if attr is None else getattr(mod, attr)
-    elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
-
-
-class _Package(types.ModuleType):
-    """``bayes_attn.compare`` is the function :func:`~bayes_attn.compare.compare`, also after its module loads.
-
-    Python sets a package's attribute to a submodule when the submodule is first imported; for the one
-    name shared by a function and its module that would hide the function (``from bayes_attn.compare
-    import ...`` still reaches the module through ``sys.modules``).
-    """
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "compare" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
+# Imported on first use (lazy_loader); ``bayes_attn.compare`` stays the function after its module loads.
+__getattr__, __dir__, _names = lazy_loader.attach(
+    __name__,
+    submodules=["calibration", "cli", "compile_cache", "gp", "network", "oneshot", "outputs", "posterior",
+                "precision", "run", "samplers", "spec", "sweep", "tasks", "theory", "threads"],
+    submod_attrs={
+        "compare": ["Comparison", "compare"],
+        "network": ["Network", "Weights"],
+        "posterior": ["Posterior", "Summary", "load_posterior", "sample_posterior"],
+        "samplers": ["SAMPLERS", "SamplerSettings"],
+        "spec": ["Spec", "load_spec"],
+        "tasks": ["markov"],
+        "theory": ["Theory", "gp_limit", "load_theory", "solve_theory"],
+    },
+)
+__all__ = sorted(set(_names) - {"calibration", "cli", "compile_cache", "gp", "network", "oneshot", "outputs",
+                                "posterior", "precision", "run", "spec", "sweep", "tasks", "theory", "threads"})
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import samplers, threads  # noqa: F401

@@ -49,6 +49,19 @@ def positive_int(name: str, value, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def items(name: str, value, what: str) -> list:
+    """``value`` as a non-empty list (a single string is one item); ``what`` names the expected items."""
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        out = list(value)
+    except TypeError as err:
+        raise ValueError(f"{name} must be a sequence of {what}, got {value!r}") from err
+    if not out:
+        raise ValueError(f"{name} must name at least one of {what}, got {value!r}")
+    return out
+
+
 def choice(name: str, value, options: Sequence[str]) -> str:
     """Return ``value`` if it is one of ``options``."""
     if value not in options:

@@ -21,15 +21,15 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import write_record  # benchmarks/record.py
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
@@ -67,11 +67,8 @@ def main(argv=None):
                 tag = "new" if code == REPO else "old"
                 runs.append(run_once(label, tmp / f"cache-{tag}", tmp / f"o{i}-{tag}", flags, code))
     record = dict(command="bayes-attn theory (default spec: Fig. 2c, N = 10)", runs=runs, old=a.old.name if a.old else None,
-                  cpu_count=os.cpu_count(),
-                  platform=platform.platform(), python=sys.version.split()[0], load_after=os.getloadavg())
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "cold_start.json").write_text(json.dumps(record, indent=1))
-    print(f"wrote {a.out / 'cold_start.json'}")
+)
+    write_record(a.out / "cold_start.json", record)
 
 
 if __name__ == "__main__":

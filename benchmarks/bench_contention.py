@@ -34,12 +34,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from record import write_record  # benchmarks/record.py
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIGS = ("defaults", "all_threads")
@@ -130,13 +131,10 @@ def main(argv=None):
         print(f"slowdown busy/quiet  {c:12s} sample {s['sample']:.2f}x  theory {s['theory']:.2f}x")
     record = dict(problem=dict(network="markov.fig2c", width=a.width, P=100, temperature=0.01, sampler="wishart",
                                chains=a.chains, warmup=a.warmup, draws=a.draws),
-                  runs=runs, slowdown=slowdown, cpu_count=os.cpu_count(), platform=platform.platform(),
-                  python=sys.version.split()[0], load_after=os.getloadavg(),
+                  runs=runs, slowdown=slowdown,
                   note="quiet = no processes started by the benchmark (other users' load as recorded); busy = one "
                        "CPU-bound process per core beside the job")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "contention.json").write_text(json.dumps(record, indent=1))
-    print(f"wrote {out_dir / 'contention.json'}")
+    write_record(out_dir / "contention.json", record)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices on a shared
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from record import write_record  # noqa: E402  (benchmarks/record.py)
 
 import numpy as np  # noqa: E402
 
@@ -64,18 +65,6 @@ t = time.perf_counter()
 solve_theory(net, x, y, temperature={T}, correction=None if correction == "none" else correction)
 print(json.dumps(time.perf_counter() - t))
 """
-
-
-def environment() -> dict:
-    import jax
-
-    return {
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "cpus": os.cpu_count(),
-        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-        "load_average": os.getloadavg(),
-    }
 
 
 def best(fn, repeats: int = REPEATS) -> float:
@@ -153,12 +142,9 @@ def cost(widths, out_dir: Path, repeats: int) -> dict:
                      "S(θ) (Bartlett sites) + third-order expansion (THEORY.md §8)",
         "timing": f"wall seconds; warm: best of {repeats} after compilation; cold: one call in a fresh process "
                   f"(imports and data excluded, compilation included); predict: {N_TEST} test inputs, warm",
-        "environment": environment(),
         "results": rows,
     }
-    path = out_dir / "correction.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write_record(out_dir / "correction.json", out)
     return out
 
 
@@ -218,12 +204,9 @@ def accuracy(widths, out_dir: Path, num_samples: int, num_chains: int) -> dict:
                     "mc_floor: sqrt(sum of squared MCSEs) / ||theory||, the distance expected from Monte-Carlo "
                     "error alone; gap: sqrt(distance^2 - mc_floor^2)",
         "theory": "leading: THEORY.md §4; corrected: solve_theory(correction='laplace'), Bartlett-site coordinates",
-        "environment": environment(),
         "results": rows,
     }
-    path = out_dir / "correction_accuracy.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"wrote {path}")
+    write_record(out_dir / "correction_accuracy.json", out)
     return out
 
 

@@ -44,7 +44,6 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import samplers, threads  # noqa: E402

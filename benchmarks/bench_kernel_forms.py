@@ -24,15 +24,14 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
+
+from record import write_record  # benchmarks/record.py
 
 import jax
 import numpy as np
@@ -113,12 +112,8 @@ def main(argv=None):
     out_dir = a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS)
     runs = [time_case(n, c, dt, a.rounds, a.per_round) for n, c in cases.items() for dt in ("float32", "float64")]
     record = dict(runs=runs, rounds=a.rounds, per_round=a.per_round, threads=threads.record(),
-                  cpu_count=os.cpu_count(), platform=platform.platform(), python=sys.version.split()[0],
-                  jax=jax.__version__, load_after=os.getloadavg(),
                   note="seconds per jitted value_and_grad of the wishart potential; median over rounds, forms interleaved")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "kernel_forms.json").write_text(json.dumps(record, indent=1))
-    print(f"wrote {out_dir / 'kernel_forms.json'}")
+    write_record(out_dir / "kernel_forms.json", record)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from record import write_record  # benchmarks/record.py
 
 WIDTHS = (10, 100, 1000)
 TEMPERATURE = 0.01
@@ -119,12 +120,9 @@ def main(argv=None) -> dict:
                 np.abs(U["new"] - U["old"]).max() / np.abs(U["old"]).max())
     record = {"benchmark": "solve_theory warm end to end, Fig. 2c network (D=4, P=100, temperature 0.01)",
               "timing": "median of repeats per process; summary: best process per code and width",
-              "summary": summary, "runs": runs, "cpu_count": os.cpu_count(), "platform": platform.platform(),
-              "python": sys.version.split()[0], "load_after": os.getloadavg()}
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "solve_theory.json").write_text(json.dumps(record, indent=1))
+              "summary": summary, "runs": runs}
     print(json.dumps(summary, indent=1))
-    print(f"wrote {a.out / 'solve_theory.json'}")
+    write_record(a.out / "solve_theory.json", record)
     return record
 
 

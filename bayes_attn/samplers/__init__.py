@@ -15,8 +15,9 @@ afterwards). Adding a sampler is one module plus one entry in :data:`SAMPLERS`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+import lazy_loader
 
 from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMPLER_NAMES, SamplerSettings
 
@@ -25,34 +26,18 @@ if TYPE_CHECKING:
     from .base import Options, Sampler, SamplerInputs, conditional_outputs, prepare  # noqa: F401
 
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
-_FROM_BASE = ("Options", "Sampler", "SamplerInputs", "conditional_outputs", "prepare")
-_MODULES = ("base", "collapsed", "full", "full_token", "memory", "nuts", "wishart")
-
-
-def _registry() -> dict:
-    from . import collapsed, full, full_token, wishart
-
-    samplers = {m.SAMPLER.name: m.SAMPLER for m in (full, full_token, collapsed, wishart)}
-    assert tuple(samplers) == SAMPLER_NAMES, (tuple(samplers), SAMPLER_NAMES)
-    return samplers
-
-
-def __getattr__(name: str):
-    if name == "SAMPLERS":
-        value = _registry()  # SAMPLERS: the registry, sampler name → :class:`Sampler`
-    elif name in _FROM_BASE:
-        value = getattr(importlib.import_module(".base", __name__), name)
-    elif name in _MODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__, _, _ = lazy_loader.attach(
+    __name__,
+    submodules=["base", "collapsed", "full", "full_token", "memory", "nuts", "registry", "wishart"],
+    submod_attrs={"base": ["Options", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
+                  "registry": ["SAMPLERS"]},
+)
 
 
 def get(name: str):
     """The :class:`Sampler` called ``name`` (a ``ValueError`` lists the choices)."""
-    samplers = globals().get("SAMPLERS") or __getattr__("SAMPLERS")
+    from .registry import SAMPLERS as samplers
+
     if name not in samplers:
         raise ValueError(f"sampler must be one of {list(samplers)}, got {name!r}")
     return samplers[name]

@@ -6,6 +6,10 @@ and class splits; :mod:`.episodes`: balanced 2-way 1-shot episodes and the
 :class:`Tokenizer` that turns them into the tokens ``x0``.
 """
 
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
 from .episodes import N_IMAGES, Episodes, Tokenizer, make_episodes
 from .images import (
     DEFAULT_SPLIT,
@@ -21,7 +25,12 @@ from .images import (
     split_by_group,
 )
 
+__getattr__, _, _ = lazy_loader.attach(__name__, submodules=["markov"])  # imports JAX: on first use
+if TYPE_CHECKING:
+    from . import markov  # noqa: F401
+
 __all__ = [
+    "markov",
     "DEFAULT_SPLIT",
     "N_IMAGES",
     "OMNIGLOT_FULL_FILES",

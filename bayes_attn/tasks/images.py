@@ -132,14 +132,7 @@ class ImageSet:
         selection: class indices (ints) or group names (strs; a single str is
         one group). Unknown or repeated entries raise ``ValueError``.
         """
-        if isinstance(selection, str):
-            selection = (selection,)
-        try:
-            sel = list(selection)
-        except TypeError as err:
-            raise ValueError(f"selection must be class indices or group names, got {selection!r}") from err
-        if not sel:
-            raise ValueError("selection must name at least one class index or group")
+        sel = _checks.items("selection", selection, "class indices or group names")
         if all(isinstance(s, str) for s in sel):
             unknown = [s for s in sel if s not in set(self.groups)]
             if unknown:
@@ -272,13 +265,8 @@ def _resize(ink: np.ndarray, size: int) -> np.ndarray:
 
 
 def _check_files(data_dir: str | Path, files: Sequence[str] | str) -> tuple[Path, list[Path]]:
-    if isinstance(files, str):
-        files = (files,)
-    try:
-        files = list(files)
-    except TypeError as err:
-        raise ValueError(f"files must be a sequence of zip file names, got {files!r}") from err
-    if not files or not all(isinstance(f, (str, Path)) for f in files):
+    files = _checks.items("files", files, "zip file names")
+    if not all(isinstance(f, (str, Path)) for f in files):
         raise ValueError(f"files must be a non-empty sequence of zip file names, got {files!r}")
     if len(set(map(str, files))) != len(files):
         raise ValueError(f"files repeats a file: {files}")
