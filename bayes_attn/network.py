@@ -203,6 +203,19 @@ class Network:
             memo.put(key, x, self.attention, xi)
         return xi
 
+    def xi_batches(self, x, batch_size: int) -> Iterator[tuple[jax.Array, int]]:
+        """``xi`` of ``x`` ``[P, T, N0]`` in batches ``[B, D, N0]`` of one shape, ``B = min(batch_size, P)``,
+        each with its number of real rows: the last is padded by repeating its final input, so that one
+        compiled program serves every batch (a ragged last batch would compile everything downstream twice)."""
+        x = self.check_inputs(x)
+        B = min(batch_size, x.shape[0])
+        for start in range(0, x.shape[0], B):
+            chunk = x[start : start + B]
+            valid = chunk.shape[0]
+            if valid < B:
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], B - valid, axis=0)])
+            yield self.xi(chunk), valid
+
     def path_kernel(self, x, x2=None) -> jax.Array:
         """``C[pi, pi'](mu, nu) = s0² xi_pi(x_mu)·xi_pi'(x2_nu) / (N0 D)``: ``[D, D, P, P2]``."""
         xi1 = self.xi(x)

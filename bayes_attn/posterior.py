@@ -293,8 +293,7 @@ class Posterior:
             U = jnp.asarray(self.tree["posterior"]["U"].values, jnp.float64).reshape(-1, self.net.D, self.net.D)
             y = jnp.asarray(self.y_train, jnp.float64)
             means, variances = [], []
-            for start in range(0, x.shape[0], batch_size):
-                xs = self.net.xi(x[start : start + batch_size])
+            for xs, valid in self.net.xi_batches(x, batch_size):
                 Cx = path_kernel_from_xi(xs, xi, s0sq)  # [D, D, Px, P]
                 Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
                 m, v = jax.lax.map(
@@ -302,8 +301,8 @@ class Posterior:
                                          temperature),
                     U, batch_size=64,
                 )
-                means.append(np.asarray(m.mean(0)))
-                variances.append(np.asarray(v.mean(0) + m.var(0)))
+                means.append(np.asarray(m.mean(0))[:valid])
+                variances.append(np.asarray(v.mean(0) + m.var(0))[:valid])
         return np.concatenate(means), np.concatenate(variances)
 
     def summary(self) -> Summary:

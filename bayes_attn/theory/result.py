@@ -204,12 +204,11 @@ class Theory:
             U = jnp.asarray(self.U)
             K, y = jnp.asarray(self.kernel_train), jnp.asarray(self.y_train)
             means, variances = [], []
-            for start in range(0, xt.shape[0], batch_size):
-                xi_t = self.net.xi(xt[start : start + batch_size])  # [B, D, N0]
+            for xi_t, valid in self.net.xi_batches(xt, batch_size):  # [B, D, N0]
                 k_cross, k_diag = gp.cross_kernels(U, xi_t, self._xi_train, s0)  # [B, P], [B]
                 m, v = gp.moments(K, k_cross, k_diag, y, self.temperature)
-                means.append(np.asarray(m))
-                variances.append(np.asarray(v))
+                means.append(np.asarray(m)[:valid])
+                variances.append(np.asarray(v)[:valid])
         return np.concatenate(means), np.concatenate(variances)
 
     def _predict_laplace(self, xt: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -231,11 +230,10 @@ class Theory:
             args = [jnp.asarray(a, jnp.float64) for a in (U0, self.U - U0, E)]
             y, temperature = jnp.asarray(self.y_train), jnp.asarray(self.temperature)
             s0 = jnp.asarray(self.net.variances[0])
-            for start in range(0, xt.shape[0], batch_size):
-                xi_t = self.net.xi(xt[start : start + batch_size])
+            for xi_t, valid in self.net.xi_batches(xt, batch_size):
                 m, v = _laplace_moments(*args, xi_t, self._xi_train, y, temperature, s0)
-                means.append(np.asarray(m))
-                variances.append(np.asarray(v))
+                means.append(np.asarray(m)[:valid])
+                variances.append(np.asarray(v)[:valid])
         return np.concatenate(means), np.concatenate(variances)
 
     # ----- read-outs of the paper ---------------------------------------------

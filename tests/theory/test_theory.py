@@ -477,6 +477,12 @@ def test_predict_matches_brute_force(solved):
     np.testing.assert_allclose(m, ks.T @ Ginv @ y, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(v, kss - np.einsum("pa,pq,qa->a", ks, Ginv, ks), rtol=1e-8, atol=1e-12)
     assert np.all(v >= 0)
+    m3, v3 = sol.predict(xt, batch_size=3)  # batches 3, 3 and 1 padded to 3
+    np.testing.assert_allclose(m3, m, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(v3, v, rtol=1e-12, atol=1e-14)
+    batches = list(net.xi_batches(xt, 3))
+    assert [valid for _, valid in batches] == [3, 3, 1] and {b.shape for b, _ in batches} == {(3, net.D, N0)}
+    np.testing.assert_allclose(np.concatenate([np.asarray(b)[:k] for b, k in batches]), net.xi(xt), rtol=1e-12)
     np.testing.assert_allclose(sol.kernel(x, xt), ks, rtol=1e-12)
     np.testing.assert_allclose(sol.kernel(x), K, rtol=1e-12)
 
