@@ -26,6 +26,9 @@ FIGURES = {
 }
 
 
+BINOMIAL_NOTE = ("Below, ± is the binomial standard error (episodes counted as independent), smaller than the "
+                 "class bootstrap of the summary, which lets episodes that share a class move together.")
+
 def results_dataset(scan: xr.Dataset, sampled: xr.Dataset, report: Mapping, U: Mapping[str, np.ndarray],
                     heads: Sequence[int], attrs: Mapping) -> xr.Dataset:
     """One dataset of everything numeric: the scan, the sampling, ``U`` theory/sampled/trained, head scores, drops.
@@ -119,7 +122,7 @@ def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping
             f"{report['se_method']}.", "",
         ]
     lines += [
-        "## Gradient-descent model", "",
+        "## Gradient-descent model", "", BINOMIAL_NOTE, "",
         "| set | model | pixel nearest neighbour |", "|---|---|---|",
         f"| test ({int(ds.attrs['n_test'])} episodes) | {_pm(m['test'])} | {_pm(report['nn_baseline'])} |",
         f"| validation | {_pm(m['validation'])} | |",
@@ -128,7 +131,7 @@ def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping
         lines.append(f"| OOD {k} | {_pm(v)} | {v['nn_accuracy']:.3f} ± {v['nn_se']:.3f} |")
     lines += ["", "## Theory and sampling on the frozen attention", "",
               f"Temperature chosen per width on validation episodes ({ds.attrs['temperature_choice']}); "
-              "test accuracy at that temperature.", "",
+              "test accuracy at that temperature. " + BINOMIAL_NOTE, "",
               "| N | chosen T | validation | test (theory) | sampled | agreement with theory |", "|---|---|---|---|---|---|"]
     sw = list(ds["sample_width"].values) if "sample_width" in ds.dims else []
     for i, N in enumerate(ds["width"].values):
