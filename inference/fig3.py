@@ -16,8 +16,8 @@ script can be stopped and resumed.
     python inference/fig3.py [--variants 2x4 2x8] [--seeds 0 1 2] [--out inference/results/fig3]
                              [--data-dir DIR] [--summary-only]
 
-Cost on the shared 2-core CPU (load average 6-14): one 2x4 run ~60 min (training
-~45 min of it); a 2x8 run roughly twice that (no sampling).
+Cost on the shared 2-core CPU: one 2x4 run ~60 min at load 6-14 (training ~45 min
+of it); a 2x8 run (no sampling) 40 min at load ~1.5 (training 25 min).
 """
 
 from __future__ import annotations
