@@ -18,11 +18,14 @@ install: $(BIN)/python
 demo: install
 	$(BIN)/bayes-attn run
 
+# the tests in parallel: one pytest-xdist worker per core, at most 4
+PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: install
 	$(BIN)/python -m pip install -q -e ".[test,bench]"

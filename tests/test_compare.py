@@ -156,6 +156,7 @@ def corrected(problem):
     return ba.solve_theory(net, x, y, temperature=0.1, correction="laplace")
 
 
+@pytest.mark.slow
 def test_corrected_theory_is_compared_beside_the_leading_order(problem, corrected, tmp_path):
     """Draws centred on the corrected theory: it agrees, the leading order is reported beside it with its own gap."""
     net, x, y, xt, yt, _ = problem

@@ -224,6 +224,7 @@ def test_same_seed_same_draws_from_library_and_command(tmp_path):
 
 
 # 12. checksums: corruption is an error, not new numbers -------------------------------------------------------
+@pytest.mark.slow
 def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
     net, x, y, _ = tiny
     theory = ba.solve_theory(net, x, y, temperature=0.5)

@@ -79,6 +79,7 @@ def test_rescaling_factors_are_sqrt_N0_and_sqrt_width():
     assert none is None and net.widths == (50, 50, 50)
 
 
+@pytest.mark.slow
 def test_trained_order_parameters_match_a_loop_over_paths():
     params = small_model(seed=1)
     d = SMALL.width

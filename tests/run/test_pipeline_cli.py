@@ -137,6 +137,7 @@ def test_cli_sample_and_theory(tmp_path, capsys):
     assert "Ua =" in out and "GP (whole network)" in out and (tmp_path / "t" / "theory.nc").exists()
 
 
+@pytest.mark.slow
 def test_cli_run_correction_picks_the_headline(tmp_path, capsys):
     _, path = _write(tmp_path)
     cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--correction", "none", "--no-progress"])

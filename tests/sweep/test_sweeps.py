@@ -29,6 +29,7 @@ def test_dask_sweep_equals_in_process_sweep(tmp_path):
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
 
 
+@pytest.mark.slow
 def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
     spec = spec_from_dict(SMALL)
     temps = [0.01, 0.3, 3.0]
