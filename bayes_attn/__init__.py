@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 # Imported on first use (lazy_loader); ``bayes_attn.compare`` stays the function after its module loads.
+_SUBMODULES = {"calibration", "cli", "compile_cache", "gp", "network", "oneshot", "outputs", "posterior",
+               "precision", "run", "spec", "sweep", "tasks", "theory", "threads"}
 __getattr__, __dir__, _names = lazy_loader.attach(
     __name__,
-    submodules=["calibration", "cli", "compile_cache", "gp", "network", "oneshot", "outputs", "posterior",
-                "precision", "run", "samplers", "spec", "sweep", "tasks", "theory", "threads"],
+    submodules=[*_SUBMODULES, "samplers"],
     submod_attrs={
         "compare": ["Comparison", "compare"],
         "network": ["Network", "Weights"],
@@ -36,8 +37,7 @@ __getattr__, __dir__, _names = lazy_loader.attach(
         "theory": ["Theory", "gp_limit", "load_theory", "solve_theory"],
     },
 )
-__all__ = sorted(set(_names) - {"calibration", "cli", "compile_cache", "gp", "network", "oneshot", "outputs",
-                                "posterior", "precision", "run", "spec", "sweep", "tasks", "theory", "threads"})
+__all__ = sorted(set(_names) - _SUBMODULES)  # the names, and `samplers`; not every module
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import samplers, threads  # noqa: F401
