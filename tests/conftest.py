@@ -73,6 +73,21 @@ TINY = {  # a tiny Markov run spec (as TOML tables) for the command's and the jo
 }
 
 
+SWEEP_SETTINGS = {"thinning": 2, "target_accept": 0.9}  # not the defaults, so that their provenance shows
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory):
+    """The TINY sweep with :data:`SWEEP_SETTINGS`, run once per test process: ``(spec, folder, dataset)``.
+    Its users carry ``xdist_group("tiny_sweep")`` so that ``--dist loadgroup`` runs them in one process."""
+    from bayes_attn.spec import spec_from_dict
+    from bayes_attn.sweep import table
+
+    spec = spec_from_dict(TINY)
+    folder = tmp_path_factory.mktemp("tiny_sweep") / "sw"
+    return spec, folder, table.sweep(spec, folder, progress_bar=False, **SWEEP_SETTINGS)
+
+
 def spec_file(tmp_path, data=TINY):
     """``data`` (a spec's tables) written as ``tmp_path/tiny.toml``."""
     from bayes_attn.spec import spec_from_dict

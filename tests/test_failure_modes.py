@@ -55,10 +55,10 @@ def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_sweep_records_its_provenance(tmp_path):
-    spec = spec_from_dict(TINY)
-    ds = table.sweep(spec, tmp_path / "sw", progress_bar=False, thinning=2, target_accept=0.9)
-    saved = xr.open_dataset(tmp_path / "sw" / "sweep.nc")
+@pytest.mark.xdist_group("tiny_sweep")  # with the other user of the fixture, on one worker
+def test_sweep_records_its_provenance(tiny_sweep):
+    spec, folder, ds = tiny_sweep
+    saved = xr.open_dataset(folder / "sweep.nc")
     settings = json.loads(saved.attrs["sampler_settings"])
     assert (settings["thinning"], settings["target_accept"], settings["name"]) == (2, 0.9, "collapsed")
     assert load_spec_text(saved.attrs["spec"]).sampler.thinning == 2

@@ -6,9 +6,7 @@ sweeps and pruning, one-line errors, what a fresh clone needs, and what the
 README and figures say.
 """
 
-import errno
 import json
-import os
 import shutil
 import socket
 import time

@@ -74,7 +74,7 @@ __all__ = [
     "load_oneshot_spec",
     "predictor_mean",
     "run_oneshot",
-    "sample_widths",
+    "sample_at_widths",
     "temperature_scan",
     "theory_draws",
     "tokenizer",

@@ -77,11 +77,8 @@ def test_run_writes_everything(tmp_path):
     assert "leading order (§4): " in report and "corrected (Laplace, §8): " in report
     assert xr.load_dataset(tmp_path / "run" / "comparison.nc").attrs["correction"] == "laplace"
     assert res.theory.converged
-    # the folder's spec.toml is the run as made, overrides included
-    again = pipeline.run(spec, tmp_path / "run2", width=4, temperature=0.2, progress_bar=False, seed=5)
-    ran = load_spec(tmp_path / "run2" / "spec.toml")
-    assert (ran.network.width, ran.temperature, ran.sampler.seed) == (4, 0.2, 5)
-    assert again.posterior.sampler == "collapsed" and "`collapsed` sampler" in (tmp_path / "run2" / "report.md").read_text()
+    assert res.posterior.sampler == "collapsed" and "`collapsed` sampler" in report
+    # overrides in the folder's spec.toml: test_cli_run_correction_picks_the_headline
 
 
 @pytest.mark.slow
@@ -140,12 +137,15 @@ def test_cli_sample_and_theory(tmp_path, capsys):
 @pytest.mark.slow
 def test_cli_run_correction_picks_the_headline(tmp_path, capsys):
     _, path = _write(tmp_path)
-    cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--correction", "none", "--no-progress"])
+    cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--correction", "none", "--width", "4",
+              "--temperature", "0.2", "--seed", "5", "--no-progress"])
     out = capsys.readouterr().out
     ds = xr.load_dataset(tmp_path / "r" / "comparison.nc")
     assert ds.attrs["correction"] == "none" and ds.attrs["alternative_correction"] == "laplace"
     assert "headline (none): leading order (§4): " in out
-    assert load_spec(tmp_path / "r" / "spec.toml").compare.correction == "none"
+    # the folder's spec.toml is the run as made, overrides included
+    ran = load_spec(tmp_path / "r" / "spec.toml")
+    assert (ran.compare.correction, ran.network.width, ran.temperature, ran.sampler.seed) == ("none", 4, 0.2, 5)
     with pytest.raises(SystemExit):
         cli.main(["run", str(path), "--correction", "first"])
     assert "--correction" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from bayes_attn import cli
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
 from bayes_attn.spec import spec_from_dict
-from conftest import TINY
+from conftest import SWEEP_SETTINGS, TINY
 
 SMALL = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": [3]}}
 
@@ -21,10 +21,10 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
 
 
 @pytest.mark.slow
-def test_dask_sweep_equals_in_process_sweep(tmp_path):
-    spec = spec_from_dict(SMALL)
-    here = table.sweep(spec, tmp_path / "here", progress_bar=False)
-    there = table.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False)
+@pytest.mark.xdist_group("tiny_sweep")  # with the other user of the fixture, on one worker
+def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
+    spec, _, here = tiny_sweep
+    there = table.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False, **SWEEP_SETTINGS)
     xr.testing.assert_identical(_values(there), _values(here))
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +42,9 @@ from bayes_attn.precision import x64
 from bayes_attn.samplers import get, prepare
 from bayes_attn.samplers.wishart import factor_shapes, site_sizes
 from bayes_attn.theory import correction as cr
-from bayes_attn.theory.coordinates import log_cholesky_to_vech, sizes, unpack
+from bayes_attn.theory.coordinates import log_cholesky_to_vech, unpack
+
+pytestmark = pytest.mark.xdist_group("test_correction")  # one worker: the module's fixtures are computed once
 
 MARKOV_LAYERS = (("same_token", "random"), ("uniform", "random"))
 P_MAX = 64
