@@ -19,7 +19,7 @@ demo: install
 	$(BIN)/bayes-attn run
 
 # the tests in parallel: one pytest-xdist worker per core, at most 4
-PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
+PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4
 
 test: install
 	$(PYTEST)

@@ -78,8 +78,7 @@ SWEEP_SETTINGS = {"thinning": 2, "target_accept": 0.9}  # not the defaults, so t
 
 @pytest.fixture(scope="session")
 def tiny_sweep(tmp_path_factory):
-    """The TINY sweep with :data:`SWEEP_SETTINGS`, run once per test process: ``(spec, folder, dataset)``.
-    Its users carry ``xdist_group("tiny_sweep")`` so that ``--dist loadgroup`` runs them in one process."""
+    """The TINY sweep with :data:`SWEEP_SETTINGS`, run once per test process: ``(spec, folder, dataset)``."""
     from bayes_attn.spec import spec_from_dict
     from bayes_attn.sweep import table
 

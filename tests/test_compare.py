@@ -12,8 +12,6 @@ from bayes_attn.compare import Check
 from bayes_attn.posterior import Posterior, fingerprint, sample_stats
 from bayes_attn.run.report import comparison_report
 
-pytestmark = pytest.mark.xdist_group("test_compare")  # one worker: the module's fixtures are computed once
-
 
 def test_check_verdict_rules():
     # inside tolerance: pass whatever the error

@@ -55,7 +55,6 @@ def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsy
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("tiny_sweep")  # with the other user of the fixture, on one worker
 def test_sweep_records_its_provenance(tiny_sweep):
     spec, folder, ds = tiny_sweep
     saved = xr.open_dataset(folder / "sweep.nc")

@@ -14,8 +14,6 @@ import bayes_attn as ba
 from bayes_attn import posterior as bp
 from bayes_attn.samplers import nuts
 
-pytestmark = pytest.mark.xdist_group("test_posterior")  # one worker: the module's fixtures are computed once
-
 
 @pytest.fixture(scope="module")
 def tiny_full():

@@ -20,8 +20,6 @@ from bayes_attn.oneshot.training import TrainConfig
 
 from conftest import random_data, random_network
 
-pytestmark = pytest.mark.xdist_group("test_oneshot")  # one worker: the module's fixtures are computed once
-
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data/omniglot"
 SPECS = sorted((ROOT / "models").glob("*oneshot*.toml")) + sorted((ROOT / "models").glob("omniglot_*.toml"))

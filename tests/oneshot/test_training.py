@@ -18,8 +18,6 @@ from bayes_attn.oneshot import model, pruning, training
 from bayes_attn.oneshot.model import ModelConfig, Params
 from bayes_attn.oneshot.training import TrainConfig
 
-pytestmark = pytest.mark.xdist_group("test_training")  # one worker: the module's fixtures are computed once
-
 SMALL = ModelConfig(N0=10, width=6, d_qk=4, heads=(2, 3), qk_scale=1.0)
 
 

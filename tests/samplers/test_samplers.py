@@ -28,8 +28,6 @@ import bayes_attn as ba
 from bayes_attn import calibration, samplers
 from bayes_attn.samplers import nuts
 
-pytestmark = pytest.mark.xdist_group("test_samplers")  # one worker: the module's fixtures are computed once
-
 TEMPERATURE = 0.1
 Z = 4.0  # agreement within Z standard errors; ~17 comparisons -> false-alarm rate ~1e-3
 

@@ -21,7 +21,6 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("tiny_sweep")  # with the other user of the fixture, on one worker
 def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
     spec, _, here = tiny_sweep
     there = table.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False, **SWEEP_SETTINGS)

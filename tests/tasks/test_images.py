@@ -20,8 +20,6 @@ from bayes_attn.tasks import (
     split_by_group,
 )
 
-pytestmark = pytest.mark.xdist_group("test_images")  # one worker: the module's fixtures are computed once
-
 DATA = Path(__file__).resolve().parents[2] / "data/omniglot"  # the subset shipped with the project
 SMALL = ("images_background_small1.zip", "images_background_small2.zip")
 

@@ -44,8 +44,6 @@ from bayes_attn.samplers.wishart import factor_shapes, site_sizes
 from bayes_attn.theory import correction as cr
 from bayes_attn.theory.coordinates import log_cholesky_to_vech, unpack
 
-pytestmark = pytest.mark.xdist_group("test_correction")  # one worker: the module's fixtures are computed once
-
 MARKOV_LAYERS = (("same_token", "random"), ("uniform", "random"))
 P_MAX = 64
 
