@@ -206,8 +206,9 @@ class Network:
     def xi_batches(self, x, batch_size: int) -> Iterator[tuple[jax.Array, int]]:
         """``xi`` of ``x`` ``[P, T, N0]`` in batches ``[B, D, N0]`` of one shape, ``B = min(batch_size, P)``,
         each with its number of real rows: the last is padded by repeating its final input, so that one
-        compiled program serves every batch (a ragged last batch would compile everything downstream twice)."""
-        x = self.check_inputs(x)
+        compiled program serves every batch (a ragged last batch would compile everything downstream twice).
+        ``x`` as returned by :meth:`check_inputs` (the caller names it in errors); each batch is checked again
+        by :meth:`xi`."""
         B = min(batch_size, x.shape[0])
         for start in range(0, x.shape[0], B):
             chunk = x[start : start + B]
