@@ -18,8 +18,9 @@ install: $(BIN)/python
 demo: install
 	$(BIN)/bayes-attn run
 
-# the tests in parallel: one pytest-xdist worker per core, at most 4
-PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4
+# the tests in parallel: one pytest-xdist worker per core, at most 4; tests that share a costly fixture
+# run on one worker (tests/conftest.py: SHARED_FIXTURES)
+PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 test: install
 	$(PYTEST)

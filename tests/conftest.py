@@ -48,6 +48,20 @@ def _release_compiled_programs():
         gc.collect()
 
 
+# Costly fixtures (module or session scope, setup ≥ 5 s) and cached results: pytest-xdist's ``loadgroup``
+# keeps the tests that share one on one worker, so it is computed once per run, not once per worker.
+SHARED_FIXTURES = ("tiny_sweep", "tiny_run", "runs", "tiny_full", "corrected")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            shared = [f for f in SHARED_FIXTURES if f in item.fixturenames]
+            if shared:
+                item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
 def random_network(heads, *, N0=6, width=4, variances=1.0, readout="last", seed=0, scale=1.0):
     """A network with random bilinear attention, ``heads`` per layer."""
     rng = np.random.default_rng(seed)

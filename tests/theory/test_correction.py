@@ -414,6 +414,7 @@ def test_two_coordinate_choices_agree_to_second_order():
 # against the exact posterior: the wishart sampler (THEORY.md §7)
 # ----------------------------------------------------------------------------
 SAMPLING = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
+FIG2C_10 = pytest.mark.xdist_group("fig2c_10")  # the tests that read _fig2c(10) run on one worker
 
 
 @functools.cache
@@ -444,7 +445,7 @@ def _distance(post, name, theory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("N, tol, factor", [(10, 0.02, 1 / 3), (100, 0.008, 1 / 2)])
+@pytest.mark.parametrize("N, tol, factor", [pytest.param(10, 0.02, 1 / 3, marks=FIG2C_10), (100, 0.008, 1 / 2)])
 def test_fig2c_U_against_wishart(N, tol, factor):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
     sampled posterior mean, and its gap (the distance with the Monte-Carlo floor taken out, ``compare.Check.gap``)
@@ -475,6 +476,7 @@ def _per_draw_moments(net, x, y, T, U, xt):
 
 
 @pytest.mark.slow
+@FIG2C_10
 def test_fig2c_predictor_against_wishart():
     """N = 10: the corrected predictor mean is within Monte-Carlo error of the mean of the sampler's ``f_test``
     draws, and (Rao-Blackwellised over ``V0``: the exact conditional moments per draw of ``U``) much closer than
