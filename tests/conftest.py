@@ -6,12 +6,16 @@ JAX's 64-bit mode (the package itself never does: see test_package.py).
 
 import gc
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: chains in parallel on 2 cores
-# the command's persistent compilation cache stays off in the tests (they write no user cache folder);
-# tests/test_threads.py checks the cache's switches with their own settings
-os.environ["BAYES_ATTN_NO_COMPILE_CACHE"] = "1"
+# One persistent compilation cache per test run, in a temporary folder (never the user's cache folder): the
+# xdist workers and the commands the tests start in subprocesses load what another process compiled. Results
+# do not depend on it (bayes_attn.compile_cache). tests/test_threads.py checks the command's cache switches
+# with its own settings. The controlling process makes the folder before the workers start and removes it.
+os.environ.pop("BAYES_ATTN_NO_COMPILE_CACHE", None)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -22,6 +26,19 @@ import bayes_attn as ba  # noqa: E402
 
 numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
+
+
+def pytest_configure(config):
+    from bayes_attn.compile_cache import ENV_DIR, enable_compile_cache
+
+    if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
+        os.environ[ENV_DIR] = config._bayes_attn_cache = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")
+    enable_compile_cache()
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "_bayes_attn_cache"):
+        shutil.rmtree(config._bayes_attn_cache, ignore_errors=True)
 
 
 try:  # the kernel's limit on this process's memory mappings; None off Linux
