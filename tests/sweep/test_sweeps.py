@@ -1,12 +1,13 @@
 """Sweeps as job records: the same sweep.nc in this process and on Dask; temperature grids; failed jobs."""
 
 import json
+import os
 
 import numpy as np
 import pytest
 import xarray as xr
 
-from bayes_attn import cli
+from bayes_attn import cli, compile_cache
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
 from bayes_attn.spec import spec_from_dict
@@ -23,7 +24,9 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
 @pytest.mark.slow
 def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
     spec, _, here = tiny_sweep
-    there = table.sweep(spec, tmp_path / "there", executor=DaskLocal(2), progress_bar=False, **SWEEP_SETTINGS)
+    # the workers load the programs this process compiled (the run's cache, tests/conftest.py): same values
+    executor = DaskLocal(2, compilation_cache=os.environ[compile_cache.ENV_DIR])
+    there = table.sweep(spec, tmp_path / "there", executor=executor, progress_bar=False, **SWEEP_SETTINGS)
     xr.testing.assert_identical(_values(there), _values(here))
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
 
