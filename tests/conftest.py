@@ -144,3 +144,17 @@ def tiny():
     x, y = random_data(20)
     xt, _ = random_data(7, seed=2)
     return net, x, y, xt
+
+
+@pytest.fixture(scope="session")
+def tiny_full():
+    """The problem of :func:`tiny` at temperature 0.1, sampled with ``full`` (2 chains × (300 + 300), effective
+    weights kept): ``(net, x, y, xt, posterior)``."""
+    net = random_network((2, 2), width=4)
+    x, y = random_data(20)
+    xt, _ = random_data(7, seed=2)
+    post = ba.sample_posterior(
+        net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=3,
+        sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
+    )
+    return net, x, y, xt, post

@@ -15,18 +15,6 @@ from bayes_attn import posterior as bp
 from bayes_attn.samplers import nuts
 
 
-@pytest.fixture(scope="module")
-def tiny_full():
-    net = random_network((2, 2), width=4)
-    x, y = random_data(20)
-    xt, _ = random_data(7, seed=2)
-    post = ba.sample_posterior(
-        net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=3,
-        sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
-    )
-    return net, x, y, xt, post
-
-
 @pytest.mark.slow
 def test_tiny_network_converges_on_invariant_observables(tiny_full):
     net, x, y, xt, post = tiny_full
