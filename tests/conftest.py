@@ -28,17 +28,20 @@ numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
 
 
+_RUN_CACHE = pytest.StashKey[str]()  # the run's cache folder, in the controlling process's config
+
+
 def pytest_configure(config):
     from bayes_attn.compile_cache import ENV_DIR, enable_compile_cache
 
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
-        os.environ[ENV_DIR] = config._bayes_attn_cache = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")
+        os.environ[ENV_DIR] = config.stash[_RUN_CACHE] = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")
     enable_compile_cache()
 
 
 def pytest_unconfigure(config):
-    if hasattr(config, "_bayes_attn_cache"):
-        shutil.rmtree(config._bayes_attn_cache, ignore_errors=True)
+    if _RUN_CACHE in config.stash:
+        shutil.rmtree(config.stash[_RUN_CACHE], ignore_errors=True)
 
 
 try:  # the kernel's limit on this process's memory mappings; None off Linux

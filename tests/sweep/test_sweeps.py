@@ -1,7 +1,6 @@
 """Sweeps as job records: the same sweep.nc in this process and on Dask; temperature grids; failed jobs."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
 def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
     spec, _, here = tiny_sweep
     # the workers load the programs this process compiled (the run's cache, tests/conftest.py): same values
-    executor = DaskLocal(2, compilation_cache=os.environ[compile_cache.ENV_DIR])
+    executor = DaskLocal(2, compilation_cache=compile_cache.cache_dir())
     there = table.sweep(spec, tmp_path / "there", executor=executor, progress_bar=False, **SWEEP_SETTINGS)
     xr.testing.assert_identical(_values(there), _values(here))
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
