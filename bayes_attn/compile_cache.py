@@ -12,19 +12,36 @@ is the user's cache folder, never an output folder:
 Dask sweep can hand :func:`cache_dir` to its workers
 (``JAX_COMPILATION_CACHE_DIR``) so that they share it.
 
+Tracing and lowering a program costs as much as loading it compiled: the
+theory's entry points (:func:`exported_jit`) also keep their traced program
+(StableHLO, :mod:`jax.export`) in ``exported/`` under the same folder, keyed by
+the package's source, the JAX version, the arguments' shapes, dtypes and
+static structure, so that a later run skips the trace too.
+
 Floating point: a program loaded from the cache is the one the compiler
 would build again, so results do not depend on whether the cache was used.
+An exported program is checked against the traced one in the tests (equal
+to the last bit on the CPU).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.util
+import logging
 import os
 import stat
+import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 ENV_DIR = "BAYES_ATTN_COMPILE_CACHE"
 ENV_OFF = "BAYES_ATTN_NO_COMPILE_CACHE"
+_log = logging.getLogger(__name__)
+_exported_dir: Path | None = None  # set by enable_compile_cache: where exported_jit keeps its programs
+_programs: dict[str, Callable] = {}  # this process's programs of exported_jit, by key
 
 
 def cache_dir() -> Path:
@@ -73,4 +90,91 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     jax.config.update("jax_compilation_cache_dir", os.fspath(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    global _exported_dir
+    _exported_dir = folder / "exported"
     return folder
+
+
+def exported_jit(fn: Callable) -> Callable:
+    """``jax.jit(fn)`` that, once :func:`enable_compile_cache` turned the cache on, keeps its traced
+    program on disk (:mod:`jax.export`) and loads it in later processes instead of tracing ``fn`` again.
+
+    For functions of arrays and pytrees of arrays only (static information in
+    the pytrees' structure, which is part of the key), whose program depends on
+    nothing else than their arguments' structure and this package's source.
+    Any failure to export, write or read a program falls back to tracing.
+    """
+    import jax
+
+    jitted = jax.jit(fn)
+
+    @functools.wraps(fn)
+    def call(*args):
+        if _exported_dir is None:
+            return jitted(*args)
+        leaves, treedef = jax.tree.flatten(args)
+        key = _program_key(fn, treedef, leaves)
+        program = _programs.get(key)
+        if program is None:
+            program = _programs[key] = _load_or_export(jitted, treedef, leaves, _exported_dir / f"{key}.jaxexport")
+        return program(*leaves)
+
+    return call
+
+
+@functools.cache
+def _source_digest() -> str:
+    """SHA-256 of this package's Python source (a program of an older source is never loaded)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _program_key(fn: Callable, treedef, leaves) -> str:
+    import jax
+    import jaxlib
+
+    parts = [fn.__module__, fn.__qualname__, str(treedef), jax.__version__, jaxlib.__version__,
+             jax.default_backend(), str(bool(jax.config.jax_enable_x64)), _source_digest()]
+    parts += [f"{a.shape}{a.dtype}{getattr(a, 'weak_type', False)}" for a in map(jax.typeof, leaves)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _load_or_export(jitted: Callable, treedef, leaves, path: Path) -> Callable:
+    """The program at ``path`` as a jitted callable of the flat ``leaves``; exported and written there first if
+    absent; ``jitted`` itself (of the unflattened arguments) when either fails."""
+    import jax
+
+    flat = lambda *xs: jitted(*jax.tree.unflatten(treedef, xs))  # noqa: E731
+    try:
+        program = jax.export.deserialize(bytearray(path.read_bytes()))
+    except FileNotFoundError:
+        program = None
+    except Exception as err:  # a damaged or foreign file: export again
+        _log.debug("cannot read the exported program %s: %s", path, err)
+        program = None
+    if program is None:
+        if importlib.util.find_spec("flatbuffers") is None:  # jax.export's serialisation needs it
+            return flat
+        try:
+            avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in map(jax.typeof, leaves)]
+            program = jax.export.export(jax.jit(flat))(*avals)
+            _write_atomic(path, program.serialize())
+        except Exception as err:  # e.g. no flatbuffers, or a program jax.export does not support
+            _log.debug("exported programs off for %s: %s", path.name, err)
+            return flat
+    return jax.jit(program.call)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    own_folder(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

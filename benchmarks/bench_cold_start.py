@@ -58,7 +58,7 @@ def main(argv=None):
     ap.add_argument("--old", type=Path, help="folder holding an earlier bayes_attn package, run alternately")
     a = ap.parse_args(argv)
     codes = [REPO] + ([a.old.resolve()] if a.old else [])
-    steps = [("cold (empty cache)", []), ("warm 1", []), ("warm 2", []), ("no cache", ["--no-compile-cache"])]
+    steps = [("cold (empty cache)", []), ("warm 1", []), ("warm 2", []), ("warm 3", []), ("no cache", ["--no-compile-cache"])]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

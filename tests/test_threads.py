@@ -112,3 +112,43 @@ def test_command_fills_the_cache_unless_told_not_to(tmp_path):
         assert not any(p.name == "jax" or "cache" in p.name for p in (tmp_path / f"out-{folder}").iterdir())
     assert len(list((tmp_path / "on" / "bayes_attn" / "jax").iterdir())) > 0
     assert not (tmp_path / "off" / "bayes_attn").exists()
+
+
+def test_exported_programs_are_loaded_not_traced_and_equal_the_traced(monkeypatch, tmp_path):
+    """With the cache on, the theory's entry points keep their traced program on disk; a later process (here:
+    an emptied memo) loads it without tracing; traced, exported and loaded programs agree to the last bit; a
+    damaged file is exported again; another head structure is another program."""
+    import jax
+
+    from bayes_attn.theory import objective
+
+    def values(net):
+        x, y = random_data(7)
+        problem = objective.make_problem(net, x, y, 0.1)
+        psi = np.linspace(-0.3, 0.4, sum(m * (m + 1) // 2 for m in objective.sizes(net.heads)))
+        return [np.asarray(v) for v in objective.log_cholesky_value_grad_hess(psi, problem)]
+
+    net = random_network((2, 2))
+    monkeypatch.setattr(compile_cache, "_exported_dir", None)
+    traced = values(net)
+    monkeypatch.setattr(compile_cache, "_exported_dir", tmp_path)
+    monkeypatch.setattr(compile_cache, "_programs", {})
+    exported = values(net)
+    (program,) = tmp_path.glob("*.jaxexport")
+    export = jax.export.export
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("traced again although the program is on disk")
+
+    monkeypatch.setattr(compile_cache, "_programs", {})
+    monkeypatch.setattr(jax.export, "export", no_trace)
+    loaded = values(net)
+    monkeypatch.setattr(jax.export, "export", export)
+    program.write_bytes(b"not a program")
+    monkeypatch.setattr(compile_cache, "_programs", {})
+    again = values(net)
+    for t, e, lo, a in zip(traced, exported, loaded, again, strict=True):
+        assert np.array_equal(t, e) and np.array_equal(t, lo) and np.array_equal(t, a)
+    assert program.read_bytes() != b"not a program"
+    values(random_network((4, 1)))
+    assert len(list(tmp_path.glob("*.jaxexport"))) == 2

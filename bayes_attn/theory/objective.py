@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, threads
+from ..compile_cache import exported_jit
 from ..network import InputsMemo, Network, _xi, path_kernel_from_xi
 from ..precision import float64
 from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
@@ -362,8 +363,9 @@ def _vgh(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.
 # ----------------------------------------------------------------------------
 def _jit_float64(fn: Callable) -> Callable:
     """``jax.jit(fn)``, called under float64 and :func:`bayes_attn.threads.limits` with ``numpy``
-    arguments read as float64 (it waits for the result, so that the thread limit covers the work)."""
-    jitted = jax.jit(fn)
+    arguments read as float64 (it waits for the result, so that the thread limit covers the work); its traced
+    program is kept with the command's compilation cache (:func:`bayes_attn.compile_cache.exported_jit`)."""
+    jitted = exported_jit(fn)
 
     @functools.wraps(fn)
     def call(*args):
