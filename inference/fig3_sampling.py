@@ -28,7 +28,6 @@ import json
 import logging
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 
 from bayes_attn import _io, stats
