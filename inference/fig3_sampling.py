@@ -30,7 +30,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from bayes_attn import _io, stats
+from bayes_attn import stats
 from bayes_attn.cli import configure_logging
 from bayes_attn.oneshot import model as gd_model
 from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
@@ -51,7 +51,7 @@ def summary_markdown(folder: Path) -> str:
              "| leapfrog steps/draw | test accuracy sampled | theory | agreement | seconds | targets met |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(folder.glob("N*.nc"), key=lambda p: int(p.stem[1:])):
-        ds = _io.load_dataset(path).isel(sample_width=0)
+        ds = xr.load_dataset(path).isel(sample_width=0)
         a = ds.attrs
         met = float(ds["rhat_U"]) <= TARGETS["max_r_hat"] and float(ds["ess_U"]) >= TARGETS["min_ess_bulk"]
         lines.append(
@@ -104,7 +104,7 @@ def main() -> None:
         ds = ds.assign(accuracy_theory=("sample_width", [acc]), accuracy_theory_se=("sample_width", [se]))
         ds.attrs |= {"max_tree_depth": a.max_tree_depth, "dtype": sampler.dtype, "run": str(a.run.name),
                      "targets": json.dumps(TARGETS)}
-        _io.save(ds, out / f"N{N}.nc")
+        ds.to_netcdf(out / f"N{N}.nc")
         (out / "summary.md").write_text(summary_markdown(out))
     print((out / "summary.md").read_text())
 
