@@ -69,11 +69,12 @@ def disabled_by_env() -> bool:
     return os.environ.get(ENV_OFF, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def enable_compile_cache(enabled: bool = True) -> Path | None:
+def enable_compile_cache(enabled: bool = True, *, exported: bool = True) -> Path | None:
     """Turn on JAX's persistent compilation cache in :func:`cache_dir` for this process.
 
     Every program is cached, however fast it compiled (the theory's compile
-    in well under JAX's default threshold of one second). Returns the folder,
+    in well under JAX's default threshold of one second). With ``exported``
+    the theory's traced programs are kept there too (:func:`exported_jit`). Returns the folder,
     or ``None`` when ``enabled`` is False, the environment turns the cache
     off, or the folder cannot be created (then the run goes on without it).
     """
@@ -91,7 +92,7 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     global _exported_dir
-    _exported_dir = folder / "exported"
+    _exported_dir = folder / "exported" if exported else None
     return folder
 
 
@@ -162,7 +163,7 @@ def _load_or_export(jitted: Callable, treedef, leaves, path: Path) -> Callable:
             avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in map(jax.typeof, leaves)]
             program = jax.export.export(jax.jit(flat))(*avals)
             _write_atomic(path, program.serialize())
-        except Exception as err:  # e.g. no flatbuffers, or a program jax.export does not support
+        except Exception as err:  # e.g. a program jax.export cannot serialise, or a folder that cannot be written
             _log.debug("exported programs off for %s: %s", path.name, err)
             return flat
     return jax.jit(program.call)

@@ -36,7 +36,10 @@ def pytest_configure(config):
 
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
         os.environ[ENV_DIR] = config.stash[_RUN_CACHE] = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")
-    enable_compile_cache()
+    # JAX's cache for the test processes; the theory's programs are traced as the library does (exporting
+    # each of the suite's many shapes costs more than it saves here). The command's exported programs are
+    # checked in test_threads.py and used by every test that runs the command in a subprocess.
+    enable_compile_cache(exported=False)
 
 
 def pytest_unconfigure(config):
