@@ -16,7 +16,8 @@ Tracing and lowering a program costs as much as loading it compiled: the
 theory's entry points (:func:`exported_jit`) also keep their traced program
 (StableHLO, :mod:`jax.export`) in ``exported/`` under the same folder, keyed by
 the package's source, the JAX version, the arguments' shapes, dtypes and
-static structure, so that a later run skips the trace too.
+static structure, so that a later run skips the trace too
+(``BAYES_ATTN_NO_EXPORTED_PROGRAMS=1`` keeps compiled programs only).
 
 Floating point: a program loaded from the cache is the one the compiler
 would build again, so results do not depend on whether the cache was used.
@@ -39,6 +40,7 @@ from pathlib import Path
 
 ENV_DIR = "BAYES_ATTN_COMPILE_CACHE"
 ENV_OFF = "BAYES_ATTN_NO_COMPILE_CACHE"
+ENV_NO_EXPORTED = "BAYES_ATTN_NO_EXPORTED_PROGRAMS"
 _log = logging.getLogger(__name__)
 _exported_dir: Path | None = None  # set by enable_compile_cache: where exported_jit keeps its programs
 _programs: dict[str, Callable] = {}  # this process's programs of exported_jit, by key
@@ -64,9 +66,10 @@ def own_folder(path: str | os.PathLike) -> str:
     return path
 
 
-def disabled_by_env() -> bool:
-    """Whether ``BAYES_ATTN_NO_COMPILE_CACHE`` asks for no cache (any value but ``""``, ``0``, ``false``, ``no``)."""
-    return os.environ.get(ENV_OFF, "").strip().lower() not in ("", "0", "false", "no")
+def disabled_by_env(name: str = ENV_OFF) -> bool:
+    """Whether the variable ``name`` (``BAYES_ATTN_NO_COMPILE_CACHE`` or ``BAYES_ATTN_NO_EXPORTED_PROGRAMS``) is
+    set to turn its part off (any value but ``""``, ``0``, ``false``, ``no``)."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def enable_compile_cache(enabled: bool = True, *, exported: bool = True) -> Path | None:
@@ -74,7 +77,8 @@ def enable_compile_cache(enabled: bool = True, *, exported: bool = True) -> Path
 
     Every program is cached, however fast it compiled (the theory's compile
     in well under JAX's default threshold of one second). With ``exported``
-    the theory's traced programs are kept there too (:func:`exported_jit`). Returns the folder,
+    (and ``BAYES_ATTN_NO_EXPORTED_PROGRAMS`` unset) the theory's traced programs are kept there too
+    (:func:`exported_jit`). Returns the folder,
     or ``None`` when ``enabled`` is False, the environment turns the cache
     off, or the folder cannot be created (then the run goes on without it).
     """
@@ -92,7 +96,7 @@ def enable_compile_cache(enabled: bool = True, *, exported: bool = True) -> Path
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     global _exported_dir
-    _exported_dir = folder / "exported" if exported else None
+    _exported_dir = folder / "exported" if exported and not disabled_by_env(ENV_NO_EXPORTED) else None
     return folder
 
 

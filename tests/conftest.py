@@ -32,14 +32,15 @@ _RUN_CACHE = pytest.StashKey[str]()  # the run's cache folder, in the controllin
 
 
 def pytest_configure(config):
-    from bayes_attn.compile_cache import ENV_DIR, enable_compile_cache
+    from bayes_attn.compile_cache import ENV_DIR, ENV_NO_EXPORTED, enable_compile_cache
 
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
         os.environ[ENV_DIR] = config.stash[_RUN_CACHE] = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")
-    # JAX's cache for the test processes; the theory's programs are traced as the library does (exporting
-    # each of the suite's many shapes costs more than it saves here). The command's exported programs are
-    # checked in test_threads.py and used by every test that runs the command in a subprocess.
-    enable_compile_cache(exported=False)
+        # the theory's programs traced as the library does, in the test processes and in the commands they
+        # start, so that both share compiled programs (an exported program compiles to another entry); the
+        # exported programs themselves are tested in test_threads.py
+        os.environ[ENV_NO_EXPORTED] = "1"
+    enable_compile_cache()
 
 
 def pytest_unconfigure(config):

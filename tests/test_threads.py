@@ -99,18 +99,20 @@ def test_compile_cache_folder_and_switches(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_command_fills_the_cache_unless_told_not_to(tmp_path):
-    """``bayes-attn theory`` writes compiled programs to the user's cache folder, not to the output folder;
-    ``--no-compile-cache`` writes none."""
+    """``bayes-attn theory`` writes compiled (and the theory's traced) programs to the user's cache folder, not
+    to the output folder; ``--no-compile-cache`` writes none."""
     spec = tmp_path / "tiny.toml"
     spec.write_text('name = "tiny"\ntemperature = 0.1\n[task]\nfeature_dim = 4\nseq_len = 3\nn_train = 8\nn_test = 8\n'
                     '[network]\nwidth = 3\n')
-    env = {k: v for k, v in os.environ.items() if k not in (compile_cache.ENV_DIR, compile_cache.ENV_OFF)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in (compile_cache.ENV_DIR, compile_cache.ENV_OFF, compile_cache.ENV_NO_EXPORTED)}
     for flag, folder in (([], "on"), (["--no-compile-cache"], "off")):
         env["XDG_CACHE_HOME"] = str(tmp_path / folder)
         subprocess.run([sys.executable, "-m", "bayes_attn.cli", *flag, "theory", str(spec), "--out", str(tmp_path / f"out-{folder}")],
                        capture_output=True, text=True, env=env, check=True)
         assert not any(p.name == "jax" or "cache" in p.name for p in (tmp_path / f"out-{folder}").iterdir())
     assert len(list((tmp_path / "on" / "bayes_attn" / "jax").iterdir())) > 0
+    assert len(list((tmp_path / "on" / "bayes_attn" / "jax" / "exported").glob("*.jaxexport"))) > 0
     assert not (tmp_path / "off" / "bayes_attn").exists()
 
 
