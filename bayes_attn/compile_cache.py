@@ -118,7 +118,7 @@ def exported_jit(fn: Callable) -> Callable:
         if _exported_dir is None:
             return jitted(*args)
         leaves, treedef = jax.tree.flatten(args)
-        key = _program_key(fn, treedef, leaves)
+        key = _key(fn, treedef, leaves)
         program = _programs.get(key)
         if program is None:
             program = _programs[key] = _load_or_export(jitted, treedef, leaves, _exported_dir / f"{key}.jaxexport")
@@ -137,7 +137,16 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
-def _program_key(fn: Callable, treedef, leaves) -> str:
+def program_key(fn: Callable, *args) -> str:
+    """The key under which :func:`exported_jit` keeps ``fn``'s program for arguments like ``args``: the
+    package's source, JAX's version, backend and precision, the arguments' structure, shapes and dtypes."""
+    import jax
+
+    leaves, treedef = jax.tree.flatten(args)
+    return _key(fn, treedef, leaves)
+
+
+def _key(fn: Callable, treedef, leaves) -> str:
     import jax
     import jaxlib
 
