@@ -72,12 +72,12 @@ def disabled_by_env(name: str = ENV_OFF) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def enable_compile_cache(enabled: bool = True, *, exported: bool = True) -> Path | None:
+def enable_compile_cache(enabled: bool = True) -> Path | None:
     """Turn on JAX's persistent compilation cache in :func:`cache_dir` for this process.
 
     Every program is cached, however fast it compiled (the theory's compile
-    in well under JAX's default threshold of one second). With ``exported``
-    (and ``BAYES_ATTN_NO_EXPORTED_PROGRAMS`` unset) the theory's traced programs are kept there too
+    in well under JAX's default threshold of one second); unless
+    ``BAYES_ATTN_NO_EXPORTED_PROGRAMS`` is set, the theory's traced programs are kept there too
     (:func:`exported_jit`). Returns the folder,
     or ``None`` when ``enabled`` is False, the environment turns the cache
     off, or the folder cannot be created (then the run goes on without it).
@@ -96,7 +96,7 @@ def enable_compile_cache(enabled: bool = True, *, exported: bool = True) -> Path
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     global _exported_dir
-    _exported_dir = folder / "exported" if exported and not disabled_by_env(ENV_NO_EXPORTED) else None
+    _exported_dir = None if disabled_by_env(ENV_NO_EXPORTED) else folder / "exported"
     return folder
 
 
