@@ -41,7 +41,7 @@ The replications run as one compiled program: a ``jax.vmap`` of NumPyro's
 functional NUTS (:func:`bayes_attn.samplers.nuts.functional`) over batches of replications,
 with the labels as a batched model argument (at the position the sampler
 declares, ``Sampler.labels_arg``), one chain per replication
-started from a prior draw (as ``init_to_sample``), the same NUTS kernel,
+started as ``sample_posterior`` starts (the sampler's ``init_strategy``), the same NUTS kernel,
 adaptation and settings as ``sample_posterior``. Under ``vmap`` every NUTS
 iteration waits for the longest trajectory in its batch, hence moderate
 batches (``batch_size``).
@@ -158,8 +158,10 @@ def batched_nuts(
     options = Options()
 
     def prior_init(k, yr):
-        """A draw of the sites from the prior, unconstrained (NumPyro's ``init_to_sample``)."""
-        tr = numpyro.handlers.trace(numpyro.handlers.seed(model, k)).get_trace(*smp.with_labels(args, yr))
+        """The sites' start, unconstrained: the sampler's ``init_strategy`` (a prior draw unless it says otherwise)."""
+        seeded = numpyro.handlers.seed(model, k)
+        tr = numpyro.handlers.trace(numpyro.handlers.substitute(seeded, substitute_fn=smp.init_strategy)).get_trace(
+            *smp.with_labels(args, yr))
         return {s: biject_to(tr[s]["fn"].support).inv(tr[s]["value"]) for s in sites}
 
     def run(k, yr):

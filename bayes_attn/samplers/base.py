@@ -11,7 +11,9 @@ the same small surface, collected in a :class:`Sampler`:
 - ``conditional(draws, key, inputs, options) -> dict``: exact draws taken
   afterwards from Gaussian conditionals (``f`` or ``V0`` given the rest);
 - ``labels_arg``: the position of the labels ``y`` among ``args`` (read and
-  replaced with :meth:`Sampler.labels`, :meth:`Sampler.with_labels`).
+  replaced with :meth:`Sampler.labels`, :meth:`Sampler.with_labels`);
+- ``init_strategy``: NumPyro's start of every chain (a prior draw,
+  ``init_to_sample``, unless the sampler names a cheaper one).
 
 NUTS and MCMC are built from these in :mod:`bayes_attn.samplers.nuts`.
 
@@ -32,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro.infer import init_to_sample
 
 from .. import gp
 from ..network import (
@@ -92,6 +95,8 @@ class Sampler(NamedTuple):
     conditional: Callable[[dict, jax.Array, SamplerInputs, Options], dict]
     labels_arg: int
     """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
+    init_strategy: Callable = init_to_sample
+    """Where every chain starts (a NumPyro init strategy)."""
 
     def labels(self, args: tuple) -> jax.Array:
         """The labels among a model's positional arguments ``args`` (as ``build`` returns them)."""

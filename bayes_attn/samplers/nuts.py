@@ -3,7 +3,8 @@
 ``sample_posterior``, ``calibration`` and the benchmarks all build their NUTS
 kernels here, so every setting of :class:`~bayes_attn.samplers.SamplerSettings`
 (``target_accept``, ``max_tree_depth``, chains, thinning, ...) reaches NumPyro
-the same way, and the start is always ``init_to_sample`` (a prior draw).
+the same way, and every chain starts where the sampler's ``init_strategy`` says (a prior draw,
+``init_to_sample``, unless the sampler names a cheaper start).
 
 - :func:`kernel`: the NUTS kernel of a model;
 - :func:`mcmc`: ``numpyro.infer.MCMC`` over that kernel, the sampler's
@@ -26,10 +27,10 @@ from .base import Options, Sampler, SamplerInputs
 from .settings import SamplerSettings
 
 
-def kernel(model: Callable, settings: SamplerSettings) -> NUTS:
-    """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_to_sample``."""
+def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable = init_to_sample) -> NUTS:
+    """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_strategy``."""
     return NUTS(model, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth,
-                init_strategy=init_to_sample)
+                init_strategy=init_strategy)
 
 
 def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Options, *,
@@ -40,7 +41,7 @@ def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: S
     ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
     is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
     return MCMC(
-        kernel(model, settings),
+        kernel(model, settings, sampler.init_strategy),
         num_warmup=settings.num_warmup,
         num_samples=settings.num_samples,
         num_chains=settings.num_chains,

@@ -42,8 +42,10 @@ of the inputs), each the concatenation over the levels in the order of
   start of warm-up (even for ``init_to_uniform``), whereas a plain ``Chi2``
   site lives at ``log c ≈ log N ± sqrt(2/N)``, i.e. ``9.2 ± 0.014`` at
   ``N = 10⁴``. The density is evaluated in a form free of ``O(N)``
-  cancellations, so float32 is fine at large width. One site for all
-  diagonals means one (slow to compile) gamma sampler for ``init_to_sample``.
+  cancellations, so float32 is fine at large width. As every site is
+  standardised, chains start from NumPyro's ``init_to_uniform`` (each site
+  uniform on (−2, 2)), which needs no gamma sampler: with ``init_to_sample``
+  NUTS took 1.5–2 s longer to compile (6.0 against 4.1 s at N = 100, Fig. 2c).
 - ``z`` ``[Σ_k m_k r_k − r_k (r_k + 1) / 2]``: the strictly lower entries of
   every ``A_k``, column by column, standard normal (absent when there are
   none, e.g. one layer with one head).
@@ -80,6 +82,7 @@ import numpyro
 import numpyro.distributions as dist
 import scipy.special
 from numpyro.distributions import constraints
+from numpyro.infer import init_to_uniform
 
 from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
@@ -358,4 +361,5 @@ SAMPLER = Sampler(
     observables=observables,
     conditional=conditional,
     labels_arg=1,
+    init_strategy=init_to_uniform,
 )
