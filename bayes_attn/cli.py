@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import gc
 import json
 import logging
 import os
@@ -387,14 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
-def console() -> None:
-    """The ``bayes-attn`` command: :func:`main`, then exit without the interpreter's last cycle collections
-    over every object JAX and xarray made (0.25 s of a 3 s ``theory`` run). Files are closed by then and
-    nothing waits for a collection; :func:`main` itself, which tests call in-process, leaves the collector alone."""
-    rc = main()
-    gc.freeze()
-    sys.exit(rc)
-
-
 if __name__ == "__main__":
+    from .__main__ import console
+
     console()

@@ -3,7 +3,9 @@
 Runs the command as a user does (a fresh Python process each time) with its
 compilation cache in a new temporary folder (``BAYES_ATTN_COMPILE_CACHE``):
 first run (empty cache: everything compiles and is stored), two more runs
-(warm cache), then one with ``--no-compile-cache``, side by side in one run.
+(warm cache), then one with ``--no-compile-cache``, side by side in one run,
+and two warm runs with Dask made unimportable (as where the ``dask`` and
+``test`` extras are not installed, e.g. after ``make demo``).
 Per run: wall seconds, CPU seconds of the process (user + system; on a
 shared machine the wall time also counts waiting for a core) and the load
 average before it. Output: ``results/cold_start.json``.
@@ -35,21 +37,32 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_once(label: str, cache: Path, out: Path, flags: list[str], code: Path = REPO) -> dict:
+def command(code: Path, flags: list[str], out: Path, dask: bool) -> list[str]:
+    """The console script's command line (``python -m bayes_attn``; ``bayes_attn.cli`` for code older than it)."""
+    args = [*flags, "theory", "--out", str(out)]
+    if not (code / "bayes_attn" / "__main__.py").exists():
+        return [sys.executable, "-m", "bayes_attn.cli", *args]
+    if dask:
+        return [sys.executable, "-m", "bayes_attn", *args]
+    hide = f"import sys; sys.modules['dask'] = None; sys.argv = ['bayes-attn', *{args!r}]; " \
+           "from bayes_attn.__main__ import console; console()"
+    return [sys.executable, "-c", hide]
+
+
+def run_once(label: str, cache: Path, out: Path, flags: list[str], code: Path = REPO, dask: bool = True) -> dict:
     env = dict(os.environ, BAYES_ATTN_COMPILE_CACHE=str(cache), PYTHONPATH=str(code))
     env.pop("BAYES_ATTN_NO_COMPILE_CACHE", None)
     load = os.getloadavg()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     # run outside the repository: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
-    subprocess.run([sys.executable, "-m", "bayes_attn.cli", *flags, "theory", "--out", str(out)], env=env, check=True,
-                   capture_output=True, text=True, cwd=out.parent)
+    subprocess.run(command(code, flags, out, dask), env=env, check=True, capture_output=True, text=True, cwd=out.parent)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     files = len(list(cache.glob("*"))) if cache.exists() else 0
     print(f"{code.name[:12]:12s} {label:16s} wall {wall:6.1f} s  cpu {cpu:6.1f} s  load before {load[0]:.1f}  cache files {files}", flush=True)
-    return dict(run=label, code="new" if code == REPO else "old", wall_seconds=wall, cpu_seconds=cpu, load_before=load, cache_files=files)
+    return dict(run=label, code="new" if code == REPO else "old", dask_importable=dask, wall_seconds=wall, cpu_seconds=cpu, load_before=load, cache_files=files)
 
 
 def main(argv=None):
@@ -66,6 +79,8 @@ def main(argv=None):
             for code in (codes if i % 2 == 0 else codes[::-1]):
                 tag = "new" if code == REPO else "old"
                 runs.append(run_once(label, tmp / f"cache-{tag}", tmp / f"o{i}-{tag}", flags, code))
+        for j in range(2):  # this code, warm cache, Dask not importable
+            runs.append(run_once(f"warm, no dask {j + 1}", tmp / "cache-new", tmp / f"nd{j}", [], REPO, dask=False))
     record = dict(command="bayes-attn theory (default spec: Fig. 2c, N = 10)", runs=runs, old=a.old.name if a.old else None,
 )
     write_record(a.out / "cold_start.json", record)

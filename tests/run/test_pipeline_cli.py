@@ -181,3 +181,24 @@ def test_spec_with_numpy_scalars_writes_valid_toml():
     spec = dataclasses.replace(Spec(), temperature=np.float64(0.1))
     again = spec_from_dict(tomllib.loads(spec.to_toml()))
     assert again.temperature == 0.1 and type(again.temperature) is float
+
+
+def test_console_script_is_main_with_the_commands_collector_settings():
+    """``bayes-attn`` (``bayes_attn.__main__:console``, also ``python -m bayes_attn``) runs :func:`cli.main` with
+    the command's cycle-collector threshold, set before the command's imports, and exits with main's status."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"bayes-attn": "bayes_attn.__main__:console"}
+    probe = ("import gc, sys; from bayes_attn.__main__ import GC_THRESHOLD, console\n"
+             "seen = []\n"
+             "import bayes_attn.cli as cli\n"
+             "cli.main = lambda: seen.append(gc.get_threshold()) or 5\n"
+             "try:\n    console()\nexcept SystemExit as e:\n"
+             "    assert seen == [GC_THRESHOLD] and e.code == 5 and gc.get_freeze_count() > 0, (seen, e.code)\n"
+             "    print('ok')\n")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout == "ok\n"
+    usage = subprocess.run([sys.executable, "-m", "bayes_attn", "--help"], capture_output=True, text=True)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: bayes-attn")
