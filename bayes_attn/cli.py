@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import _checks, outputs
+from . import _checks
 from .compile_cache import enable_compile_cache
 from .outputs import FolderBusyError
 from .precision import DTYPES
