@@ -107,7 +107,7 @@ def simulate(net: Network, x, x_test, *, temperature: float, n_reps: int, key: j
         return {"y": y, "U": Us[0], **{f"U_{l}": U for l, U in enumerate(Us[1:], start=2)}, "Ua": Ua,
                 "f_train": f, "f_test": forward_from_xi(xi_t, W.V0, w)}
 
-    return jax.vmap(one)(jax.random.split(kw, n_reps), jax.random.split(ke, n_reps))
+    return jax.jit(jax.vmap(one))(jax.random.split(kw, n_reps), jax.random.split(ke, n_reps))  # one program
 
 
 # ----------------------------------------------------------------------------

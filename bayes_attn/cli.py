@@ -386,7 +386,5 @@ def main(argv: list[str] | None = None) -> int:
         raise
 
 
-if __name__ == "__main__":
-    from .__main__ import console
-
-    console()
+if __name__ == "__main__":  # the command is ``bayes-attn`` or ``python -m bayes_attn`` (bayes_attn.__main__)
+    sys.exit(main())

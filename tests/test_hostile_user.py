@@ -284,6 +284,7 @@ def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):
         raise RuntimeError("NetCDF: HDF error")
 
     monkeypatch.setattr(xr.Dataset, "to_netcdf", full)
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", full)  # how bayes_attn._io writes a Dataset in memory
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0))
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)

@@ -107,6 +107,7 @@ LAYERS = [
     {"run"},
     {"sweep", "oneshot"},
     {"cli"},
+    {"__main__"},
 ]
 
 
