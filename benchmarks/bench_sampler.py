@@ -5,7 +5,8 @@ P = 100 training sequences, ``--n-test`` test sequences (default 100),
 temperature 0.01, float64, the same data and seeds for every sampler.
 
 Samplers (from the registry :data:`bayes_attn.samplers.SAMPLERS`, by name;
-all NumPyro NUTS, target acceptance 0.8, max tree depth 10, ``init_to_sample``):
+all NumPyro NUTS, target acceptance 0.8, max tree depth 10, started from a prior draw, ``wishart`` from
+``init_to_uniform``: the samplers' own starts):
 
 - ``full-token``: all weights, the network run over tokens (the paper's sampler; N = 10 only);
 - ``full``: all weights, ``f`` from path inputs;

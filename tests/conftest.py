@@ -11,11 +11,6 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: chains in parallel on 2 cores
-# One XLA intra-op thread per test process (before JAX starts; the processes it starts inherit it): the tests run
-# one process per core, so an idle thread of one would spin on a core the other needs (bayes_attn.threads).
-from bayes_attn.threads import single_thread_xla  # noqa: E402  (imports neither NumPy nor JAX)
-
-single_thread_xla()
 # One persistent compilation cache per test run, in a temporary folder (never the user's cache folder): the
 # xdist workers and the commands the tests start in subprocesses load what another process compiled. Results
 # do not depend on it (bayes_attn.compile_cache). tests/test_threads.py checks the command's cache switches
