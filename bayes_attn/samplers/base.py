@@ -156,8 +156,9 @@ def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s
         if F is None:
             raise ValueError("the 'woodbury' form needs a factor F of U")
         diag = jnp.full(P, temperature, U.dtype)
-        return dist.LowRankMultivariateNormal(zeros, path_features(data, F, s0sq), diag)
-    return dist.MultivariateNormal(zeros, scale_tril=gp.gram_cholesky(gram(U, F, data, form, s0sq), temperature))
+        return dist.LowRankMultivariateNormal(zeros, path_features(data, F, s0sq), diag, validate_args=False)
+    return dist.MultivariateNormal(zeros, scale_tril=gp.gram_cholesky(gram(U, F, data, form, s0sq), temperature),
+                                 validate_args=False)
 
 
 # ----------------------------------------------------------------------------
@@ -168,16 +169,16 @@ def upper_weights(heads, widths, variances, dtype):
     V = []
     for l, H in enumerate(heads):
         sd = jnp.asarray(math.sqrt(variances[l + 1]), dtype)
-        V.append(numpyro.sample(f"V{l + 1}", dist.Normal(jnp.zeros((), dtype), sd).expand([H, widths[l + 1], widths[l]])))
+        V.append(numpyro.sample(f"V{l + 1}", dist.Normal(jnp.zeros((), dtype), sd, validate_args=False).expand([H, widths[l + 1], widths[l]])))
     sa = jnp.asarray(math.sqrt(variances[-1]), dtype)
-    a = numpyro.sample("a", dist.Normal(jnp.zeros((), dtype), sa).expand([widths[-1]]))
+    a = numpyro.sample("a", dist.Normal(jnp.zeros((), dtype), sa, validate_args=False).expand([widths[-1]]))
     return tuple(V), a
 
 
 def input_projection(N0: int, widths, variances, dtype):
     """Sample ``V0`` (``[N1, N0]``)."""
     s0 = jnp.asarray(math.sqrt(variances[0]), dtype)
-    return numpyro.sample("V0", dist.Normal(jnp.zeros((), dtype), s0).expand([widths[0], N0]))
+    return numpyro.sample("V0", dist.Normal(jnp.zeros((), dtype), s0, validate_args=False).expand([widths[0], N0]))
 
 
 def upper(z: dict, L: int) -> tuple[tuple[jax.Array, ...], jax.Array]:

@@ -23,7 +23,7 @@ def model(xi, y, *, heads, widths, variances, temperature):
     V0 = input_projection(xi.shape[2], widths, variances, dtype)
     V, a = upper_weights(heads, widths, variances, dtype)
     f = forward_from_xi(xi, V0, effective_weights(V, a, widths))
-    numpyro.sample("y", dist.Normal(f, jnp.sqrt(jnp.asarray(temperature, dtype))), obs=y)
+    numpyro.sample("y", dist.Normal(f, jnp.sqrt(jnp.asarray(temperature, dtype)), validate_args=False), obs=y)
 
 
 def build(inputs: SamplerInputs):

@@ -24,7 +24,7 @@ def model(x, omegas, y, *, heads, widths, variances, temperature):
     V0 = input_projection(x.shape[2], widths, variances, dtype)
     V, a = upper_weights(heads, widths, variances, dtype)
     f = forward_token(omegas, x, Weights(V0, V, a), widths)
-    numpyro.sample("y", dist.Normal(f, jnp.sqrt(jnp.asarray(temperature, dtype))), obs=y)
+    numpyro.sample("y", dist.Normal(f, jnp.sqrt(jnp.asarray(temperature, dtype)), validate_args=False), obs=y)
 
 
 def build(inputs: SamplerInputs):
