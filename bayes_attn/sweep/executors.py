@@ -397,7 +397,15 @@ def _quoted(value: Any) -> Any:
 
 
 def check_reachable(executor: Executor | None) -> None:
-    """Fail at once (one-line ``ValueError``) when ``executor`` cannot start: no submit command, no scheduler."""
+    """Fail at once (one-line ``ValueError``) when ``executor`` cannot start: Dask not installed, no submit
+    command, no scheduler."""
+    if isinstance(executor, DaskLocal | DaskScheduler | DaskJobqueue):
+        import importlib.util
+
+        missing = [m for m in ("distributed", "cloudpickle") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ValueError(f"the Dask executor needs the dask extra (missing: {', '.join(missing)}): "
+                             "pip install 'bayes_attn[dask]'")
     check = getattr(executor, "check", None)
     if check is not None:
         check()

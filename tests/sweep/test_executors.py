@@ -339,3 +339,18 @@ def test_jobqueue_job_script_declares_gpu_resources_and_environment(deadline):
     assert "--resources GPU=1" in script and "--gres=gpu:1" in script and "#SBATCH -p gpu" in script
     assert "export JAX_COMPILATION_CACHE_DIR='/scratch/jax cache'" in script
     assert "--cpus-per-task=4" in script and "--nthreads 1" in script
+
+
+def test_dask_executor_without_dask_installed_fails_before_any_job(monkeypatch):
+    """Where the dask extra is not installed (``make demo`` does not install it), a Dask executor is a one-line
+    usage error naming the extra, before anything runs; the in-process executor needs no Dask."""
+    import importlib.util
+
+    from bayes_attn.sweep.executors import check_reachable
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))
+    for executor in (DaskLocal(2), DaskScheduler("tcp://h:8786")):
+        with pytest.raises(ValueError, match=r"needs the dask extra \(missing: distributed\).*bayes_attn\[dask\]"):
+            check_reachable(executor)
+    check_reachable(InProcess())
