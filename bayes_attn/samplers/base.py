@@ -242,17 +242,26 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
     ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
     :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. All draws in one
-    compiled program (vectorised in batches of 256), compiled once per shape.
+    compiled program (vectorised in batches of :data:`CONDITIONAL_BATCH`), compiled once per shape.
     """
     D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
     shape = U_draws.shape[:2]
-    keys = jax.random.split(key, math.prod(shape))
+    S = math.prod(shape)
+    keys = jax.random.split(key, S)
     flat = U_draws.reshape(-1, *U_draws.shape[2:])
+    # whole batches only (the last draw repeated, its copies dropped): lax.map compiles a ragged remainder
+    # batch as a second copy of the program
+    pad = -S % min(CONDITIONAL_BATCH, S)
+    flat, keys = (jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) for a in (flat, keys))
     outs = _conditional_f(flat, keys, likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
                           form=form, s0sq=float(inputs.net.variances[0]), temperature=float(inputs.temperature))
     names = ["f_train", "f_test"][: len(outs)]
-    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
+    return {n: o[:S].reshape(*shape, -1) for n, o in zip(names, outs)}
+
+
+CONDITIONAL_BATCH = 256
+"""Draws per vectorised batch of :func:`conditional_outputs`."""
 
 
 @partial(jax.jit, static_argnames=("form", "s0sq", "temperature"))
@@ -273,4 +282,4 @@ def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.
         v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
         return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
 
-    return jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=256)
+    return jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=min(CONDITIONAL_BATCH, flat_U.shape[0]))
