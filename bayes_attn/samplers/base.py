@@ -247,17 +247,12 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
     shape = U_draws.shape[:2]
-    S = math.prod(shape)
-    keys = jax.random.split(key, S)
+    keys = jax.random.split(key, math.prod(shape))
     flat = U_draws.reshape(-1, *U_draws.shape[2:])
-    # whole batches only (the last draw repeated, its copies dropped): lax.map compiles a ragged remainder
-    # batch as a second copy of the program
-    pad = -S % min(CONDITIONAL_BATCH, S)
-    flat, keys = (jnp.concatenate([a, jnp.repeat(a[-1:], pad, axis=0)]) for a in (flat, keys))
     outs = _conditional_f(flat, keys, likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
                           form=form, s0sq=float(inputs.net.variances[0]), temperature=float(inputs.temperature))
     names = ["f_train", "f_test"][: len(outs)]
-    return {n: o[:S].reshape(*shape, -1) for n, o in zip(names, outs)}
+    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
 
 
 CONDITIONAL_BATCH = 256
@@ -282,4 +277,9 @@ def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.
         v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
         return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
 
-    return jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=min(CONDITIONAL_BATCH, flat_U.shape[0]))
+    # whole batches only (the last draw repeated, its copies dropped): lax.map would compile a ragged remainder
+    # batch as a second copy of ``one``
+    S = flat_U.shape[0]
+    B = min(CONDITIONAL_BATCH, S)
+    flat_U, keys = (jnp.concatenate([a, jnp.repeat(a[-1:], -S % B, axis=0)]) for a in (flat_U, keys))
+    return [o[:S] for o in jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=B)]

@@ -20,14 +20,14 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
-from numpyro.infer import MCMC, NUTS, init_to_sample
+from numpyro.infer import MCMC, NUTS
 from numpyro.infer.hmc import hmc
 
 from .base import Options, Sampler, SamplerInputs
 from .settings import SamplerSettings
 
 
-def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable = init_to_sample) -> NUTS:
+def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable) -> NUTS:
     """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_strategy``."""
     return NUTS(model, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth,
                 init_strategy=init_strategy)
