@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from .. import gp
@@ -154,14 +155,41 @@ def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s
                 temperature: float) -> dist.Distribution:
     """``Normal(0, K(U) + temperature I)`` over ``[P]``, evaluated in ``form`` (see :func:`gram`)."""
     P = data.shape[-1] if form == "tensor" else data.shape[0]
-    zeros = jnp.zeros(P, U.dtype)
     if form == "woodbury":
         if F is None:
             raise ValueError("the 'woodbury' form needs a factor F of U")
         diag = jnp.full(P, temperature, U.dtype)
-        return dist.LowRankMultivariateNormal(zeros, path_features(data, F, s0sq), diag, validate_args=False)
-    return dist.MultivariateNormal(zeros, scale_tril=gp.gram_cholesky(gram(U, F, data, form, s0sq), temperature),
-                                 validate_args=False)
+        return dist.LowRankMultivariateNormal(jnp.zeros(P, U.dtype), path_features(data, F, s0sq), diag,
+                                              validate_args=False)
+    K = gram(U, F, data, form, s0sq)
+    return GramNormal(K + temperature * jnp.eye(P, dtype=K.dtype))
+
+
+class GramNormal(dist.Distribution):
+    """``Normal(0, G)`` over ``[P]`` from its covariance ``G`` ``[P, P]`` (symmetric positive definite).
+
+    The log density is :func:`bayes_attn.gp.log_likelihood`, whose derivative is
+    in closed form (NUTS's gradient costs one triangular inverse instead of
+    differentiating the Cholesky factorisation). Draws: ``L ε`` with ``G = L Lᵀ``.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    reparametrized_params = []
+    pytree_data_fields = ("G",)
+
+    def __init__(self, G: jax.Array):
+        if G.ndim != 2 or G.shape[0] != G.shape[1]:
+            raise ValueError(f"G must be a square matrix [P, P], got shape {G.shape}")
+        self.G = G
+        super().__init__(batch_shape=(), event_shape=G.shape[-1:], validate_args=False)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, (*sample_shape, *self.event_shape), self.G.dtype)
+        return eps @ jnp.linalg.cholesky(self.G).T
+
+    def log_prob(self, value):
+        return jnp.vectorize(gp.log_likelihood, signature="(p,p),(p)->()")(self.G, value)
 
 
 # ----------------------------------------------------------------------------
