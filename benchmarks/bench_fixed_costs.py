@@ -19,8 +19,12 @@ Per run: wall time of warm-up + sampling, the JAX compile time inside it
 draws of ``f`` (compiled once per shape: the second call reuses the program),
 the smallest bulk ESS over ``U`` and ``f_test`` (ArviZ) and ESS/s over the total.
 With ``--collapsed`` also ``collapsed`` (one program, same settings) after the
-``wishart`` runs, and the ratio of ESS/s (issue goal: ≥ 30×). The load
-average is recorded before and after. Results:
+``wishart`` runs, and the ratio of ESS/s (issue goal: ≥ 30×). For scale, the
+same NUTS settings on an exactly Gaussian target of the ``wishart`` sampler's
+dimension (14: independent standard normals): leapfrog steps per draw and
+bulk ESS per draw of the coordinates and of their squares (``U`` is
+quadratic in the sampled factors). The load average is recorded before and
+after. Results:
 ``benchmarks/results/fixed_costs.json``.
 
 Run (about 3 min on 2 quiet cores; ``--collapsed`` adds about 5)::
@@ -41,6 +45,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -49,6 +55,7 @@ import bayes_attn as ba  # noqa: E402
 from bayes_attn import samplers, threads  # noqa: E402
 from bayes_attn.posterior import EXTRA_FIELDS, Posterior, sample_stats  # noqa: E402
 from bayes_attn.samplers import nuts  # noqa: E402
+from bayes_attn.samplers.wishart import num_parameters  # noqa: E402
 from bayes_attn.tasks import markov  # noqa: E402
 from timing import CompileTimer  # noqa: E402
 
@@ -93,6 +100,26 @@ def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer, sampler: str = "w
     }
 
 
+def gaussian_reference(dim: int, a) -> dict:
+    """NUTS with the samplers' settings on ``dim`` independent standard normals: steps and ESS per draw."""
+    import arviz_stats as azs
+    from numpyro.infer import MCMC, NUTS
+
+    settings = samplers.SamplerSettings(name="wishart")  # target_accept and max_tree_depth as the samplers'
+    kern = NUTS(potential_fn=lambda z: 0.5 * jnp.sum(z["x"] ** 2), target_accept_prob=settings.target_accept,
+                max_tree_depth=settings.max_tree_depth)
+    mcmc = MCMC(kern, num_warmup=a.warmup, num_samples=a.draws, num_chains=a.chains, chain_method="sequential",
+                progress_bar=False)
+    k_init, k_run = jax.random.split(jax.random.key(a.seed))
+    init = {"x": jax.random.uniform(k_init, (a.chains, dim), minval=-2.0, maxval=2.0)}  # as init_to_uniform
+    mcmc.run(k_run, init_params=init, extra_fields=("num_steps",))
+    x = np.asarray(mcmc.get_samples(group_by_chain=True)["x"])  # [chains, draws, dim]
+    n = a.chains * a.draws
+    return {"dim": dim, "mean_leapfrog_steps_per_draw": float(np.mean(mcmc.get_extra_fields()["num_steps"])),
+            "min_ess_bulk_per_draw_x": float(np.min(azs.ess(x, method="bulk"))) / n,
+            "min_ess_bulk_per_draw_x_squared": float(np.min(azs.ess(x**2, method="bulk"))) / n}
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--width", type=int, default=100)
@@ -130,12 +157,17 @@ def main(argv: list[str] | None = None) -> dict:
                  "ess_per_s_without_compile": w["ess_per_s_without_compile"] / c["ess_per_s_without_compile"]}
         print(f"collapsed: total {c['seconds_total']:.1f} s, ESS {c['min_ess_bulk_U_f_test']:.0f}, "
               f"ESS/s {c['ess_per_s_total']:.2f}; wishart/collapsed ESS/s (first calls): {ratio}", flush=True)
+    ref = gaussian_reference(num_parameters(net.heads, net.widths), a)
+    print(f"Gaussian target of dimension {ref['dim']}: {ref['mean_leapfrog_steps_per_draw']:.2f} steps per draw, "
+          f"min bulk ESS per draw {ref['min_ess_bulk_per_draw_x']:.2f} (coordinates), "
+          f"{ref['min_ess_bulk_per_draw_x_squared']:.2f} (squares)", flush=True)
     out = {
         "problem": dict(network="markov.fig2c", N=a.width, P=100, P_test=100, temperature=a.temperature,
                         dtype="float64", sampler="wishart", chains=a.chains, chain_method="sequential",
                         warmup=a.warmup, draws=a.draws, seed=a.seed),
         "runs": runs,
         "wishart/collapsed (one-program, first call each)": ratio,
+        "gaussian_reference": ref,
         "environment": {"platform": platform.platform(), "python": platform.python_version(), "jax": jax.__version__,
                         "bayes_attn": getattr(ba, "__version__", "?"), "cpus": os.cpu_count(),
                         "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg())},

@@ -10,6 +10,12 @@ hits all of them alike), float32 and float64; the form
 :func:`bayes_attn.network.choose_kernel_form` picks, and the bytes of the data
 each form holds. The load average is recorded before every case.
 
+The likelihood's derivative, side by side in the same rounds: for the chosen
+form (unless Woodbury) also the same potential with the Gaussian density
+through NumPyro's ``MultivariateNormal`` (autodiff through the Cholesky
+factorisation, as before :func:`bayes_attn.gp.log_likelihood` carried its
+derivative in closed form), reported as ``<form> autodiff``.
+
 Cases: the one-shot image task's scale (heads (4, 4): 16 paths, P = 600,
 N0 = 64, width 100, so ``r_1 = 16``), the same at width 2 (``r_1 = 2``:
 Woodbury applies), and the Fig. 2c network (4 paths, P = 100, N0 = 231).
@@ -34,7 +40,10 @@ from pathlib import Path
 from record import write_record  # benchmarks/record.py
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 from numpyro.infer.util import initialize_model
 
 import bayes_attn as ba
@@ -42,8 +51,8 @@ from bayes_attn import threads
 from bayes_attn.network import choose_kernel_form, kernel_form_costs
 from bayes_attn.precision import x64
 from bayes_attn.samplers import prepare
-from bayes_attn.samplers.base import likelihood_data
-from bayes_attn.samplers.wishart import factor_shapes, model
+from bayes_attn.samplers.base import gram, likelihood_data
+from bayes_attn.samplers.wishart import factor_chain, factor_shapes, factor_sites, model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CASES = {
@@ -62,9 +71,20 @@ def problem(heads, P, N0, T, width, seed=0):
     return net, x, y
 
 
+def model_autodiff(data, y, *, heads, widths, variances, temperature, form):
+    """The ``wishart`` model with ``Normal(0, K + T I)`` as NumPyro's ``MultivariateNormal`` (no closed-form derivative)."""
+    F1 = factor_chain(factor_sites(heads, widths, data.dtype), heads, widths, variances)[0]
+    K = gram(F1 @ F1.T, F1, data, form, variances[0])
+    L = jnp.linalg.cholesky(K + temperature * jnp.eye(K.shape[0], dtype=K.dtype))
+    numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(K.shape[0], K.dtype), scale_tril=L, validate_args=False),
+                   obs=y)
+
+
 def gradient_fn(inputs, form):
+    autodiff = form.endswith(" autodiff")
+    form = form.removesuffix(" autodiff")
     data = likelihood_data(inputs, form)
-    m = partial(model, form=form, **inputs.consts())
+    m = partial(model_autodiff if autodiff else model, form=form, **inputs.consts())
     info = initialize_model(jax.random.key(0), m, model_args=(data, inputs.y))
     f = jax.jit(jax.value_and_grad(info.potential_fn))
     z = info.param_info.z
@@ -76,6 +96,9 @@ def time_case(name, cfg, dtype, rounds, per_round):
     net, x, y = problem(**cfg)
     P, D, N0, r = cfg["P"], net.D, cfg["N0"], factor_shapes(net.heads, net.widths)[0][1]
     forms = [f for f in ("tensor", "xi", "woodbury") if f in kernel_form_costs(D, P, N0, r)]
+    chosen = choose_kernel_form(D, P, N0, r)
+    if chosen != "woodbury":
+        forms.append(f"{chosen} autodiff")
     load = os.getloadavg()
     with x64(dtype == "float64"), threads.limits():
         inputs = prepare(net, x, y, None, 0.1, dtype)
@@ -89,12 +112,16 @@ def time_case(name, cfg, dtype, rounds, per_round):
                     call()
                 times[f].append((time.perf_counter() - t0) / per_round)
     sec = {f: statistics.median(v) for f, v in times.items()}
-    chosen = choose_kernel_form(D, P, N0, r)
+    forms_only = {f: t for f, t in sec.items() if not f.endswith(" autodiff")}
     out = dict(case=name, dtype=dtype, D=D, P=P, N0=N0, rank=r, chosen=chosen, load_before=load,
                seconds_per_gradient=sec, data_bytes={f: fns[f][1] for f in forms},
-               speedup_chosen_vs_tensor=sec["tensor"] / sec[chosen], fastest=min(sec, key=sec.get))
+               speedup_chosen_vs_tensor=sec["tensor"] / sec[chosen], fastest=min(forms_only, key=forms_only.get))
+    if f"{chosen} autodiff" in sec:
+        out["speedup_closed_form_derivative"] = sec[f"{chosen} autodiff"] / sec[chosen]
     print(f"{name:12s} {dtype}  r={r:2d}  " + "  ".join(f"{f} {1e3 * s:8.2f} ms" for f, s in sec.items())
-          + f"   chosen {chosen} ({out['speedup_chosen_vs_tensor']:.2f}x vs tensor)   load {load[0]:.1f}", flush=True)
+          + f"   chosen {chosen} ({out['speedup_chosen_vs_tensor']:.2f}x vs tensor"
+          + (f", {out['speedup_closed_form_derivative']:.2f}x vs autodiff" if "speedup_closed_form_derivative" in out
+             else "") + f")   load {load[0]:.1f}", flush=True)
     return out
 
 
@@ -107,7 +134,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     cases = CASES
     if a.quick:
-        cases = {"tiny": dict(heads=(2, 2), P=40, N0=6, T=4, width=3), "tiny r=1": dict(heads=(2, 2), P=40, N0=6, T=4, width=1)}
+        cases = {"tiny": dict(heads=(2, 2), P=12, N0=6, T=4, width=3), "tiny r=1": dict(heads=(2, 2), P=40, N0=6, T=4, width=1)}
         a.rounds, a.per_round = 2, 2
     out_dir = a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS)
     runs = [time_case(n, c, dt, a.rounds, a.per_round) for n, c in cases.items() for dt in ("float32", "float64")]
