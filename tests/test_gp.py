@@ -10,8 +10,8 @@ import scipy.stats
 from conftest import random_data, random_network
 
 from bayes_attn import gp
-from bayes_attn.samplers.base import GramNormal
 from bayes_attn.network import kernel_from_C, path_kernel_from_xi
+from bayes_attn.samplers.base import GramNormal
 
 
 def test_xi_form_equals_path_kernel_form_in_float64():
