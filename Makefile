@@ -33,7 +33,7 @@ test: install-test
 test-fast: install-test
 	$(PYTEST) -m "not slow"
 
-bench: install-test
+bench: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test,bench]"
 	$(BIN)/python benchmarks/bench_solver.py
 	$(BIN)/python benchmarks/bench_sampler.py

@@ -38,9 +38,14 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from .network import kernel_from_xi
 
 
+def covariance(K: jax.Array, temperature: float) -> jax.Array:
+    """``G = K + temperature I`` ``[P, P]``, the covariance of the labels ``Y`` given the kernel ``K`` ``[P, P]``."""
+    return K + temperature * jnp.eye(K.shape[0], dtype=K.dtype)
+
+
 def gram_cholesky(K: jax.Array, temperature: float) -> jax.Array:
     """Lower Cholesky factor of ``G = K + temperature I`` (``K`` ``[P, P]``): ``[P, P]``."""
-    return jnp.linalg.cholesky(K + temperature * jnp.eye(K.shape[0], dtype=K.dtype))
+    return jnp.linalg.cholesky(covariance(K, temperature))
 
 
 @jax.custom_jvp

@@ -154,15 +154,14 @@ def gram(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: fl
 def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: float,
                 temperature: float) -> dist.Distribution:
     """``Normal(0, K(U) + temperature I)`` over ``[P]``, evaluated in ``form`` (see :func:`gram`)."""
-    P = data.shape[-1] if form == "tensor" else data.shape[0]
     if form == "woodbury":
         if F is None:
             raise ValueError("the 'woodbury' form needs a factor F of U")
+        P = data.shape[0]
         diag = jnp.full(P, temperature, U.dtype)
         return dist.LowRankMultivariateNormal(jnp.zeros(P, U.dtype), path_features(data, F, s0sq), diag,
                                               validate_args=False)
-    K = gram(U, F, data, form, s0sq)
-    return GramNormal(K + temperature * jnp.eye(P, dtype=K.dtype))
+    return GramNormal(gp.covariance(gram(U, F, data, form, s0sq), temperature))
 
 
 class GramNormal(dist.Distribution):

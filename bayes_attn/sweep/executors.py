@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "JOBQUEUE_CLASSES",
+    "DaskExecutor",
     "DaskJobqueue",
     "DaskLocal",
     "DaskScheduler",
@@ -384,7 +386,8 @@ class DaskJobqueue:
                 yield client
 
 
-Executor = InProcess | DaskLocal | DaskScheduler | DaskJobqueue
+DaskExecutor = DaskLocal | DaskScheduler | DaskJobqueue
+Executor = InProcess | DaskExecutor
 
 
 def _quoted(value: Any) -> Any:
@@ -399,9 +402,7 @@ def _quoted(value: Any) -> Any:
 def check_reachable(executor: Executor | None) -> None:
     """Fail at once (one-line ``ValueError``) when ``executor`` cannot start: Dask not installed, no submit
     command, no scheduler."""
-    if isinstance(executor, DaskLocal | DaskScheduler | DaskJobqueue):
-        import importlib.util
-
+    if isinstance(executor, DaskExecutor):
         missing = [m for m in ("distributed", "cloudpickle") if importlib.util.find_spec(m) is None]
         if missing:
             raise ValueError(f"the Dask executor needs the dask extra (missing: {', '.join(missing)}): "
@@ -506,7 +507,7 @@ def run_jobs(fn: Callable[[Job], Any], jobs: Iterable[Job], executor: Executor |
     if dup:
         raise ValueError(f"jobs must have unique names; repeated: {', '.join(dup)}")
     executor = InProcess() if executor is None else executor
-    if not isinstance(executor, InProcess | DaskLocal | DaskScheduler | DaskJobqueue):
+    if not isinstance(executor, Executor):
         raise ValueError(f"executor must be InProcess, DaskLocal, DaskScheduler or DaskJobqueue, got {executor!r}")
     if not jobs:
         return []
