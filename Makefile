@@ -5,7 +5,7 @@ PYTHON ?= $(shell scripts/find-python)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install install-test demo test test-fast bench clean
+.PHONY: install install-test demo test test-fast robustness bench clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -32,6 +32,11 @@ test: install-test
 
 test-fast: install-test
 	$(PYTEST) -m "not slow"
+
+# the stochastic tests at K seed offsets (BAYES_ATTN_TEST_SEED = 0..K-1), each test's failure count
+K ?= 5
+robustness: install-test
+	$(BIN)/python tests/robustness.py --offsets $(K)
 
 bench: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test,bench]"

@@ -30,6 +30,62 @@ jax.config.update("jax_enable_x64", True)
 
 _RUN_CACHE = pytest.StashKey[str]()  # the run's cache folder, in the controlling process's config
 
+# ----------------------------------------------------------------------------
+# the suite's seed offset
+# ----------------------------------------------------------------------------
+SEED_ENV = "BAYES_ATTN_TEST_SEED"
+SEED_STRIDE = 1000  # offsets move every seed by whole thousands: no test's seeds run into another offset's
+
+
+def _seed_offset() -> int:
+    raw = os.environ.get(SEED_ENV, "0").strip() or "0"
+    if not raw.isdigit():
+        raise pytest.UsageError(f"{SEED_ENV} must be an integer >= 0, got {raw!r}")
+    return int(raw)
+
+
+SEED_OFFSET = _seed_offset()
+
+
+def seed_of(s: int) -> int:
+    """The test seed ``s`` shifted by the suite's offset (``BAYES_ATTN_TEST_SEED``, default 0):
+    ``s + 1000 · offset``. Every seed a test uses goes through here: data, networks, chains, bootstraps, SBC."""
+    return int(s) + SEED_STRIDE * SEED_OFFSET
+
+
+def rng_of(s: int) -> np.random.Generator:
+    """``np.random.default_rng(seed_of(s))``."""
+    return np.random.default_rng(seed_of(s))
+
+
+def key_of(s: int) -> jax.Array:
+    """``jax.random.key(seed_of(s))``."""
+    return jax.random.key(seed_of(s))
+
+
+def z_bound(comparisons: int, rate: float = 1e-3, df: float | None = None) -> float:
+    """The ``|z|`` bound at which ``comparisons`` independent (or positively dependent) z-scores give a false
+    failure with probability at most ``rate`` (Bonferroni: each two-sided tail ``rate / comparisons``). With
+    ``df``, the tails of Student's t with ``df`` degrees of freedom: z-scores whose standard error is itself
+    estimated (MCMC standard errors from ``df`` ≈ the smallest effective sample size)."""
+    import scipy.stats
+
+    tail = rate / (2 * comparisons)
+    return float(scipy.stats.norm.isf(tail) if df is None else scipy.stats.t.isf(tail, df))
+
+
+def pytest_report_header(config):
+    return f"test seed offset: {SEED_OFFSET} ({SEED_ENV})"
+
+
+def pytest_sessionstart(session):
+    """The offset is named under ``-q`` too, where pytest prints no header."""
+    config = session.config
+    if config.get_verbosity() < 0 and not hasattr(config, "workerinput"):
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(pytest_report_header(config))
+
 
 def pytest_configure(config):
     from bayes_attn.compile_cache import ENV_DIR, ENV_NO_EXPORTED, enable_compile_cache
@@ -87,14 +143,15 @@ def pytest_collection_modifyitems(items):
 
 
 def random_network(heads, *, N0=6, width=4, variances=1.0, readout="last", seed=0, scale=1.0):
-    """A network with random bilinear attention, ``heads`` per layer."""
-    rng = np.random.default_rng(seed)
+    """A network with random bilinear attention, ``heads`` per layer (from ``seed_of(seed)``)."""
+    rng = rng_of(seed)
     att = [scale * rng.normal(size=(h, N0, N0)) for h in heads]
     return ba.Network(att, width, variances, readout)
 
 
 def random_data(P, *, T=4, N0=6, seed=1):
-    rng = np.random.default_rng(seed)
+    """``P`` random sequences ``[P, T, N0]`` and ±1 labels (from ``seed_of(seed)``)."""
+    rng = rng_of(seed)
     x = rng.normal(size=(P, T, N0))
     y = np.where(rng.random(P) < 0.5, -1.0, 1.0)
     return x, y
@@ -103,9 +160,10 @@ def random_data(P, *, T=4, N0=6, seed=1):
 TINY = {  # a tiny Markov run spec (as TOML tables) for the command's and the jobs' tests
     "name": "tiny",
     "temperature": 0.1,
-    "task": {"kind": "markov", "feature_dim": 8, "seq_len": 5, "n_train": 12, "n_test": 20, "seed": 3},
-    "network": {"layers": [["same_token", "random"], ["uniform", "random"]], "width": 3, "beta": 2.0},
-    "sampler": {"name": "collapsed", "num_warmup": 60, "num_samples": 40, "num_chains": 2, "seed": 1},
+    "task": {"kind": "markov", "feature_dim": 8, "seq_len": 5, "n_train": 12, "n_test": 20, "seed": seed_of(3)},
+    "network": {"layers": [["same_token", "random"], ["uniform", "random"]], "width": 3, "beta": 2.0,
+                "random_seed": seed_of(1)},
+    "sampler": {"name": "collapsed", "num_warmup": 60, "num_samples": 40, "num_chains": 2, "seed": seed_of(1)},
     "compare": {"widths": [3, 30], "sample_widths": [3],
                 "gp_paths": {"good path": ["1-1"], "good + denoising paths": ["1-1", "2-1"]}},
 }
@@ -163,7 +221,7 @@ def tiny_full():
     weights kept): ``(net, x, y, xt, posterior)``."""
     net, x, y, xt = _tiny_problem()
     post = ba.sample_posterior(
-        net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=3,
+        net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=seed_of(3),
         sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
     )
     return net, x, y, xt, post

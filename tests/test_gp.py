@@ -7,7 +7,7 @@ import numpy as np
 import numpyro.distributions as dist
 import pytest
 import scipy.stats
-from conftest import random_data, random_network
+from conftest import key_of, random_data, random_network, rng_of
 
 from bayes_attn import gp
 from bayes_attn.network import kernel_from_C, path_kernel_from_xi
@@ -20,7 +20,7 @@ def test_xi_form_equals_path_kernel_form_in_float64():
     xt, _ = random_data(11, seed=4)
     xi, xi_t = net.xi(x), net.xi(xt)
     assert xi.dtype == jnp.float64
-    rng = np.random.default_rng(3)
+    rng = rng_of(3)
     A = rng.normal(size=(net.D, net.D))
     U = jnp.asarray(A @ A.T / net.D)
     s0, temperature = net.variances[0], 0.4
@@ -46,7 +46,7 @@ def test_xi_form_equals_path_kernel_form_in_float64():
 
 
 def _spd(P: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
+    rng = rng_of(seed)
     A = rng.normal(size=(P, 2 * P))
     return A @ A.T / (2 * P) + 0.05 * np.eye(P)
 
@@ -58,7 +58,7 @@ def _reference(G, y):
 
 def test_log_likelihood_value_and_derivatives_match_autodiff_and_finite_differences():
     P = 7
-    G, y = jnp.asarray(_spd(P, 0)), jnp.asarray(np.random.default_rng(1).normal(size=P))
+    G, y = jnp.asarray(_spd(P, 0)), jnp.asarray(rng_of(1).normal(size=P))
     ll = jax.jit(gp.log_likelihood)
     np.testing.assert_allclose(ll(G, y), scipy.stats.multivariate_normal(np.zeros(P), G).logpdf(y), rtol=1e-13)
     # first derivatives (reverse mode): the closed form, and autodiff through the Cholesky factorisation
@@ -70,7 +70,7 @@ def test_log_likelihood_value_and_derivatives_match_autodiff_and_finite_differen
     np.testing.assert_allclose(grad_G, ref_G, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(grad_y, ref_y, rtol=1e-10)
     # a directional derivative (forward mode) against central finite differences, along a non-symmetric dG
-    rng = np.random.default_rng(2)
+    rng = rng_of(2)
     dG, dy = jnp.asarray(rng.normal(size=(P, P))), jnp.asarray(rng.normal(size=P))
     _, tangent = jax.jit(lambda *a: jax.jvp(gp.log_likelihood, a[:2], a[2:]))(G, y, dG, dy)
     h = 1e-5
@@ -82,11 +82,12 @@ def test_log_likelihood_value_and_derivatives_match_autodiff_and_finite_differen
                                rtol=1e-10)
 
 
+@pytest.mark.stochastic
 def test_gram_normal_batches_values_and_draws_with_covariance_G():
     P, n = 3, 40_000
     G = jnp.asarray(_spd(P, 4))
     d = GramNormal(G)
-    ys = d.sample(jax.random.key(0), (n,))
+    ys = d.sample(key_of(0), (n,))
     assert ys.shape == (n, P) and d.event_shape == (P,) and d.batch_shape == ()
     np.testing.assert_allclose(d.log_prob(ys[:5]), [gp.log_likelihood(G, v) for v in ys[:5]], rtol=1e-13)
     # sample covariance against G: each entry within 5 Monte-Carlo standard errors

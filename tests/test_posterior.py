@@ -3,24 +3,33 @@
 import math
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import random_data, random_network
+from conftest import key_of, random_data, random_network, rng_of, z_bound
 
 import bayes_attn as ba
 from bayes_attn import posterior as bp
 from bayes_attn.samplers import nuts
 
 
+MIN_ESS = 100  # the chains' precondition on every invariant observable
+Z = z_bound(7, 1e-3, df=MIN_ESS)  # 7 test inputs, MCSEs estimated -> false failures <= 1e-3 per comparison
+
+
 @pytest.mark.slow
-def test_tiny_network_converges_on_invariant_observables(tiny_full):
+@pytest.mark.stochastic
+def test_tiny_network_converges_on_invariant_observables(tiny_full, record_property):
+    """2 chains × (300 + 300) of ``full`` converge on the invariant observables: R-hat < 1.05, ESS > ``MIN_ESS``,
+    divergences (multiplicative weights: rare, near w = 0) at most 1 % of the draws. Measured at offsets
+    0-4: TINY_FULL_SEEN."""
     net, x, y, xt, post = tiny_full
     s = post.summary()
+    for key in ("max_rhat", "min_ess", "divergences"):
+        record_property(key, float(getattr(s, key)))
     assert s.max_rhat < 1.05, s.by_variable()
-    assert s.min_ess > 100
+    assert s.min_ess > MIN_ESS
     assert s.divergences <= 0.01 * post.num_draws  # multiplicative weights: rare divergences near w = 0
     assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train", "f_test"}
 
@@ -58,8 +67,10 @@ def test_tree_layout_and_order_parameter(tiny_full):
 
 
 @pytest.mark.slow
+@pytest.mark.stochastic
 def test_rao_blackwellised_predict_matches_draws(tiny_full):
-    """predict() (exact over V0) agrees with the mean/variance of the f_test draws within MC error."""
+    """predict() (exact over V0) agrees with the mean/variance of the f_test draws within ``Z`` MC errors
+    (false failures <= 1e-3 each)."""
     net, x, y, xt, post = tiny_full
     mean, var = post.predict(xt)
     f = post.tree["posterior"]["f_test"]
@@ -67,11 +78,11 @@ def test_rao_blackwellised_predict_matches_draws(tiny_full):
 
     mcse = azs.mcse(post.tree, var_names=["f_test"])["f_test"].values
     z = (mean - f.mean(("chain", "draw")).values) / mcse
-    assert np.max(np.abs(z)) < 4, z
+    assert np.max(np.abs(z)) < Z, z
     emp_var = f.var(("chain", "draw")).values
     mcse_sd = azs.mcse(post.tree, var_names=["f_test"], method="sd")["f_test"].values
     z_var = (var - emp_var) / (2 * np.sqrt(emp_var) * mcse_sd)  # delta method: MCSE of a variance
-    assert np.max(np.abs(z_var)) < 4, z_var
+    assert np.max(np.abs(z_var)) < Z, z_var
     assert np.all(var > 0)
 
 
@@ -125,7 +136,8 @@ def _gp_posterior(net, U, x, y, xt, T):
 
 
 def _assert_gaussian(draws, mean, cov, z=4.5):
-    """Sample mean and covariance of iid ``draws`` ``[M, k]`` within ``z`` standard errors of ``mean``, ``cov``."""
+    """Sample mean and covariance of iid ``draws`` ``[M, k]`` within ``z`` standard errors of ``mean``, ``cov``
+    (at ``z`` = 4.5 and ``k`` <= 9: <= 9 + 45 z-scores of 2Φ(−4.5) = 6.8e-6 each, false failures < 4e-4)."""
     M = draws.shape[0]
     sd = np.sqrt(np.diag(cov))
     assert np.max(np.abs(draws.mean(0) - mean) / (sd / math.sqrt(M))) < z
@@ -134,34 +146,37 @@ def _assert_gaussian(draws, mean, cov, z=4.5):
 
 
 @pytest.mark.slow
+@pytest.mark.stochastic
 def test_conditional_draws_of_f_are_exact():
-    """For a fixed U, draws of f | U, Y have the GP posterior mean and covariance."""
+    """For a fixed U, draws of f | U, Y have the GP posterior mean and covariance (false failures < 4e-4)."""
     net = random_network((2, 2), width=4)
     x, y = random_data(6)
     xt, _ = random_data(3, seed=4)
-    A = np.random.default_rng(0).normal(size=(4, 4))
+    A = rng_of(0).normal(size=(4, 4))
     U, T, M = A @ A.T / 4, 0.2, 20000
     inputs = ba.samplers.prepare(net, x, y, xt, T, "float64")
-    out = ba.samplers.conditional_outputs(jnp.broadcast_to(U, (1, M, 4, 4)), jax.random.key(0), inputs)
+    out = ba.samplers.conditional_outputs(jnp.broadcast_to(U, (1, M, 4, 4)), key_of(0), inputs)
     f = np.concatenate([out["f_train"][0], out["f_test"][0]], axis=1)  # [M, 9]
     _assert_gaussian(f, *_gp_posterior(net, U, x, y, xt, T))
 
 
 @pytest.mark.slow
+@pytest.mark.stochastic
 def test_conditional_draws_of_V0_are_exact():
     """For fixed upper weights, V0 | rest, Y is Gaussian: its draws give f with the GP posterior law,
-    and V0 projected off the span of the data directions keeps its prior variance s0²."""
+    and V0 projected off the span of the data directions keeps its prior variance s0². False failures < 5e-4
+    (``_assert_gaussian``, and 5 variances within 4.5 standard errors)."""
     net = random_network((2, 2), width=3, variances=[0.7, 1.0, 1.2, 0.9])
     x, y = random_data(5)
     xt, _ = random_data(2, seed=4)
     T, M = 0.3, 20000
-    W = net.sample_prior(jax.random.key(7))
+    W = net.sample_prior(key_of(7))
     w = np.asarray(net.effective_weights(W))
     U = w @ w.T / w.shape[1]
     draws = {"V1": jnp.broadcast_to(W.V[0], (1, M, *W.V[0].shape)), "V2": jnp.broadcast_to(W.V[1], (1, M, *W.V[1].shape)),
              "a": jnp.broadcast_to(W.a, (1, M, *W.a.shape))}
     inputs = ba.samplers.prepare(net, x, y, xt, T, "float64")
-    V0 = np.asarray(ba.samplers.collapsed.conditional_V0(draws, jax.random.key(1), inputs))[0]  # [M, N1, N0]
+    V0 = np.asarray(ba.samplers.collapsed.conditional_V0(draws, key_of(1), inputs))[0]  # [M, N1, N0]
     xi_all = np.asarray(net.xi(np.concatenate([x, xt])))
     f = np.einsum("pdi,mni,dn->mp", xi_all, V0, w) / math.sqrt(w.shape[1] * net.N0 * net.D)
     _assert_gaussian(f, *_gp_posterior(net, U, x, y, xt, T))

@@ -18,7 +18,7 @@ from bayes_attn.samplers import SamplerSettings
 from bayes_attn.theory import Theory, head_scores, solve_theory
 from bayes_attn.oneshot.training import TrainConfig
 
-from conftest import random_data, random_network
+from conftest import random_data, random_network, seed_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data/omniglot"
@@ -148,12 +148,12 @@ def test_one_head_score_implementation():
 TINY = OneShotSpec(
     name="tiny",
     task=TaskSpec(data_dir=str(DATA), rotations=True, shift=2, n_gd_train=200, n_theory_train=40, n_theory_draws=3,
-                  n_validation=40, n_test=60, n_ood=20),
+                  n_validation=40, n_test=60, n_ood=20, seed=seed_of(0)),
     model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
-    training=TrainConfig(lr=1e-3, batch=50, epochs=1),
+    training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(0)),
     theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10, score_temperature=1.0),
-    sampler=SamplerSettings(num_chains=1, num_warmup=10, num_samples=10, max_tree_depth=4),
-    pruning=PruningSpec(n_random=2, n_bootstrap=20, spread_bootstrap=5),
+    sampler=SamplerSettings(num_chains=1, num_warmup=10, num_samples=10, max_tree_depth=4, seed=seed_of(0)),
+    pruning=PruningSpec(n_random=2, n_bootstrap=20, spread_bootstrap=5, seed=seed_of(0)),
 )
 
 
@@ -230,7 +230,7 @@ def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
     sets, ev = tiny_sets
     again = oneshot.train_model(TINY, out, sets=sets, evaluation=ev, progress_bar=False)
     assert again.metrics["reused"]
-    other = dataclasses.replace(TINY, training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=1))
+    other = dataclasses.replace(TINY, training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(1)))
     assert oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False).metrics["reused"] is False
 
 

@@ -13,6 +13,7 @@ import math
 import jax
 import numpy as np
 import pytest
+from conftest import rng_of, seed_of
 
 from bayes_attn.oneshot import model, pruning, training
 from bayes_attn.oneshot.model import ModelConfig, Params
@@ -22,11 +23,11 @@ SMALL = ModelConfig(N0=10, width=6, d_qk=4, heads=(2, 3), qk_scale=1.0)
 
 
 def small_model(seed=0, config=SMALL):
-    return model.init_params(config, jax.random.PRNGKey(seed))
+    return model.init_params(config, jax.random.PRNGKey(seed_of(seed)))
 
 
 def small_x(P=7, T=5, N0=10, seed=3):
-    return np.random.default_rng(seed).normal(size=(P, T, N0))
+    return rng_of(seed).normal(size=(P, T, N0))
 
 
 def numpy_forward(params: Params, x, removed=None):
@@ -98,7 +99,7 @@ def test_trained_order_parameters_match_a_loop_over_paths():
 
 # ----- training, saving ---------------------------------------------------------
 def linear_task(P, seed):
-    rng = np.random.default_rng(seed)
+    rng = rng_of(seed)
     x = rng.normal(size=(P, 5, 10))
     w = np.linspace(-1, 1, 10)
     return x, np.where(x.mean(axis=1) @ w >= 0, 1.0, -1.0)
@@ -107,7 +108,7 @@ def linear_task(P, seed):
 @pytest.fixture(scope="module")
 def trained():
     config = ModelConfig(N0=10, width=16, d_qk=4, heads=(2, 2), qk_scale=0.1)
-    tc = TrainConfig(lr=1e-2, weight_decay=0.0, batch=64, epochs=8, seed=0)
+    tc = TrainConfig(lr=1e-2, weight_decay=0.0, batch=64, epochs=8, seed=seed_of(0))
     x, y = linear_task(600, 0)
     xv, yv = linear_task(300, 1)
     params, hist = training.train(config, x, y, tc, x_val=xv, y_val=yv, progress_bar=False)
@@ -115,6 +116,7 @@ def trained():
 
 
 @pytest.mark.slow
+@pytest.mark.stochastic
 def test_training_lowers_the_loss_and_beats_chance(trained):
     config, tc, params, hist, (xv, yv) = trained
     assert len(hist.loss) == tc.epochs and len(hist.val_accuracy) == tc.epochs
@@ -180,7 +182,7 @@ def test_configs_name_the_bad_field():
 
 
 def test_nearest_neighbour_baseline():
-    rng = np.random.default_rng(0)
+    rng = rng_of(0)
     n = 50
     s0, s1 = rng.normal(size=(n, 4, 4)), rng.normal(size=(n, 4, 4))
     same0 = rng.random(n) < 0.5
@@ -195,6 +197,7 @@ def test_nearest_neighbour_baseline():
 
 # ----- pruning ------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.stochastic
 def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
     params = small_model()
     same = pruning.ablate(params, SMALL, {})
@@ -239,7 +242,7 @@ def test_head_scores_by_hand_and_against_a_loop():
     s1, s2 = pruning.head_scores(np.diag([1.0, 2, 3, 4]), (2, 2))
     np.testing.assert_allclose(s1, [3 / 7, 1.0])
     np.testing.assert_allclose(s2, [4 / 7, 6 / 7])
-    rng = np.random.default_rng(0)
+    rng = rng_of(0)
     for heads in [(2, 3), (3, 2, 2)]:
         D = math.prod(heads)
         A = rng.normal(size=(D, D))
@@ -267,7 +270,7 @@ def test_spearman_exact_p_value_of_eight_heads_equals_enumeration():
     # the paper's case: 8 heads, all 8! = 40320 re-pairings (fast and small: not (8!)² orderings)
     import itertools
 
-    rng = np.random.default_rng(3)
+    rng = rng_of(3)
     a, b = rng.normal(size=8), rng.normal(size=8)
     r = pruning.spearman(a, b, alternative="two-sided")
     ra, rb = np.argsort(np.argsort(a)) - 3.5, np.argsort(np.argsort(b)) - 3.5
@@ -333,7 +336,7 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
     from bayes_attn.precision import float64
 
     with float64():  # both sides in float64, so 1e-6 tests the algebra, not float32 round-off
-        params = model.init_params(SMALL, jax.random.PRNGKey(6), dtype=jnp.float64)
+        params = model.init_params(SMALL, jax.random.PRNGKey(seed_of(6)), dtype=jnp.float64)
         x = small_x(P=9)
         f_gd = model.predict(pruning.ablate(params, SMALL, removed), x)
         net, weights = model.to_network(params, SMALL)
@@ -392,12 +395,12 @@ def test_spearman_spread_on_a_case_with_a_known_answer():
 
 def test_class_bootstrap_moves_classes_together_and_matches_the_cluster_variance():
     classes = np.repeat(np.arange(40), 5)  # 40 classes, 5 episodes each
-    boots = pruning.class_bootstrap(classes, 400, seed=1)
+    boots = pruning.class_bootstrap(classes, 400, seed=seed_of(1))
     for i in boots[:20]:
         counts = np.bincount(classes[i], minlength=40)
         assert np.all(counts % 5 == 0) and counts.sum() == 200
     # episodes of a class all right or all wrong: the se is the one of 40 independent classes, not of 200 episodes
-    correct = np.repeat(np.random.default_rng(2).random(40) < 0.7, 5)
+    correct = np.repeat(rng_of(2).random(40) < 0.7, 5)
     acc, se = pruning.bootstrap_accuracy(correct, boots)
     p = correct[::5].mean()
     assert acc == pytest.approx(p)

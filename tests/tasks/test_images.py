@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from conftest import rng_of
 
 from bayes_attn.tasks import (
     DEFAULT_SPLIT,
@@ -182,7 +183,7 @@ def test_split_classes_never_leak_into_other_episodes(omniglot):
 @pytest.fixture(scope="module")
 def toy() -> ImageSet:
     """6 classes × 4 drawings of random 16×16 images, two groups."""
-    rng = np.random.default_rng(0)
+    rng = rng_of(0)
     return ImageSet(
         images=rng.random((24, 16, 16)).astype(np.float32),
         classes=np.repeat(np.arange(6), 4),
@@ -237,7 +238,7 @@ def test_episodes_within_group_and_errors(toy):
 
 # ----- tokens -----------------------------------------------------------------
 def test_tokenizer_shapes_and_determinism():
-    rng = np.random.default_rng(0)
+    rng = rng_of(0)
     images = rng.random((5, 3, 32, 32)).astype(np.float32)
     x1 = Tokenizer()(images)
     assert x1.shape == (5, 48, 64) and x1.dtype == np.float64 and Tokenizer().N0 == 64
@@ -254,7 +255,7 @@ def test_tokenizer_shapes_and_determinism():
 
 
 def test_tokenizer_parts():
-    rng = np.random.default_rng(1)
+    rng = rng_of(1)
     images = rng.random((4, 3, 32, 32))
     tok = Tokenizer(channels=3, label_scale=0.7, seed=2)
     x0 = tok(images)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.optimize
+from conftest import rng_of, seed_of
 
 import bayes_attn.theory.solve as solve_module
 from bayes_attn import Network, markov, precision
@@ -38,7 +39,7 @@ N0, TOKENS, P = 6, 5, 16
 
 
 def random_problem(heads, widths, variances=1.0, seed=0, p=P):
-    rng = np.random.default_rng(seed)
+    rng = rng_of(seed)
     att = [rng.normal(size=(h, N0, N0)) for h in heads]
     net = Network(att, widths, variances)
     x = rng.normal(size=(p, TOKENS, N0))
@@ -89,7 +90,7 @@ def closed_form_readout(net, UL):
 @pytest.mark.parametrize("heads,widths,variances", CONFIGS)
 def test_action_matches_numpy_reference(heads, widths, variances):
     net, x, y = random_problem(heads, widths, variances)
-    rng = np.random.default_rng(1)
+    rng = rng_of(1)
     Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
     for Ua in (None, 0.77):
         got = th.action(net, x, y, Us, temperature=0.1, Ua=Ua)
@@ -100,7 +101,7 @@ def test_action_matches_numpy_reference(heads, widths, variances):
 @pytest.mark.parametrize("heads,widths,variances", CONFIGS)
 def test_gradient_matches_finite_differences(heads, widths, variances):
     net, x, y = random_problem(heads, widths, variances)
-    rng = np.random.default_rng(2)
+    rng = rng_of(2)
     Us = [random_spd(rng, U) for U in th.gp_order_parameters(net)[0]]
     T = 0.1
     for Ua in (None, 0.9):
@@ -130,7 +131,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
     differences of its gradient (which test_gradient_matches_finite_differences ties to S)."""
     heads, widths, variances = CONFIGS[1]
     net, x, y = random_problem(heads, widths, variances)
-    rng = np.random.default_rng(3)
+    rng = rng_of(3)
     theta = pack([random_spd(rng, U) for U in th.gp_order_parameters(net)[0]])
     h = 1e-5
     for form in ("C", "xi"):
@@ -185,7 +186,7 @@ def _numpy_basis(net, x, form):
 @pytest.mark.parametrize("form", ["C", "xi"])
 def test_problem_basis_matches_numpy(heads, readout, form):
     """The kernel basis (one compiled program: attention, ξ, C, folding) equals a NumPy computation to 1e-12."""
-    rng = np.random.default_rng(7)
+    rng = rng_of(7)
     net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2], readout)
     x = rng.normal(size=(P, TOKENS, N0))
     y = np.where(rng.random(P) < 0.5, 1.0, -1.0)
@@ -251,7 +252,7 @@ def test_second_width_compiles_nothing():
 def test_coordinates_round_trip(heads, m):
     """pack/unpack are inverse; log-Cholesky coordinates map back to the same SPD matrices."""
     assert sizes(heads) == m
-    rng = np.random.default_rng(sum(heads))
+    rng = rng_of(sum(heads))
     Us = [(lambda A: A @ A.T + 0.5 * np.eye(k))(rng.normal(size=(k, k))) for k in m]
     theta = pack(Us)
     assert theta.shape == (sum(k * (k + 1) // 2 for k in m),)
@@ -356,7 +357,7 @@ def test_one_layer_one_head_matches_brentq():
 
 @pytest.fixture(scope="module")
 def fig2c():
-    task, net = markov.fig2c(10)
+    task, net = markov.fig2c(10, seed=seed_of(0))
     x, y, xt, yt = task.generate()
     return net, x, y, xt[:200], yt[:200]
 
@@ -370,7 +371,7 @@ def test_fig2c_solution_is_a_minimum(fig2c, N):
     assert sol.converged and sol.is_minimum
     # independent stationarity check: central differences of the action along
     # random symmetric directions vanish compared with those at the GP point
-    rng = np.random.default_rng(N)
+    rng = rng_of(N)
     gpU = th.gp_order_parameters(net)[0]
     h = 1e-4
     for _ in range(2):
@@ -395,7 +396,7 @@ def test_fig2c_solution_is_a_minimum(fig2c, N):
 def test_explicit_init_reaches_same_solution():
     net, x, y = random_problem((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9])
     a = th.solve_theory(net, x, y, temperature=0.1)
-    rng = np.random.default_rng(5)
+    rng = rng_of(5)
     init = [random_spd(rng, U, eps=0.1) for U in a.order_parameters]
     b = th.solve_theory(net, x, y, temperature=0.1, init=init)
     assert a.converged and b.converged
@@ -433,7 +434,7 @@ def test_newton_solver_checks_its_parameters():
 
 
 def test_newton_direction_descends_on_indefinite_hessian():
-    rng = np.random.default_rng(0)
+    rng = rng_of(0)
     Q = np.linalg.qr(rng.normal(size=(5, 5)))[0]
     H = Q @ np.diag([-2.0, -1e-3, 0.5, 3.0, 10.0]) @ Q.T
     for _ in range(5):
@@ -459,7 +460,7 @@ def test_not_converged_warns():
 def solved():
     heads, widths, variances = CONFIGS[1]
     net, x, y = random_problem(heads, widths, variances)
-    xt = np.random.default_rng(9).normal(size=(7, TOKENS, N0))
+    xt = rng_of(9).normal(size=(7, TOKENS, N0))
     return th.solve_theory(net, x, y, temperature=0.1), x, y, xt
 
 
