@@ -16,8 +16,13 @@ Tracing and lowering a program costs as much as loading it compiled: the
 theory's entry points (:func:`exported_jit`) also keep their traced program
 (StableHLO, :mod:`jax.export`) in ``exported/`` under the same folder, keyed by
 the package's source, the JAX version, the arguments' shapes, dtypes and
-static structure, so that a later run skips the trace too
-(``BAYES_ATTN_NO_EXPORTED_PROGRAMS=1`` keeps compiled programs only).
+static structure, so that a later run skips the trace too (about 2 of 9 CPU
+seconds of a warm ``bayes-attn theory``; ``BAYES_ATTN_NO_EXPORTED_PROGRAMS=1``
+keeps compiled programs only). Each file holds its full key and the SHA-256 of
+the program, checked before the program is deserialised; it is read only as
+this user's own plain file in this user's own folder, never through a symbolic
+link. A file failing any check, or a program failing to load or at its first
+call, is traced again and rewritten (one debug line, ``bayes-attn -v``).
 
 Floating point: a program loaded from the cache is the one the compiler
 would build again, so results do not depend on whether the cache was used.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import stat
@@ -59,8 +65,7 @@ def own_folder(path: str | os.PathLike) -> str:
     another user (compiled code is loaded from there, so it must be this user's own)."""
     path = os.fspath(path)
     os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+    if not _is_own(os.lstat(path), stat.S_ISDIR):
         raise ValueError(f"compilation cache {path!r} must be a folder of this user, not a symbolic link; remove "
                          f"it, or set {ENV_DIR} or XDG_CACHE_HOME")
     return path
@@ -107,7 +112,10 @@ def exported_jit(fn: Callable) -> Callable:
     For functions of arrays and pytrees of arrays only (static information in
     the pytrees' structure, which is part of the key), whose program depends on
     nothing else than their arguments' structure and this package's source.
-    Any failure to export, write or read a program falls back to tracing.
+    A program is loaded only from this user's own plain file in this user's own
+    folder (no symbolic link), holding the full key and the SHA-256 of the
+    program's bytes, both checked before it is deserialised; any failure, up to
+    its first call, traces ``fn`` again and rewrites the file (one debug line).
     """
     import jax
 
@@ -118,11 +126,14 @@ def exported_jit(fn: Callable) -> Callable:
         if _exported_dir is None:
             return jitted(*args)
         leaves, treedef = jax.tree.flatten(args)
-        key = _key(fn, treedef, leaves)
-        program = _programs.get(key)
-        if program is None:
-            program = _programs[key] = _load_or_export(jitted, treedef, leaves, _exported_dir / f"{key}.jaxexport")
-        return program(*leaves)
+        key = _key_text(fn, treedef, leaves)
+        name = _name(key)
+        program = _programs.get(name)
+        if program is not None:
+            return program(*leaves)
+        flat = lambda *xs: jitted(*jax.tree.unflatten(treedef, xs))  # noqa: E731
+        _programs[name], out = _first_call(flat, leaves, _exported_dir / f"{name}.jaxexport", key)
+        return out
 
     return call
 
@@ -138,48 +149,133 @@ def _source_digest() -> str:
 
 
 def program_key(fn: Callable, *args) -> str:
-    """The key under which :func:`exported_jit` keeps ``fn``'s program for arguments like ``args``: the
-    package's source, JAX's version, backend and precision, the arguments' structure, shapes and dtypes."""
+    """The name under which :func:`exported_jit` keeps ``fn``'s program for arguments like ``args``: a hash of
+    the package's source, JAX's version, backend and precision, the arguments' structure, shapes and dtypes."""
     import jax
 
     leaves, treedef = jax.tree.flatten(args)
-    return _key(fn, treedef, leaves)
+    return _name(_key_text(fn, treedef, leaves))
 
 
-def _key(fn: Callable, treedef, leaves) -> str:
+def _key_text(fn: Callable, treedef, leaves) -> str:
+    """The full key of ``fn``'s program for ``leaves`` (stored in its file, compared when it is read)."""
     import jax
     import jaxlib
 
     parts = [fn.__module__, fn.__qualname__, str(treedef), jax.__version__, jaxlib.__version__,
              jax.default_backend(), str(bool(jax.config.jax_enable_x64)), _source_digest()]
     parts += [f"{a.shape}{a.dtype}{getattr(a, 'weak_type', False)}" for a in map(jax.typeof, leaves)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+    return "\n".join(parts)
 
 
-def _load_or_export(jitted: Callable, treedef, leaves, path: Path) -> Callable:
-    """The program at ``path`` as a jitted callable of the flat ``leaves``; exported and written there first if
-    absent; ``jitted`` itself (of the unflattened arguments) when either fails."""
+def _name(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _first_call(flat: Callable, leaves: list, path: Path, key: str) -> tuple[Callable, object]:
+    """The program of ``flat`` for ``leaves`` and its first result: loaded from ``path`` when the file is
+    trusted and its program runs; else exported again and written there (``flat`` itself when that fails)."""
+    reason = None
+    try:
+        program = _load(path, key)
+        if program is not None:
+            return program, program(*leaves)
+    except Exception as err:  # untrusted, damaged, foreign or failing at its first call
+        reason = f"{type(err).__name__}: {err}"
+    program, note = _export(flat, leaves, path, key)
+    try:
+        out = program(*leaves)
+    except Exception as err:  # an exported program that does not run: the traced one
+        program, out, note = flat, flat(*leaves), f"{note}; not run: {type(err).__name__}: {err}"
+    if reason is not None or note != "written":
+        _log.debug("exported program %s: %s; traced again, %s", path.name, reason or "absent", note)
+    return program, out
+
+
+def _export(flat: Callable, leaves: list, path: Path, key: str) -> tuple[Callable, str]:
+    """``flat`` exported for ``leaves`` and written to ``path``, with a note: ``"written"`` or what failed."""
     import jax
 
-    flat = lambda *xs: jitted(*jax.tree.unflatten(treedef, xs))  # noqa: E731
+    if importlib.util.find_spec("flatbuffers") is None:  # jax.export's serialisation needs it
+        return flat, "not exported: flatbuffers is not installed"
     try:
-        program = jax.export.deserialize(bytearray(path.read_bytes()))
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in map(jax.typeof, leaves)]
+        exported = jax.export.export(jax.jit(flat))(*avals)
+        data = exported.serialize()
+    except Exception as err:  # e.g. a program jax.export cannot serialise
+        return flat, f"not exported: {type(err).__name__}: {err}"
+    program = jax.jit(exported.call)
+    try:
+        _write_atomic(path, _pack(key, data))
+    except Exception as err:  # e.g. a folder that cannot be written, or not this user's
+        return program, f"not written: {type(err).__name__}: {err}"
+    return program, "written"
+
+
+_MAGIC = b"bayes_attn exported program 1"
+
+
+def _pack(key: str, program: bytes) -> bytes:
+    """A program file: a magic line, a JSON line with the full key and the program's SHA-256, the program."""
+    header = json.dumps({"key": key, "sha256": hashlib.sha256(program).hexdigest()}).encode()
+    return _MAGIC + b"\n" + header + b"\n" + program
+
+
+def _unpack(data: bytes, key: str) -> bytes:
+    """The program in the file ``data``; ``ValueError`` unless it is one, made for ``key``, with its digest."""
+    parts = data.split(b"\n", 2)
+    if len(parts) < 3 or parts[0] != _MAGIC:
+        raise ValueError("not a program file of this package")
+    try:
+        header = json.loads(parts[1])
+    except ValueError as err:
+        raise ValueError(f"unreadable header: {err}") from None
+    if not isinstance(header, dict) or header.get("key") != key:
+        raise ValueError("made for another key")
+    if header.get("sha256") != hashlib.sha256(parts[2]).hexdigest():
+        raise ValueError("the program's SHA-256 does not match its bytes")
+    return parts[2]
+
+
+def _load(path: Path, key: str) -> Callable | None:
+    """The program kept at ``path`` for ``key``, jitted; ``None`` when there is none; ``ValueError`` when the
+    file or its folder is not to be trusted (see :func:`exported_jit`)."""
+    import jax
+
+    data = _read_own(path)
+    if data is None:
+        return None
+    return jax.jit(jax.export.deserialize(bytearray(_unpack(data, key))).call)
+
+
+def _read_own(path: Path) -> bytes | None:
+    """The bytes of ``path``, ``None`` when it or its folder is absent; ``ValueError`` when either is a symbolic
+    link, not a plain file or folder, or another user's."""
+    try:
+        _check_own(path.parent, os.lstat(path.parent), stat.S_ISDIR)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
-        program = None
-    except Exception as err:  # a damaged or foreign file: export again
-        _log.debug("cannot read the exported program %s: %s", path, err)
-        program = None
-    if program is None:
-        if importlib.util.find_spec("flatbuffers") is None:  # jax.export's serialisation needs it
-            return flat
-        try:
-            avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in map(jax.typeof, leaves)]
-            program = jax.export.export(jax.jit(flat))(*avals)
-            _write_atomic(path, program.serialize())
-        except Exception as err:  # e.g. a program jax.export cannot serialise, or a folder that cannot be written
-            _log.debug("exported programs off for %s: %s", path.name, err)
-            return flat
-    return jax.jit(program.call)
+        return None
+    except OSError as err:
+        if os.path.islink(path):
+            raise ValueError(f"{os.fspath(path)!r} is a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        _check_own(path, os.fstat(f.fileno()), stat.S_ISREG)
+        return f.read()
+
+
+def _is_own(st: os.stat_result, kind: Callable[[int], bool]) -> bool:
+    """Whether ``st`` (not followed) is of ``kind`` (``stat.S_ISREG`` or ``stat.S_ISDIR``: not a symbolic link)
+    and this user's."""
+    return kind(st.st_mode) and (not hasattr(os, "getuid") or st.st_uid == os.getuid())
+
+
+def _check_own(path: str | os.PathLike, st: os.stat_result, kind: Callable[[int], bool]) -> None:
+    """``ValueError`` unless ``st``, of ``path``, passes :func:`_is_own`."""
+    if not _is_own(st, kind):
+        what = "folder" if kind is stat.S_ISDIR else "plain file"
+        raise ValueError(f"{os.fspath(path)!r} is not a {what} of this user (a symbolic link, or another user's)")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

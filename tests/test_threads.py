@@ -1,9 +1,13 @@
 """Thread settings as a context (bayes_attn.threads) and the command's compilation cache (bayes_attn.compile_cache)."""
 
 import json
+import logging
 import os
+import stat
+import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,3 +161,163 @@ def test_exported_programs_are_loaded_not_traced_and_equal_the_traced(monkeypatc
     keys = {compile_cache.program_key(objective.log_cholesky_value_grad_hess, psi,
                                       objective.make_problem(random_network(h), x, y, 0.1)) for h in ((2, 2), (4, 1), (2, 2))}
     assert len(keys) == 2  # the head structure is part of the key
+
+
+# issue 33: the exported programs never change a number ------------------------------------------------------------
+def _theory_values(fn=None) -> list[np.ndarray]:
+    """``fn`` (default: the theory's log-Cholesky value, gradient and Hessian) of a small fixed problem."""
+    from bayes_attn.theory import objective
+
+    net = random_network((2, 2))
+    x, y = random_data(7)
+    problem = objective.make_problem(net, x, y, 0.1)
+    psi = np.linspace(-0.3, 0.4, sum(m * (m + 1) // 2 for m in objective.sizes(net.heads)))
+    out = (fn or objective.log_cholesky_value_grad_hess)(psi, problem)
+    return [np.asarray(v) for v in (out if isinstance(out, tuple) else (out,))]
+
+
+@pytest.fixture
+def exported(monkeypatch, tmp_path):
+    """``(folder, traced)``: exported programs kept in ``folder`` (made here, empty); ``traced(fn)`` the values
+    of :func:`_theory_values` traced, without exported programs."""
+    monkeypatch.setattr(compile_cache, "_programs", {})
+    monkeypatch.setattr(compile_cache, "_exported_dir", None)
+    cache = {}
+
+    def traced(fn=None):
+        if fn not in cache:
+            monkeypatch.setattr(compile_cache, "_exported_dir", None)
+            cache[fn] = _theory_values(fn)
+            monkeypatch.setattr(compile_cache, "_exported_dir", folder)
+        return cache[fn]
+
+    folder = tmp_path / "exported"
+    monkeypatch.setattr(compile_cache, "_exported_dir", folder)
+    return folder, traced
+
+
+def _later_process(monkeypatch, caplog) -> None:
+    """As in a later process: no program in memory; debug messages of the cache recorded from here on."""
+    monkeypatch.setattr(compile_cache, "_programs", {})
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger=compile_cache.__name__)
+
+
+def _debug_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == compile_cache.__name__]
+
+
+def _assert_equal(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b) and all(np.array_equal(u, v, equal_nan=True) for u, v in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("damage", ["one bit", "40 bytes"])
+def test_damaged_exported_program_is_traced_again_and_rewritten(exported, monkeypatch, caplog, damage):
+    """Issue 33, rows 1 and 6: one flipped bit (wrong numbers, converged, exit 0) or 40 XORed bytes (a
+    traceback on every later run) in a program file: the numbers are the traced ones, the file is rewritten,
+    one debug line says so, and the next process loads the rewritten file silently."""
+    folder, traced = exported
+    _theory_values()
+    (program,) = folder.glob("*.jaxexport")
+    data = bytearray(program.read_bytes())
+    if damage == "one bit":  # the constant 2.0 (float64, little-endian) becomes 4.0: it loads and runs
+        at = data.find(struct.pack("<d", 2.0))
+        assert at > 0, "the program holds no constant 2.0 to flip"
+        data[at + 6] ^= 0x10
+    else:
+        at = len(data) * 3 // 4
+        data[at:at + 40] = bytes(b ^ 0xFF for b in data[at:at + 40])
+    program.write_bytes(bytes(data))
+    _later_process(monkeypatch, caplog)
+    _assert_equal(_theory_values(), traced())
+    assert len(_debug_lines(caplog)) == 1 and program.read_bytes() != bytes(data)
+    _later_process(monkeypatch, caplog)
+    _assert_equal(_theory_values(), traced())
+    assert _debug_lines(caplog) == []
+
+
+def test_program_of_another_function_under_the_name_is_traced_again(exported, monkeypatch, caplog):
+    """Issue 33, row 1b: one program file copied over another of the same signature (``value`` and
+    ``log_cholesky_value``: a vector and a problem to a number) is not run: the numbers are the traced ones."""
+    from bayes_attn.theory import objective
+
+    folder, traced = exported
+    _theory_values(objective.value)
+    (theirs,) = folder.glob("*.jaxexport")
+    _theory_values(objective.log_cholesky_value)
+    (mine,) = set(folder.glob("*.jaxexport")) - {theirs}
+    mine.write_bytes(theirs.read_bytes())
+    _later_process(monkeypatch, caplog)
+    _assert_equal(_theory_values(objective.log_cholesky_value), traced(objective.log_cholesky_value))
+    assert len(_debug_lines(caplog)) == 1 and mine.read_bytes() != theirs.read_bytes()
+    _later_process(monkeypatch, caplog)
+    _assert_equal(_theory_values(objective.value), traced(objective.value))  # the other one still loads
+    assert _debug_lines(caplog) == []
+
+
+def _foreign(kind: str, folder: Path, monkeypatch) -> Path:
+    """Make the program in ``folder`` untrusted as ``kind`` says; returns the folder the cache now reads."""
+    (program,) = folder.glob("*.jaxexport")
+    if kind == "symlinked folder":  # the cache folder a link to another user's folder holding the program
+        link = folder.with_name("link")
+        link.symlink_to(folder, target_is_directory=True)
+        monkeypatch.setattr(compile_cache, "_exported_dir", link)
+        return link
+    if kind == "folder of another user":
+        monkeypatch.setattr(os, "getuid", lambda: os.stat(folder).st_uid + 1)
+    elif kind == "file of another user":
+        os.chown(program, os.stat(program).st_uid + 1, -1)
+    elif kind == "symlinked file":
+        elsewhere = folder.with_name("elsewhere.jaxexport")
+        program.rename(elsewhere)
+        program.symlink_to(elsewhere)
+    return folder
+
+
+@pytest.mark.parametrize("kind", [
+    "symlinked folder", "folder of another user", "symlinked file",
+    pytest.param("file of another user", marks=pytest.mark.skipif(
+        not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file to another user needs root")),
+])
+def test_program_not_owned_by_the_user_is_never_loaded(exported, monkeypatch, caplog, kind):
+    """Issue 33, row 1c: reading applies the rules of writing: a program in a folder or file of another user, or
+    reached through a symbolic link, is not deserialised; the numbers are traced; one debug line; a file in the
+    user's own folder is rewritten as the user's own plain file."""
+    import jax
+
+    folder, traced = exported
+    traced()
+    _theory_values()
+    read = _foreign(kind, folder, monkeypatch)
+    deserialise, loads = jax.export.deserialize, []
+    monkeypatch.setattr(jax.export, "deserialize", lambda data: loads.append(1) or deserialise(data))
+    _later_process(monkeypatch, caplog)
+    _assert_equal(_theory_values(), traced())
+    assert loads == [] and len(_debug_lines(caplog)) == 1
+    if kind in ("file of another user", "symlinked file"):
+        (program,) = read.glob("*.jaxexport")
+        st = os.lstat(program)
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+
+
+def test_program_failing_at_its_first_call_is_traced_again(exported, monkeypatch, caplog):
+    """Issue 33, row 6: a program that deserialises but fails when first called (``Failed to deserialize
+    StableHLO``) falls back to tracing, rewrites the file, with one debug line."""
+    import jax
+
+    folder, traced = exported
+    traced()
+    _theory_values()
+    deserialise = jax.export.deserialize
+
+    class Broken:
+        def __init__(self, data):
+            self.exported = deserialise(data)
+
+        def call(self, *args):
+            raise RuntimeError("Failed to deserialize StableHLO")
+
+    monkeypatch.setattr(jax.export, "deserialize", Broken)
+    _later_process(monkeypatch, caplog)
+    _assert_equal(_theory_values(), traced())
+    assert len(_debug_lines(caplog)) == 1

@@ -3,10 +3,13 @@
 A sweep is a list of :class:`~bayes_attn.sweep.executors.Job` records, one per
 ``(kind, width, temperature)`` with ``kind`` ``"theory"`` or ``"sample"``.
 Each job writes one netCDF file into ``OUT/widths/`` (atomically), tagged with
-a hash of everything it depends on; a rerun loads finished files instead of
-recomputing them (an interrupted sweep resumes), recomputes files made with
-other settings, and recomputes a corrupt file with a warning. The jobs run in
-this process or on Dask (``executor``): a sampling job's seed is
+a hash of everything its result depends on (task, network at the job's width,
+a digest of the data, temperature, sampler and comparison settings, package
+versions); a rerun loads finished files instead of recomputing them (an
+interrupted sweep resumes), recomputes a file whose tag differs (made with
+other settings, or under another job's name), and recomputes a corrupt file
+with a warning. The jobs run in this process or on Dask (``executor``): a
+sampling job's seed is
 :func:`~bayes_attn.sweep.executors.job_seed` of the sampler seed, width and
 temperature, so results do not depend on which worker ran a job or when.
 
@@ -42,11 +45,13 @@ from ..theory import gp_limit, solve_theory
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 3
-"""Bumped when the per-job files change layout: older files are recomputed."""
+CACHE_VERSION = 4
+"""Bumped when the per-job files change layout or key: older files are recomputed."""
 
 THEORY_VARS = ("U", "accuracy", "accuracy_validation", "action", "max_gradient", "hessian_min_eigenvalue", "Ua",
                "converged")
+
+Data = tuple[np.ndarray, ...]
 
 
 # ----------------------------------------------------------------------------
@@ -58,17 +63,25 @@ def _key(*parts) -> str:
     return _io.digest(text)
 
 
-def _theory_key(spec: Spec, temperature: float) -> str:
-    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), temperature)
+def _job_parts(spec: Spec, N: int, temperature: float, data: Data) -> list:
+    """What every job's result depends on: the task, the network at the job's width ``N``, a digest of the
+    data ``(x, y, x_test, y_test[, x_val, y_val])``, the temperature and the versions of the packages."""
+    pairs = [data_fingerprint(data[i], data[i + 1]) for i in range(0, len(data), 2)]
+    return [dataclasses.asdict(spec.task), dataclasses.asdict(dataclasses.replace(spec.network, width=N)), pairs,
+            temperature, _io.versions()]
 
 
-def _sample_key(spec: Spec, temperature: float, settings: SamplerSettings) -> str:
-    return _key(dataclasses.asdict(spec.task), dataclasses.asdict(spec.network), temperature, settings.to_dict(),
-                spec.compare.rtol, spec.compare.n_sigma, spec.compare.correction)
+def _theory_key(spec: Spec, N: int, temperature: float, data: Data) -> str:
+    return _key("theory", *_job_parts(spec, N, temperature, data))
+
+
+def _sample_key(spec: Spec, N: int, temperature: float, data: Data, settings: SamplerSettings) -> str:
+    return _key("sample", *_job_parts(spec, N, temperature, data), settings.to_dict(), spec.compare.rtol,
+                spec.compare.n_sigma, spec.compare.correction)
 
 
 def _finished(path: Path, key: str) -> xr.Dataset | None:
-    """A job's result made with the same settings, or ``None`` (missing, made otherwise, or corrupt)."""
+    """A job's result with the tag ``key``, or ``None`` (missing, tagged otherwise, or corrupt)."""
     if not path.exists():
         return None
     try:
@@ -77,7 +90,7 @@ def _finished(path: Path, key: str) -> xr.Dataset | None:
         warnings.warn(f"{err}; recomputing it", RuntimeWarning, stacklevel=2)
         return None
     if ds.attrs.get("settings_key") != key:
-        log.info(f"{path} was made with other settings: recomputing it")
+        log.info(f"{path} was made for another job or with other settings: recomputing it")
         return None
     return ds
 
@@ -89,12 +102,11 @@ def _tag(N: int, temperature: float) -> str:
 def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     """Theory at width ``N`` and ``temperature``: ``folder/theory-N..-T...nc`` (test and validation accuracy)."""
     path = folder / f"theory-{_tag(N, temperature)}.nc"
-    key = _theory_key(spec, temperature)
+    t0 = time.perf_counter()
+    (x, y, xt, yt), (xv, yv) = spec.data(), spec.validation()
+    key = _theory_key(spec, N, temperature, (x, y, xt, yt, xv, yv))
     if _finished(path, key) is not None:
         return path
-    t0 = time.perf_counter()
-    x, y, xt, yt = spec.data()
-    xv, yv = spec.validation()
     t = solve_theory(spec.net(N), x, y, temperature=temperature)
     ds = t.to_dataset()
     ds["accuracy"] = accuracy(t.predict(xt)[0], yt)
@@ -107,11 +119,11 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
 def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: SamplerSettings, progress_bar: bool) -> Path:
     """Sampling at width ``N``, ``temperature``, compared with the theory: ``folder/sampled-N..-T...nc``."""
     path = folder / f"sampled-{_tag(N, temperature)}.nc"
-    key = _sample_key(spec, temperature, settings)
-    if _finished(path, key) is not None:
-        return path
     t0 = time.perf_counter()
     x, y, xt, yt = spec.data()
+    key = _sample_key(spec, N, temperature, (x, y, xt, yt), settings)
+    if _finished(path, key) is not None:
+        return path
     net = spec.net(N)
     theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")  # both theories, side by side
     gp = gp_limit(net, x, y, temperature=temperature)

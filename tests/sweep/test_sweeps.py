@@ -94,3 +94,34 @@ def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
     assert "#SBATCH -p normal" in script and "export JAX_PLATFORMS=cpu" in script
     with pytest.raises(ValueError, match="cluster"):
         spec_from_dict(SMALL | {"cluster": 5})
+
+
+# issue 33, row 4: a cached job's file is trusted for what it holds, not for its name ---------------------------
+def _swap(a, b) -> None:
+    data = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(data)
+
+
+def test_swapped_theory_width_files_are_recomputed(tmp_path):
+    """``widths/theory-N3-...nc`` and ``...-N30-...nc`` swapped: each is recomputed at its own width."""
+    spec = spec_from_dict(SMALL)
+    paths = [table.theory_job(spec, N, 0.1, tmp_path) for N in (3, 30)]
+    first = [xr.load_dataset(p)[["U", "accuracy", "Ua"]] for p in paths]
+    _swap(*paths)
+    for path, N, ds in zip(paths, (3, 30), first, strict=True):
+        assert table.theory_job(spec, N, 0.1, tmp_path) == path
+        xr.testing.assert_equal(xr.load_dataset(path)[["U", "accuracy", "Ua"]], ds)
+
+
+@pytest.mark.slow
+def test_swapped_sampling_width_files_are_recomputed(tmp_path):
+    """The same for the sampling jobs' files (the Wishart sampler: one program for both widths)."""
+    spec = spec_from_dict(SMALL)
+    settings = spec.sampler.replace(name="wishart", num_warmup=20, num_samples=10, chain_method="sequential")
+    paths = [table.sample_job(spec, N, 0.1, tmp_path, settings, False) for N in (3, 30)]
+    first = [xr.load_dataset(p)["U_sampled"] for p in paths]
+    _swap(*paths)
+    for path, N, U in zip(paths, (3, 30), first, strict=True):
+        assert table.sample_job(spec, N, 0.1, tmp_path, settings, False) == path
+        xr.testing.assert_equal(xr.load_dataset(path)["U_sampled"], U)
