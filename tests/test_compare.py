@@ -116,27 +116,43 @@ def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path, record_property
     assert set(ds["predictor"].values) == {"theory", "sampled", "gp"}
 
 
+def _common_mode_posterior(problem, seed, rho, draws, offsets):
+    """Synthetic draws whose predictor error is one mode shared by all test inputs (as when ``U`` moves): an AR(1)
+    of autocorrelation ``rho`` over 2 chains × ``draws``, chain offsets of sd ``offsets``, small iid noise."""
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    rng = rng_of(100 + seed)
+    common = np.zeros((2, draws))
+    for t in range(1, draws):
+        common[:, t] = rho * common[:, t - 1] + rng.normal(size=2) * np.sqrt(1 - rho**2)
+    common += offsets * rng.normal(size=(2, 1))
+    f_test = m + 0.5 * np.abs(m).mean() * common[..., None] + 0.01 * rng.normal(size=(2, draws, len(m)))
+    post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v), chains=2, draws=draws, seed=seed)
+    post.tree["posterior"]["f_test"].values[...] = f_test
+    return ba.compare(theory, post, xt, yt, gp=theory)
+
+
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_verdict_is_not_fooled_by_correlated_mc_noise(problem, record_property):
-    """Draws whose MC error is shared by all test inputs (a rank-1 mode, as when U moves):
-    with no real gap the verdict must not fail more than rarely."""
-    net, x, y, xt, yt, theory = problem
-    m, v = theory.predict(xt)
-    fails = 0
-    for seed in range(20):
-        rng = rng_of(100 + seed)
-        # strongly autocorrelated common mode over 2 chains × 200 draws (AR(1), rho = 0.95) plus small iid noise
-        common = np.zeros((2, 200))
-        for t in range(1, 200):
-            common[:, t] = 0.95 * common[:, t - 1] + rng.normal(size=2) * np.sqrt(1 - 0.95**2)
-        common += rng.normal(size=(2, 1))  # chain offsets
-        f_test = m + 0.5 * np.abs(m).mean() * common[..., None] + 0.01 * rng.normal(size=(2, 200, len(m)))
-        post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v), chains=2, draws=200, seed=seed)
-        post.tree["posterior"]["f_test"].values[...] = f_test
-        fails += not ba.compare(theory, post, xt, yt, gp=theory).check("predictor mean (relative L2)").passed
-    record_property("fails", fails)
-    assert fails <= 2, fails
+    """MC error shared by all test inputs, no real gap.
+
+    - Strong autocorrelation (ρ = 0.95, 2 × 200 draws, chains offset: ESS ~5): the predictor-mean check alone
+      fails often (its MCSE is unreliable at that ESS: 17 of 150 replications), so the verdict must be
+      "inconclusive", never "disagree", in each of 10 replications (30 of 30 measured; the diagnostics cannot
+      pass with R-hat ~1.4 and ESS ~5: false failures < 1e-6).
+    - Moderate autocorrelation (ρ = 0.9, 2 × 1000 draws, ESS ~100): the check passes in each of 10 replications
+      (100 of 100 measured, its statistic ``(value − floor) / max(mcse, noise_sd)`` at most 1.56 against the
+      bound 3, median −0.3: false failures < 1e-3).
+    """
+    verdicts, worst = [], -np.inf
+    for seed in range(10):
+        verdicts.append(_common_mode_posterior(problem, seed, 0.95, 200, 1.0).verdict)
+        c = _common_mode_posterior(problem, 50 + seed, 0.9, 1000, 0.0).check("predictor mean (relative L2)")
+        worst = max(worst, (c.value - c.noise_floor) / max(c.mcse, c.noise_sd))
+        assert c.passed, (seed, c)
+    record_property("worst_statistic", float(worst))
+    assert verdicts == ["inconclusive"] * 10, verdicts
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import key_of, random_data, random_network, rng_of, z_bound
+from conftest import key_of, random_data, random_network, rng_of, seed_of, z_bound
 
 import bayes_attn as ba
 from bayes_attn import posterior as bp
@@ -22,8 +22,8 @@ Z = z_bound(7, 1e-3, df=MIN_ESS)  # 7 test inputs, MCSEs estimated -> false fail
 @pytest.mark.stochastic
 def test_tiny_network_converges_on_invariant_observables(tiny_full, record_property):
     """2 chains × (300 + 300) of ``full`` converge on the invariant observables: R-hat < 1.05, ESS > ``MIN_ESS``,
-    divergences (multiplicative weights: rare, near w = 0) at most 1 % of the draws. Measured at offsets
-    0-4: TINY_FULL_SEEN."""
+    divergences (multiplicative weights: rare, near w = 0) at most 1 % of the draws. A precondition of the tests
+    that share these draws; its margins are recorded for tests/robustness.py."""
     net, x, y, xt, post = tiny_full
     s = post.summary()
     for key in ("max_rhat", "min_ess", "divergences"):
@@ -103,8 +103,8 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
 def test_settings_are_typed_and_survive_saving(tiny_full, tmp_path):
     """``Posterior.settings`` is the SamplerSettings the draws were made with (the chain method as it ran)."""
     net, x, y, xt, post = tiny_full
-    expected = ba.samplers.SamplerSettings(name="full", num_warmup=300, num_samples=300, num_chains=2, seed=3,
-                                           target_accept=0.9, chain_method=bp.resolve_chain_method("auto", 2))
+    expected = ba.samplers.SamplerSettings(name="full", num_warmup=300, num_samples=300, num_chains=2,
+                                           seed=seed_of(3), target_accept=0.9, chain_method=bp.resolve_chain_method("auto", 2))
     assert post.settings == expected
     assert ba.load_posterior(post.save(tmp_path / "post.nc")).settings == expected
 

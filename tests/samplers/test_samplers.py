@@ -207,7 +207,7 @@ def test_simulation_based_calibration(sampler, record_property):
 def test_simulation_based_calibration_has_power(record_property):
     """Negative control: the sampler's likelihood at T/16 while the data come from T must be rejected (wishart:
     cheapest) at the calibration test's level ``SBC_LEVEL``. A miss is 1 − power: at T/4 the pooled p-value was
-    3.5e-3 at offset 0 and 2.9e-6 at offset 1 (no power to spare); at T/16 2.7e-8 and 1.1e-15 (SBC_POWER_SEEN)."""
+    3.5e-3 at offset 0 and 2.9e-6 at offset 1 (no power to spare); at T/16 2.7e-8 and 1.1e-15."""
     net, x, xt = _sbc_problem()
     res = calibration.sbc_ranks(net, x, xt, sampler="wishart", likelihood_temperature=SBC_SETTINGS["temperature"] / 16,
                                 **SBC_SETTINGS)
