@@ -16,9 +16,9 @@ Tracing and lowering a program costs as much as loading it compiled: the
 theory's entry points (:func:`exported_jit`) also keep their traced program
 (StableHLO, :mod:`jax.export`) in ``exported/`` under the same folder, keyed by
 the package's source, the JAX version, the arguments' shapes, dtypes and
-static structure, so that a later run skips the trace too (about 2 of 9 CPU
-seconds of a warm ``bayes-attn theory``; ``BAYES_ATTN_NO_EXPORTED_PROGRAMS=1``
-keeps compiled programs only). Each file holds its full key and the SHA-256 of
+static structure, so that a later run skips the trace too
+(``BAYES_ATTN_NO_EXPORTED_PROGRAMS=1`` keeps compiled programs only; what this
+saves is measured in the README). Each file holds its full key and the SHA-256 of
 the program, checked before the program is deserialised; it is read only as
 this user's own plain file in this user's own folder, never through a symbolic
 link. A file failing any check, or a program failing to load or at its first
