@@ -1,7 +1,7 @@
 """The samplers sample the same, correct posterior.
 
 - collapsed vs full NUTS: posterior means of ``U`` and ``f_test`` agree within
-  Monte-Carlo error (``|diff| <= 4 sqrt(mcse_a² + mcse_b²)``, ArviZ MCSE);
+  Monte-Carlo error (``|diff| <= Z sqrt(mcse_a² + mcse_b²)``, ArviZ MCSE);
 - token vs path form, and the collapsed model: potential energies agree with
   each other and with an independent NumPy/SciPy evaluation of the
   (marginal) posterior, to 1e-10;
