@@ -108,7 +108,7 @@ def linear_task(P, seed):
 @pytest.fixture(scope="module")
 def trained():
     config = ModelConfig(N0=10, width=16, d_qk=4, heads=(2, 2), qk_scale=0.1)
-    tc = TrainConfig(lr=1e-2, weight_decay=0.0, batch=64, epochs=8, seed=seed_of(0))
+    tc = TrainConfig(lr=1e-2, weight_decay=0.0, batch=64, epochs=16, seed=seed_of(0))
     x, y = linear_task(600, 0)
     xv, yv = linear_task(300, 1)
     params, hist = training.train(config, x, y, tc, x_val=xv, y_val=yv, progress_bar=False)
@@ -118,8 +118,9 @@ def trained():
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_training_lowers_the_loss_and_beats_chance(trained, record_property):
-    """8 epochs on a linearly separable task: the loss falls below 0.6 of its start, validation accuracy above 0.8
-    and 5 binomial errors above chance (the recorded accuracy and loss ratio show the margins at each offset)."""
+    """16 epochs on a linearly separable task: the loss falls below 0.6 of its first epoch's, validation accuracy
+    above 0.8 and 5 binomial errors above chance. Measured at offsets 0-6: loss ratio 0.35-0.50, accuracy
+    0.88-0.91 (after 8 epochs the ratio was 0.65 at offset 3)."""
     config, tc, params, hist, (xv, yv) = trained
     assert len(hist.loss) == tc.epochs and len(hist.val_accuracy) == tc.epochs
     assert hist.loss[-1] < 0.6 * hist.loss[0]
