@@ -23,6 +23,7 @@ import numpyro  # noqa: E402
 import pytest  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
+from bayes_attn.compare import MIN_ESS as COMPARE_MIN_ESS  # noqa: E402
 
 numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
@@ -61,6 +62,9 @@ def rng_of(s: int) -> np.random.Generator:
 def key_of(s: int) -> jax.Array:
     """``jax.random.key(seed_of(s))``."""
     return jax.random.key(seed_of(s))
+
+
+MIN_ESS = COMPARE_MIN_ESS  # the ESS a comparison needs (bayes_attn.compare): the tests' precondition on chains
 
 
 def z_bound(comparisons: int, rate: float = 1e-3, df: float | None = None) -> float:

@@ -7,14 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import key_of, random_data, random_network, rng_of, seed_of, z_bound
+from conftest import MIN_ESS, key_of, random_data, random_network, rng_of, seed_of, z_bound
 
 import bayes_attn as ba
 from bayes_attn import posterior as bp
 from bayes_attn.samplers import nuts
 
 
-MIN_ESS = 100  # the chains' precondition on every invariant observable
 Z = z_bound(7, 1e-3, df=MIN_ESS)  # 7 test inputs, MCSEs estimated -> false failures <= 1e-3 per comparison
 
 

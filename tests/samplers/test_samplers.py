@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import key_of, random_data, random_network, seed_of, z_bound
+from conftest import MIN_ESS, key_of, random_data, random_network, seed_of, z_bound
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
@@ -30,7 +30,6 @@ from bayes_attn import calibration, samplers
 from bayes_attn.samplers import nuts
 
 TEMPERATURE = 0.1
-MIN_ESS = 100  # the chains' precondition: bulk ESS of every observable above this
 # agreement of 17 posterior means (U's upper triangle, f_test) within Z estimated standard errors: Bonferroni with
 # Student-t tails at df = MIN_ESS (the MCSE is itself estimated) -> false failures <= 1e-3 per comparison of two runs
 Z = z_bound(17, 1e-3, df=MIN_ESS)

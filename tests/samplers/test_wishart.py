@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import scipy.special
 import scipy.stats
-from conftest import key_of, random_network, rng_of, seed_of, z_bound
+from conftest import MIN_ESS, key_of, random_network, rng_of, seed_of, z_bound
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_density, potential_energy
 
@@ -44,7 +44,6 @@ from bayes_attn.samplers.wishart import (
 
 Z = 5.0  # |z| bound on z-scores of 20 000 iid draws: 2Φ(−5) = 5.7e-7 each, <= 140 per test -> false failures < 1e-4
 NDRAW = 20000
-MIN_ESS = 100  # the posterior test's precondition on every observable's bulk and tail ESS
 # posterior means vs the collapsed sampler: up to 70 comparisons with estimated MCSEs -> false failures <= 1e-3
 Z_POSTERIOR = z_bound(70, 1e-3, df=MIN_ESS)
 
