@@ -1,4 +1,4 @@
-"""Output folders: one writer at a time, checked before computing, replaced together.
+"""Output folders: one writer at a time, checked before computing, replaced together, no user file replaced.
 
 :func:`output_folder` holds a folder for one run:
 
@@ -7,23 +7,33 @@
    computation), and that it is empty or was written by this package
    (:data:`MARKER` or a ``manifest.json`` of :data:`FORMAT`): a folder with
    other files is refused unless ``force=True`` (``--force``);
-2. it takes a lock (``.lock``, an advisory ``flock``, never followed through
-   a symbolic link): a second run into the same folder fails at once with
-   :class:`FolderBusyError`, naming the holder;
-3. it removes temporaries that a killed run left behind: only files named by
+2. it settles every name clash before computing: a file the run will write
+   (its declared ``files``, ``manifest.json``, the lock and the marker) that
+   exists but was not written by this package is never replaced, with or
+   without ``force``: the run stops and names it; a folder in the way of a
+   file is refused likewise; and a run that would remove another command's
+   results (``theory`` into a ``run`` folder) names them and needs ``force``;
+3. it takes a lock (``.lock``, an advisory ``flock``, never followed through
+   a symbolic link nor written through a hard link): a second run into the
+   same folder fails at once with :class:`FolderBusyError`, naming the holder;
+4. it removes temporaries that a killed run left behind: only files named by
    this package (``.bayes_attn-*.<kind>.tmp``, see :func:`bayes_attn._io.atomic`)
    directly in the folder or in its cache folders (:data:`CACHE_FOLDERS`), and
    ``.bayes_attn-staging-*`` folders holding only plain files; never
    recursively, never through symbolic links;
-4. the run writes its files into a staging folder; when it finishes, they
-   replace the previous run's files together (files listed in the previous
-   run's own manifest that the new one does not write are removed, nothing
-   else), and ``manifest.json`` lists the run's files with :data:`FORMAT`, the
-   run's id and the package versions. An interrupted run leaves the previous
-   run's files as they were.
+5. the run writes its files into a staging folder; when the set is complete,
+   the clashes are checked once more, ``manifest.json`` is rewritten to list
+   the old and the new files together (``"state": "replacing"``), the new files
+   move in, the previous run's files the new run does not write are removed
+   (names listed in the previous run's own manifest, nothing else), and the
+   final ``manifest.json`` lists the run's files with :data:`FORMAT`, the
+   command, the run's id and the package versions. An interrupted run leaves
+   the previous run's files as they were; one interrupted while moving leaves
+   a manifest that still names every file this package wrote.
 
 Resumable caches (a sweep's ``widths/``) are written straight into the held
-folder, one atomic file at a time, and are not part of the replacement.
+folder, one atomic file at a time, and are not part of the replacement; a
+cache folder carries its own :data:`MARKER` (see :func:`cache_folder`).
 
 The package's netCDF files (checksummed, with the package versions) are
 written by :func:`save` and read by :func:`load_dataset`, which raises
@@ -33,6 +43,7 @@ written by :func:`save` and read by :func:`load_dataset`, which raises
 from __future__ import annotations
 
 import contextlib
+import re
 import datetime
 import errno
 import fcntl
@@ -44,7 +55,7 @@ import stat
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +80,14 @@ class FolderBusyError(RuntimeError):
 
 class ForeignFolderError(ValueError):
     """The output folder holds files this package did not write (pass ``force=True`` to write there anyway)."""
+
+
+class ClashError(ValueError):
+    """A file the run would write exists and was not written by this package, or a folder is in its way."""
+
+
+class ReplacesResultsError(ValueError):
+    """The run would remove another command's results in the folder (pass ``force=True`` to replace them)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,13 @@ def _plain_file(path: Path) -> bool:
     """A regular file, not a symbolic link."""
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return os.lstat(path).st_size == 0
     except OSError:
         return False
 
@@ -161,15 +187,18 @@ def _own_manifest(folder: Path) -> dict | None:
     return m if ok else None
 
 
-def _is_ours(folder: Path) -> bool:
-    if _own_manifest(folder) is not None:
-        return True
-    if not _plain_file(folder / MARKER):
+def _marker_ok(path: Path) -> bool:
+    """``path`` is a :data:`MARKER` this package wrote."""
+    if not _plain_file(path):
         return False
     try:
-        return json.loads((folder / MARKER).read_text()).get("format") == FORMAT
+        return json.loads(path.read_text()).get("format") == FORMAT
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _is_ours(folder: Path) -> bool:
+    return _own_manifest(folder) is not None or _marker_ok(folder / MARKER)
 
 
 def _foreign_entries(folder: Path) -> list[str]:
@@ -184,11 +213,10 @@ def check_ours(folder: Path, what: str = "out", force: bool = False) -> None:
         return
     foreign = _foreign_entries(folder)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-        raise ForeignFolderError(
-            f"{what}: {str(folder)!r} holds files this package did not write ({shown}); choose a new or empty "
-            "folder, or pass --force (force=True) to write there anyway (then only this package's own files "
-            "are ever replaced or removed)")
+            raise ForeignFolderError(
+            f"{what}: {str(folder)!r} holds files this package did not write ({_shown(foreign)}); choose a new or "
+            "empty folder, or pass --force (force=True) to write there anyway (then only this package's own "
+            "files are ever replaced or removed)")
 
 
 def _open_lock(folder: Path, what: str) -> int:
@@ -200,22 +228,101 @@ def _open_lock(folder: Path, what: str) -> int:
             raise ValueError(f"{what}: {str(path)!r} is not a plain file (a symbolic link or a folder): remove it, "
                              "or choose another output folder") from None
         raise ValueError(f"{what}: cannot create the lock {str(path)!r}: {err.strerror or err}") from err
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise ValueError(f"{what}: {str(path)!r} is not a plain file: remove it, or choose another output folder")
+    if st.st_nlink != 1:  # a hard link: writing the holder line would change the other name's file too
+        os.close(fd)
+        raise ValueError(f"{what}: {str(path)!r} is a hard link to another file ({st.st_nlink} names): remove it, "
+                         "or choose another output folder")
     return fd
 
 
+_HOLDER = re.compile(r"pid \d+, started ")
+"""How the holder line this package writes into :data:`LOCK` starts."""
+
+
+def _safe_name(name: str) -> bool:
+    return Path(name).name == name and name not in {"", ".", ".."}
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def clashes(folder: Path, files: Collection[str], previous: dict | None = None) -> list[str]:
+    """Entries of ``folder`` a run writing ``files`` would replace although this package did not write them.
+
+    ``previous``: the folder's own manifest (:func:`_own_manifest`). Covers
+    ``files`` and ``manifest.json``, a folder in the way of any of them, a
+    :data:`MARKER` that is not this package's, and a :data:`LOCK` that is not
+    (an empty marker or lock holds nothing to lose; a lock of this package's
+    holds its holder line).
+    """
+    ours = {*previous["files"], MANIFEST} if previous else set()
+    found = []
+    for name in sorted({*files, MANIFEST}):
+        path = folder / name
+        if _real_dir(path):
+            found.append(f"{name} (a folder)")
+        elif os.path.lexists(path) and name not in ours:
+            found.append(name)
+    marker = folder / MARKER
+    if os.path.lexists(marker) and not _marker_ok(marker) and not (_plain_file(marker) and _empty(marker)):
+        found.append(MARKER)
+    lock = folder / LOCK
+    if _plain_file(lock) and os.lstat(lock).st_nlink == 1:  # links and folders are refused by the lock itself
+        try:
+            head = lock.read_bytes()[:64].decode(errors="replace")
+        except OSError:
+            head = ""
+        if head and not _HOLDER.match(head):
+            found.append(LOCK)
+    return found
+
+
+def _check_clashes(folder: Path, files: Collection[str], previous: dict | None, what: str) -> None:
+    found = clashes(folder, files, previous)
+    if found:
+        raise ClashError(f"{what}: {str(folder)!r} holds {_shown(found)}, which this package did not write and this "
+                         "run would replace; it never replaces files it did not write: move them away, or choose "
+                         "another output folder")
+
+
+def _check_replaced(folder: Path, files: Collection[str] | None, previous: dict | None, command: str | None,
+                    what: str, force: bool) -> None:
+    """Refuse (unless ``force``) a run that would remove another command's results; warn when ``force`` lets it."""
+    if previous is None or files is None or previous.get("command") == command:
+        return
+    removed = sorted(f for f in previous["files"] if f not in set(files) and _safe_name(f))
+    if not removed:
+        return
+    by = f"`bayes-attn {previous['command']}`" if previous.get("command") else "another run"
+    if not force:
+        raise ReplacesResultsError(
+            f"{what}: {str(folder)!r} holds the results of {by} ({_shown(removed)}), which {command or 'this run'} "
+            "would remove: choose another output folder, or pass --force (force=True) to replace them")
+    log.warning(f"replacing the results of {by} in {folder}: {_shown(removed)} will be removed when this run finishes")
+
+
 @contextlib.contextmanager
-def hold(folder: str | os.PathLike, what: str = "out", *, force: bool = False) -> Iterator[Path]:
+def hold(folder: str | os.PathLike, what: str = "out", *, force: bool = False, command: str | None = None,
+         files: Collection[str] | None = None) -> Iterator[Path]:
     """Lock ``folder`` for this process (see the module docstring); yields the folder.
 
+    ``files``: the names the run may write (checked for clashes now); ``command``: what writes them.
     Raises :class:`ForeignFolderError` when ``folder`` holds files this
-    package did not write (unless ``force``), :class:`FolderBusyError` when
-    another run holds it.
+    package did not write (unless ``force``), :class:`ClashError` when a file
+    the run would write is not this package's, :class:`ReplacesResultsError`
+    when it would remove another command's results (unless ``force``),
+    :class:`FolderBusyError` when another run holds it.
     """
     folder = check_writable(folder, what)
     check_ours(folder, what, force)
+    previous = _own_manifest(folder)
+    _check_clashes(folder, files or (), previous, what)
+    _check_replaced(folder, files, previous, command, what, force)
     fd = _open_lock(folder, what)
     try:
         try:
@@ -250,40 +357,72 @@ def _write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def commit(folder: Path, staging: Path, record: dict | None = None) -> list[str]:
+def commit(folder: Path, staging: Path, record: dict | None = None, *, command: str | None = None,
+           files: Collection[str] | None = None, what: str = "out") -> list[str]:
     """Move the staged files into ``folder``, removing the previous run's other files; write the manifest.
 
-    Only names listed in the previous run's own manifest (:data:`FORMAT`) are
-    removed, and only plain files or links (never a folder, never followed).
+    The clashes are checked again first (a file made meanwhile is not replaced:
+    :class:`ClashError`, nothing moved). Only names listed in the previous
+    run's own manifest (:data:`FORMAT`) are removed, and only plain files or
+    links (never a folder, never followed). ``files``: the names the run
+    declared; staging another is an error of the package (nothing moved).
     """
     names = sorted(p.name for p in staging.iterdir())
+    if files is not None and not set(names) <= set(files):
+        raise RuntimeError(f"{command or 'the run'} wrote {sorted(set(names) - set(files))}, which it did not declare "
+                           "(their clashes were not checked before computing)")
     previous = _own_manifest(folder)
-    (folder / MANIFEST).unlink(missing_ok=True)  # from here on the folder is not a finished run
-    for old in previous["files"] if previous else []:
-        path = folder / old
-        if old not in names and Path(old).name == old and old not in {"", ".", ".."} and not _real_dir(path):
-            path.unlink(missing_ok=True)
+    _check_clashes(folder, names, previous, what)
+    old = [f for f in previous["files"] if _safe_name(f)] if previous else []
+    head = {"format": FORMAT, "command": command}
+    # while files move, the manifest names the old and the new ones: an interruption leaves none unclaimed
+    _write_json(folder / MANIFEST, head | {"run_id": uuid.uuid4().hex, "state": "replacing",
+                                           "files": sorted({*old, *names})})
     for name in names:
-        if _real_dir(folder / name):
-            raise ValueError(f"cannot write {name!r} into {str(folder)!r}: a folder of that name is in the way")
         os.replace(staging / name, folder / name)
-    manifest = {"format": FORMAT, "run_id": uuid.uuid4().hex, "files": names,
-                "finished": datetime.datetime.now().isoformat(timespec="seconds"), "versions": versions()}
+    for name in old:
+        if name not in names and not _real_dir(folder / name):
+            (folder / name).unlink(missing_ok=True)
+    manifest = head | {"run_id": uuid.uuid4().hex, "files": names,
+                       "finished": datetime.datetime.now().isoformat(timespec="seconds"), "versions": versions()}
     _write_json(folder / MANIFEST, manifest | (record or {}))
     return names
 
 
+def cache_folder(held: Path, name: str, what: str = "out") -> Path:
+    """``held/name``, a resumable cache of runs into ``held`` (held by the caller): created with its own
+    :data:`MARKER` if missing; refused when it is a link, not a folder, or holds files this package did not
+    write (no marker, not empty, and ``held`` holds no finished run of this package)."""
+    cache = held / name
+    if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
+        raise ValueError(f"{what}: {str(cache)!r} is a symbolic link or not a folder; runs keep their resumable "
+                         "results there: remove it, or choose another output folder")
+    marker = cache / MARKER
+    if cache.exists() and not _marker_ok(marker):
+        if os.path.lexists(marker) or (any(cache.iterdir()) and _own_manifest(held) is None):
+            raise ClashError(f"{what}: {str(cache)!r} holds files this package did not write; it keeps its "
+                             "resumable results there: move them away, or choose another output folder")
+    cache.mkdir(exist_ok=True)
+    if not _marker_ok(marker):
+        _write_json(marker, {"format": FORMAT, "created": datetime.datetime.now().isoformat(timespec="seconds")})
+    return cache
+
+
 @contextlib.contextmanager
-def output_folder(folder: str | os.PathLike, what: str = "out", *, force: bool = False) -> Iterator[Staging]:
+def output_folder(folder: str | os.PathLike, what: str = "out", *, force: bool = False, command: str | None = None,
+                  files: Collection[str] | None = None) -> Iterator[Staging]:
     """Hold ``folder`` (see :func:`hold`), stage a run's files and replace the previous run's files together on success.
 
+    ``command``: the command whose results these are (recorded in the manifest);
+    ``files``: every name the run may write, so that clashes and the removal of
+    another command's results are settled before computing (see the module docstring).
     On an exception (or Ctrl-C) nothing in ``folder`` changes and the staged files are removed.
     """
-    with hold(folder, what, force=force) as held:
+    with hold(folder, what, force=force, command=command, files=files) as held:
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=held))
         try:
             stage = Staging(held, staging)
             yield stage
-            commit(held, staging, stage.record)
+            commit(held, staging, stage.record, command=command, files=files, what=what)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

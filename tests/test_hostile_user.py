@@ -92,22 +92,32 @@ def test_out_on_a_users_folder_is_refused_and_force_deletes_nothing_of_theirs(tm
     assert "theory.nc" in after
 
 
-# 3. a foreign manifest.json does not get the files it lists deleted ------------------------------------------
-def test_foreign_manifest_lists_are_not_deleted(tmp_path):
+# 3. a foreign manifest.json is neither replaced nor read as a list of files to delete -----------------------------
+def test_foreign_manifest_is_not_replaced_and_its_list_not_deleted(tmp_path):
     out = tmp_path / "site"
     out.mkdir()
     (out / "index.html").write_text("<html>")
     (out / "app.js").write_text("js")
-    (out / "manifest.json").write_text(json.dumps({"files": ["index.html", "app.js"], "name": "my app"}))
+    mine = json.dumps({"files": ["index.html", "app.js"], "name": "my app"})
+    (out / "manifest.json").write_text(mine)
     with pytest.raises(outputs.ForeignFolderError, match="did not write"):
         with outputs.output_folder(out):
             pass
-    with outputs.output_folder(out, force=True) as stage:
-        stage.path("a.txt").write_text("1")
+    with pytest.raises(outputs.ClashError, match="holds manifest.json, which this package did not write"):
+        with outputs.output_folder(out, force=True):
+            pytest.fail("computing started although manifest.json would be replaced")
     assert (out / "index.html").read_text() == "<html>" and (out / "app.js").read_text() == "js"
+    assert (out / "manifest.json").read_text() == mine
+    assert sorted(p.name for p in out.iterdir()) == ["app.js", "index.html", "manifest.json"]  # no lock left behind
+
+
+def test_own_manifest_removes_what_its_run_wrote_and_the_next_does_not(tmp_path):
+    out = tmp_path / "o"
+    with outputs.output_folder(out) as stage:
+        stage.path("a.txt").write_text("1")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == outputs.FORMAT and manifest["files"] == ["a.txt"] and len(manifest["run_id"]) == 32
-    # the package's own manifest does remove what its run wrote and the next run does not
+    (out / "index.html").write_text("<html>")  # the user's, added later
     with outputs.output_folder(out) as stage:
         stage.path("b.txt").write_text("2")
     assert not (out / "a.txt").exists() and (out / "index.html").exists()

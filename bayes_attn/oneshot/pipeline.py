@@ -81,6 +81,9 @@ __all__ = [
     "train_model",
 ]
 
+PRUNE_FILES = ("spec.toml", "model.npz", "model.json", "pruning.json", "oneshot.nc", "report.md", *results.FIGURES)
+"""Every file :func:`run_oneshot` writes into its folder (besides ``manifest.json``)."""
+
 SEED_TAGS = {"theory_train": 1, "validation": 2, "test": 3, "ood/all_runs": 4, "ood/digits": 5, "gd_train": 6}
 """Every episode set draws from its own seed ``SeedSequence([task.seed, tag])``."""
 
@@ -377,7 +380,7 @@ def run_oneshot(
     if not isinstance(retrain, bool):
         raise ValueError(f"retrain must be a bool, got {retrain!r}")
     check_data(spec, data_dir)
-    with outputs.output_folder(out, force=force) as stage:  # checked, held; files replaced together at the end
+    with outputs.output_folder(out, force=force, command="prune", files=PRUNE_FILES) as stage:  # checked, held
         for name in ("model.npz", "model.json"):  # a model trained with the same settings is reused
             if (out / name).is_file() and not (out / name).is_symlink():
                 shutil.copy2(out / name, stage.staging / name)

@@ -59,6 +59,13 @@ def _even_batches(n: int, most: int = 512) -> int:
     return -(-n // -(-n // most))
 
 
+THEORY_FILES = ("theory.nc", "spec.toml")
+SAMPLE_FILES = ("posterior.nc", "summary.txt", "spec.toml")
+RUN_FILES = ("theory.nc", "gp.nc", "posterior.nc", "comparison.nc", "report.md", "spec.toml",
+             "order_parameter.png", "predictor.png", "alignment.png")
+"""The files each run writes into its folder (besides ``manifest.json``): clashes are settled before computing."""
+
+
 @dataclass(frozen=True, eq=False)
 class TheoryResult:
     """What :func:`theory_run` computed, and where it was written."""
@@ -77,7 +84,7 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     temperature = spec.temperature if temperature is None else temperature
     x, y, xt, yt = spec.data()
     with memoized_xi():  # the xi of each batch once, for the theory's and the GP limits' predictions
-        with outputs.output_folder(out, force=force) as stage:
+        with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
             theory = solve_theory(net, x, y, temperature=temperature)
             gp = gp_limit(net, x, y, temperature=temperature)
             acc = accuracy(theory.predict(xt, _even_batches(len(xt)))[0], yt)
@@ -111,7 +118,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     from ..posterior import sample_posterior
 
     x, y, xt, _ = spec.data()
-    with outputs.output_folder(out, force=force) as stage:
+    with outputs.output_folder(out, force=force, command="sample", files=SAMPLE_FILES) as stage:
         post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
                                 sampler=settings)
         post.save(stage.path("posterior.nc"))
@@ -166,7 +173,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     from ..posterior import sample_posterior
 
     x, y, xt, yt = spec.data()
-    with outputs.output_folder(out, force=force) as stage:
+    with outputs.output_folder(out, force=force, command="run", files=RUN_FILES) as stage:
         theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")
         gp = gp_limit(net, x, y, temperature=temperature)
         post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,

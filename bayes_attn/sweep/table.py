@@ -307,8 +307,8 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
     spec = _with_sampler(spec, sampler)
     data, validation = spec.data(), spec.validation()
-    with outputs.output_folder(out, force=force) as stage:
-        folder = _cache_folder(stage.folder)
+    with outputs.output_folder(out, force=force, command="sweep", files=SWEEP_FILES) as stage:
+        folder = outputs.cache_folder(stage.folder, "widths")
         jobs = sweep_jobs(spec, folder, widths, sample_widths, temps, progress_bar=progress_bar and executor is None)
         outcomes = run_jobs(run_job, jobs, executor, progress=progress_bar)
         failed = _failures(outcomes)
@@ -320,16 +320,6 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         _io.save(ds, stage.path("sweep.nc"))
         _sweep_figures(ds, spec, stage)
     return ds
-
-
-def _cache_folder(folder: Path) -> Path:
-    """``folder/widths``, the per-job cache: created if missing; refused when it is a link or not a folder."""
-    cache = folder / "widths"
-    if cache.is_symlink() or (cache.exists() and not cache.is_dir()):
-        raise ValueError(f"out: {str(cache)!r} is a symbolic link or not a folder; the sweep keeps its per-width "
-                         "results there: remove it, or choose another output folder")
-    cache.mkdir(exist_ok=True)
-    return cache
 
 
 def sweep_verdict(ds: xr.Dataset) -> str:
@@ -420,6 +410,10 @@ def best_temperature_view(ds: xr.Dataset) -> xr.Dataset:
     return view
 
 
+SWEEP_FILES = ("sweep.nc", "accuracy_vs_width.png", "finite_size.png", "order_parameter_sd.png")
+"""Every file :func:`sweep` may write into its folder (besides ``manifest.json`` and the ``widths/`` cache)."""
+
+
 def _sweep_figures(ds: xr.Dataset, spec: Spec, stage: outputs.Staging) -> None:
     if "width" not in ds.dims:
         return
@@ -444,8 +438,8 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     widths = _check_widths("widths", widths)
     temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
     spec = _with_sampler(spec, sampler)
-    with outputs.output_folder(out) as stage:
-        _cache_folder(stage.folder)
+    with outputs.output_folder(out, command="alpha-sweep", files=("alpha_sweep.nc",)) as stage:
+        outputs.cache_folder(stage.folder, "widths")
         sampled, n_train = [], []
         for N in widths:
             P = max(2, int(round(alpha * N)))
