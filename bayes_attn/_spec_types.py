@@ -7,13 +7,34 @@ Shared by the run specs (:mod:`bayes_attn.spec`) and the one-shot specs
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import re
+import tomllib
 import types
 import typing
+from pathlib import Path
 
 import numpy as np
 import tomli_w
+
+
+def read_toml(path: str | Path) -> dict:
+    """The tables of the TOML spec at ``path``: one-line ``ValueError`` for a missing file, text that is not
+    UTF-8 (a UTF-8 byte-order mark is accepted), or invalid TOML; each names the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"spec must be an existing TOML file, got {str(path)!r}")
+    raw = path.read_bytes()
+    try:
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"spec {str(path)!r} is not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r}); "
+                         "TOML files are UTF-8: save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from None
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")

@@ -27,7 +27,8 @@ from .compile_cache import enable_compile_cache
 from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
-from .spec import Spec, load_spec
+from .spec import CompareSpec, Spec, load_spec
+from .theory.correction import CORRECTIONS
 from .threads import one_blas_thread
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> Non
         p.set_defaults(width=None)
     p.add_argument("--temperature", type=float, help="likelihood temperature (default: the spec's)")
     _out(p, command)
+
+
+def _correction(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--correction", choices=list(CORRECTIONS),
+                   help=f"{what} (default: the spec's compare.correction, {CompareSpec().correction})")
 
 
 def _sampling(p: argparse.ArgumentParser) -> None:
@@ -100,6 +106,8 @@ def parser() -> argparse.ArgumentParser:
         "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
     )
     _common(p, "theory")
+    _correction(p, "the theory to solve and print: laplace (the leading order corrected at finite width, "
+                "docs/theory.md §8; the leading order is printed and saved beside it) or none (the leading order, §4)")
     p.set_defaults(func=cmd_theory)
 
     p = sub.add_parser(
@@ -111,10 +119,8 @@ def parser() -> argparse.ArgumentParser:
     )
     _common(p, "run")
     _sampling(p)
-    p.add_argument("--correction", choices=["laplace", "none"],
-                   help="theory whose verdict is the headline: laplace (finite-width correction, docs/theory.md §8) or "
-                   "none (the leading order, §4); both are reported side by side (default: the spec's "
-                   "compare.correction, laplace)")
+    _correction(p, "theory whose verdict is the headline: laplace (finite-width correction, docs/theory.md §8) or "
+                "none (the leading order, §4); both are reported side by side")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -228,9 +234,20 @@ def _diagnostics_status(diagnostics: dict[str, float]) -> int:
     return EXIT_DIAGNOSTICS
 
 
+def _theory_status(theory) -> int:
+    """0, or :data:`EXIT_DIAGNOSTICS` with a warning when the theory is not a solution (an unreliable
+    correction is warned about by the library, and written beside the verdict)."""
+    if not theory.problems:
+        return 0
+    log.warning("inconclusive: " + "; ".join(theory.problems) + ". Its numbers are not a solution: check the "
+                "spec's scales (labels, variances, temperature).")
+    return EXIT_DIAGNOSTICS
+
+
 def _inconclusive(reasons: list[str], what: str) -> int:
-    log.warning(f"inconclusive: the sampler's diagnostics failed at {what}: " + "; ".join(reasons)
-                + ". Do not trust these draws; sample longer (--warmup, --samples, --chains).")
+    log.warning(f"inconclusive at {what}: " + "; ".join(reasons) + ". Do not trust these numbers: sample longer "
+                "(--warmup, --samples, --chains) where the sampler's diagnostics failed; check the spec's scales "
+                "where the theory is not a solution.")
     return EXIT_DIAGNOSTICS
 
 
@@ -252,20 +269,29 @@ def cmd_sample(args) -> int:
 def cmd_theory(args) -> int:
     import pandas as pd
 
+    from .compare import THEORY_NAMES
     from .run.pipeline import theory_run
 
     spec, out, temperature = _setup(args)
-    res = theory_run(spec, out, width=args.width, temperature=temperature, force=args.force)
+    res = theory_run(spec, out, width=args.width, temperature=temperature, correction=args.correction,
+                     force=args.force)
     t = res.theory
     labels = t.net.path_labels
-    print(f"{spec.name}: N={t.net.widths[0]}, temperature={temperature}, P={len(t.y_train)}")
-    print("U (order parameter over paths):")
-    print(pd.DataFrame(t.U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}"))
+    table = lambda U: pd.DataFrame(U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}")  # noqa: E731
+    print(f"{spec.name}: N={t.net.widths[0]}, temperature={temperature}, P={len(t.y_train)}, theory: "
+          f"{THEORY_NAMES[t.correction]}")
+    if t.correction == "laplace":
+        print("U at leading order (the minimum of S, docs/theory.md §4):")
+        print(table(t.U_leading))
+        print("U corrected at finite width (its posterior mean, §8; the accuracy below is of this theory):")
+    else:
+        print("U (order parameter over paths):")
+    print(table(t.U))
     print(f"Ua = {t.Ua:.6g}   S/N = {t.action:.8g}   max|dS/dU| = {t.max_gradient:.2g}   "
           f"Hessian min eigenvalue = {t.hessian_min_eigenvalue:.3g}   converged = {t.converged} ({t.iterations} Newton steps)")
     print(f"test accuracy: theory {res.accuracy:.4f}" + "".join(f"   GP ({k}) {v:.4f}" for k, v in res.gp_accuracies.items()))
     print(f"wrote {res.path}")
-    return 0
+    return _theory_status(t)
 
 
 def cmd_run(args) -> int:
@@ -286,13 +312,13 @@ def cmd_run(args) -> int:
     print(f"headline ({res.comparison.correction}): {res.comparison.theories_summary()}")
     print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
           "order_parameter.png, predictor.png, alignment.png")
-    return _diagnostics_status(res.comparison.diagnostics)
+    return max(_diagnostics_status(res.comparison.diagnostics), _theory_status(res.theory))
 
 
 def cmd_sweep(args) -> int:
     from .compile_cache import cache_dir, disabled_by_env
     from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
-    from .sweep.table import inconclusive_points, sweep
+    from .sweep.table import inconclusive_points, sweep, unsolved_points
 
     spec, out, temperature = _setup(args)
     cfg = _settings(spec, args)
@@ -324,9 +350,9 @@ def cmd_sweep(args) -> int:
         log.warning(f"{len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
                     "finished; run the sweep again to retry them.")
         return EXIT_FAILED_JOBS
-    points = inconclusive_points(ds)
+    points = inconclusive_points(ds) + unsolved_points(ds)
     if points:
-        return _inconclusive(points, f"{len(points)} sampled point(s), ringed in the figures")
+        return _inconclusive(points, f"{len(points)} point(s) (sampled ones ringed in the figures)")
     return 0
 
 
@@ -351,6 +377,11 @@ def _error(command: str, message: str) -> None:
     print(f"bayes-attn {command}: error: {message}", file=sys.stderr)
 
 
+MAX_HOST_DEVICES = 64
+"""At most this many CPU devices (beyond the cores): XLA sets each up at start (~0.5 MB and some time each), so
+``--chains 100000`` must not ask for 100000; more chains than devices run vectorized (``chain_method="auto"``)."""
+
+
 def _set_host_device_count(n: int) -> None:
     """``numpyro.set_host_device_count(n)`` (the same ``XLA_FLAGS``) without importing NumPyro for every command."""
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.getenv("XLA_FLAGS", "")).split()
@@ -366,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.
-    _set_host_device_count(max(4, getattr(args, "chains", None) or 0, os.cpu_count() or 1))
+    _set_host_device_count(max(4, min(getattr(args, "chains", None) or 0, MAX_HOST_DEVICES), os.cpu_count() or 1))
     try:
         return args.func(args)
     except (ValueError, FolderBusyError) as err:

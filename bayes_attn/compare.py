@@ -44,6 +44,12 @@ MIN_BFMI = 0.3
 VERDICTS = ("agree", "disagree", "inconclusive")
 
 
+def headline_of(wanted: str, theory: Theory) -> str:
+    """The headline ``wanted`` (``"laplace"`` or ``"none"``), or ``"none"`` when ``theory`` carries no
+    correction (``solve_theory`` skips it where the leading order is not a solution)."""
+    return _checks.choice("headline", wanted, CORRECTIONS) if theory.correction == "laplace" else "none"
+
+
 def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
     """Reasons the sampler's diagnostics make a comparison inconclusive (empty when none)."""
     out = []
@@ -170,6 +176,8 @@ class Comparison:
     alternative: Comparison | None = None
     U_sd_theory: np.ndarray | None = None
     U_sd_sampled: np.ndarray | None = None
+    theory_problems: list[str] = field(default_factory=list)
+    theory_warnings: list[str] = field(default_factory=list)
 
     @property
     def theories(self) -> dict[str, Comparison]:
@@ -188,12 +196,14 @@ class Comparison:
 
     @property
     def inconclusive_reasons(self) -> list[str]:
-        """Failed sampler diagnostics (see :func:`diagnostic_failures`)."""
-        return diagnostic_failures(self.diagnostics)
+        """Failed sampler diagnostics (see :func:`diagnostic_failures`) and a theory that is not a solution
+        (:attr:`theory_problems`: not converged, or not a minimum)."""
+        return diagnostic_failures(self.diagnostics) + self.theory_problems
 
     @property
     def verdict(self) -> str:
-        """``"inconclusive"`` when a sampler diagnostic failed, else ``"agree"`` or ``"disagree"``."""
+        """``"inconclusive"`` when a sampler diagnostic failed or the theory is not a solution, else ``"agree"``
+        or ``"disagree"``. :attr:`theory_warnings` (an unreliable correction) stand beside it."""
         if self.inconclusive_reasons:
             return "inconclusive"
         return "agree" if self.agree else "disagree"
@@ -248,7 +258,8 @@ class Comparison:
                 "check": [c.name for c in self.checks],
             },
             attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction, "agree": int(self.agree), "sampler": self.sampler,
-                   "inconclusive_reasons": "; ".join(self.inconclusive_reasons), **self.diagnostics,
+                   "inconclusive_reasons": "; ".join(self.inconclusive_reasons),
+                   "theory_warnings": "; ".join(self.theory_warnings), **self.diagnostics,
                    **self.provenance},
         )
         if self.U_sd_theory is not None:
@@ -387,4 +398,6 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
         correction=theory.correction,
         U_sd_theory=None if theory.U_sd is None else np.asarray(theory.U_sd),
         U_sd_sampled=np.asarray(tree["posterior"]["U"].std(("chain", "draw")).values),
+        theory_problems=theory.problems,
+        theory_warnings=theory.correction_problems,
     )

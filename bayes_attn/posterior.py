@@ -365,4 +365,9 @@ class Posterior:
 def load_posterior(path: str | os.PathLike) -> Posterior:
     """Read a :class:`Posterior` written by :meth:`Posterior.save`."""
     tree = _io.load_tree(path, samplers=SAMPLERS)  # an unknown sampler name is refused
+    missing = [g for g in ("posterior", "constant_data") if g not in tree.children]
+    if missing:
+        kind = f" (it is a {tree.attrs['limit']!r} theory: read it with load_theory)" if "limit" in tree.attrs else ""
+        raise ValueError(f"path must be a posterior written by Posterior.save (posterior.nc), got {str(path)!r}, "
+                         f"which has no {' and no '.join(missing)} group{kind}")
     return Posterior(tree, Network.from_stored(tree.attrs, tree["constant_data"]))

@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import numpy as np
 from . import _checks
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
-from ._spec_types import check_name, check_type, section, to_toml
+from ._spec_types import check_name, check_type, read_toml, section, to_toml
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
 
@@ -199,11 +198,4 @@ def load_spec(path: str | Path | None = None) -> Spec:
     """Read a TOML spec; ``None`` gives the embedded default."""
     if path is None:
         return Spec()
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"spec must be an existing TOML file, got {str(path)!r}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from err
-    return spec_from_dict(data)
+    return spec_from_dict(read_toml(path))

@@ -39,12 +39,11 @@ import copy
 import dataclasses
 import json
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _checks, _io
-from .._spec_types import check_name, check_type, section, to_toml
+from .._spec_types import check_name, check_type, read_toml, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
 from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
@@ -476,11 +475,4 @@ def load_oneshot_spec(path: str | Path | None = None) -> OneShotSpec:
     """
     if path is None:
         return OneShotSpec.from_dict(copy.deepcopy(_SHIPPED_SPEC))
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"spec must be an existing TOML file, got {str(path)!r}")
-    try:
-        table = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"spec {str(path)!r} is not valid TOML: {err}") from err
-    return dataclasses.replace(OneShotSpec.from_dict(table), source=str(path.resolve()))
+    return dataclasses.replace(OneShotSpec.from_dict(read_toml(path)), source=str(Path(path).resolve()))

@@ -21,11 +21,12 @@ import numpy as np
 
 from typing import TYPE_CHECKING
 
-from .. import _io, outputs
+from .. import _checks, _io, outputs
 from ..stats import accuracy
 from ..network import Network, memoized_xi
 from ..spec import Spec
 from ..theory import Theory, gp_limit, solve_theory
+from ..theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
     from ..compare import Comparison
@@ -78,14 +79,20 @@ class TheoryResult:
 
 
 def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
-               force: bool = False) -> TheoryResult:
-    """Theory and GP limit at one width, with test accuracies; writes ``out/theory.nc`` and ``out/spec.toml``."""
+               correction: str | None = None, force: bool = False) -> TheoryResult:
+    """Theory and GP limit at one width, with test accuracies; writes ``out/theory.nc`` and ``out/spec.toml``.
+
+    ``correction``: ``"laplace"`` (the finite-width correction, docs/theory.md §8, with the leading order
+    beside it) or ``"none"``; default ``spec.compare.correction``, as in :func:`run`.
+    """
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
+    correction = _checks.choice("correction", spec.compare.correction if correction is None else correction,
+                                CORRECTIONS)
     x, y, xt, yt = spec.data()
     with memoized_xi():  # the xi of each batch once, for the theory's and the GP limits' predictions
         with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
-            theory = solve_theory(net, x, y, temperature=temperature)
+            theory = solve_theory(net, x, y, temperature=temperature, correction=correction)
             gp = gp_limit(net, x, y, temperature=temperature)
             acc = accuracy(theory.predict(xt, _even_batches(len(xt)))[0], yt)
             ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
@@ -169,7 +176,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
     from . import figures
-    from ..compare import compare
+    from ..compare import compare, headline_of
     from ..posterior import sample_posterior
 
     x, y, xt, yt = spec.data()
@@ -179,7 +186,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
         post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
                                 sampler=settings)
         comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
-                       headline=spec.compare.correction)
+                       headline=headline_of(spec.compare.correction, theory))
         ran = _ran(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         theory.save(stage.path("theory.nc"))
         gp.save(stage.path("gp.nc"))

@@ -13,16 +13,19 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..compare import THEORY_NAMES, Comparison
+from ..compare import THEORY_NAMES, Comparison, diagnostic_failures
 
 __all__ = ["comparison_report"]
 
 
 def _verdict_text(comp: Comparison) -> str:
-    """The verdict line: whose theory, and whether it agrees with sampling."""
+    """The verdict line: whose theory, and whether it agrees with sampling (or why that cannot be told)."""
     name = THEORY_NAMES[comp.correction] + " " if comp.alternative is not None else ""
-    return {"agree": f"{name}theory and sampling agree", "disagree": f"{name}theory and sampling DISAGREE",
-            "inconclusive": "INCONCLUSIVE (sampler diagnostics failed)"}[comp.verdict]
+    if comp.verdict == "inconclusive":
+        why = [w for w, bad in (("sampler diagnostics failed", diagnostic_failures(comp.diagnostics)),
+                                ("the theory is not a solution", comp.theory_problems)) if bad]
+        return f"INCONCLUSIVE ({'; '.join(why)})"
+    return {"agree": f"{name}theory and sampling agree", "disagree": f"{name}theory and sampling DISAGREE"}[comp.verdict]
 
 
 def _theories_section(comp: Comparison) -> list[str]:
@@ -83,9 +86,19 @@ def comparison_report(comp: Comparison) -> str:
             f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
             f"Monte-Carlo noise floor exceeds {comp.checks[0].n_sigma if comp.checks else 3:g} standard errors).",
             "",
-            *([] if comp.verdict != "inconclusive" else [
+            *([] if not comp.theory_warnings else [
+                "**Warning:** " + "; ".join(comp.theory_warnings) + ". Read the corrected theory's numbers with "
+                "care; the leading order is beside them.",
+                "",
+            ]),
+            *([] if not comp.theory_problems else [
+                "The theory is not a solution, so its numbers cannot be compared: " + "; ".join(comp.theory_problems)
+                + ". Check the spec's scales (labels, variances, temperature) or give the solver more iterations.",
+                "",
+            ]),
+            *([] if not (reasons := diagnostic_failures(comp.diagnostics)) else [
                 "The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
-                + "; ".join(comp.inconclusive_reasons) + ". Sample longer (more warm-up and draws, more "
+                + "; ".join(reasons) + ". Sample longer (more warm-up and draws, more "
                 "chains) or with a higher target acceptance before reading the checks below.",
                 "",
             ]),

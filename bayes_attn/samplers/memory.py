@@ -8,6 +8,7 @@ from tracing the model abstractly (``jax.eval_shape``): nothing is allocated.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 
@@ -20,6 +21,8 @@ from .settings import SamplerSettings
 
 WORKING_COPIES = 30
 """Latent-sized arrays per chain held while sampling (a generous bound; NumPyro's NUTS keeps about 10)."""
+
+log = logging.getLogger(__name__)
 
 HEADROOM = 0.8
 """Fraction of the available memory a run may plan to use."""
@@ -69,7 +72,9 @@ def available_bytes() -> int | None:
 
 
 def check_memory(need: int, available: int | None, what: str) -> None:
-    """Raise ``ValueError`` when ``need`` bytes exceed :data:`HEADROOM` of ``available``."""
+    """Raise ``ValueError`` when ``need`` bytes exceed :data:`HEADROOM` of ``available``; else log the estimate."""
+    log.info(f"{what}: about {need / 2**30:.3g} GiB" + ("" if available is None else
+                                                       f" of {available / 2**30:.3g} GiB available"))
     if available is not None and need > HEADROOM * available:
         raise ValueError(
             f"{what} needs about {need / 2**30:.3g} GiB but {available / 2**30:.3g} GiB are available: "

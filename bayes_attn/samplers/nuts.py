@@ -40,16 +40,16 @@ def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: S
 
     ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
     is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
+    one = one_compile and chain_method == "sequential" and settings.num_chains > 1
     return MCMC(
         kernel(model, settings, sampler.init_strategy),
         num_warmup=settings.num_warmup,
         num_samples=settings.num_samples,
         num_chains=settings.num_chains,
         thinning=settings.thinning,
-        chain_method=(one_program if one_compile and chain_method == "sequential" and settings.num_chains > 1
-                      else chain_method),
+        chain_method=one_program if one else chain_method,
         postprocess_fn=partial(_observables, sampler.observables, inputs=inputs, options=options),
-        progress_bar=progress_bar,
+        progress_bar=progress_bar and not one,  # NumPyro shows no bar for a callable chain method (and warns)
     )
 
 

@@ -34,7 +34,7 @@ import xarray as xr
 
 from .. import _checks, _io, outputs
 from ..run import figures
-from ..compare import compare
+from ..compare import compare, headline_of
 from ..stats import accuracy, choose_temperature, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
 from ..run.pipeline import gp_accuracies
@@ -45,7 +45,7 @@ from ..theory import gp_limit, solve_theory
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 """Bumped when the per-job files change layout or key: older files are recomputed."""
 
 THEORY_VARS = ("U", "accuracy", "accuracy_validation", "action", "max_gradient", "hessian_min_eigenvalue", "Ua",
@@ -111,7 +111,7 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     ds = t.to_dataset()
     ds["accuracy"] = accuracy(t.predict(xt)[0], yt)
     ds["accuracy_validation"] = accuracy(t.predict(xv)[0], yv)
-    ds["converged"] = bool(t.converged)
+    ds["converged"] = not t.problems  # converged, and to a minimum
     ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0)
     return _io.save(ds, path)
 
@@ -130,7 +130,7 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar, sampler=settings)
     post.save(folder / f"posterior-{_tag(N, temperature)}.nc")
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
-                   headline=spec.compare.correction)
+                   headline=headline_of(spec.compare.correction, theory))
     ds = comp.to_dataset()
     chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
     ds["accuracy_per_chain"] = ("chain", [accuracy(m, yt) for m in chain_means])
@@ -297,7 +297,9 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
     ``force``: write into a non-empty folder this package did not write.
     """
     out = Path(out)
-    widths = _check_widths("widths", widths or spec.compare.widths)
+    widths = _check_widths("widths", spec.compare.widths if widths is None else widths)
+    if not widths:
+        raise ValueError("widths must hold at least one width (--widths, or compare.widths in the spec), got []")
     sample_widths = _check_widths("sample_widths", spec.compare.sample_widths if sample_widths is None else sample_widths)
     if temperature is not None and temperatures is not None:
         raise ValueError("give temperature or temperatures, not both")
@@ -323,8 +325,11 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
 
 
 def sweep_verdict(ds: xr.Dataset) -> str:
-    """``"inconclusive"`` when some sampled width's verdict is, ``"disagree"`` when some disagrees, else
-    ``"agree"``; ``"theory only"`` without sampled widths."""
+    """``"inconclusive"`` when some sampled width's verdict is or some width's theory is not a solution
+    (:func:`unsolved_points`), ``"disagree"`` when some sampled width disagrees, else ``"agree"``; ``"theory
+    only"`` without sampled widths (and every theory a solution)."""
+    if unsolved_points(ds):
+        return "inconclusive"
     if "verdict" not in ds:
         return "theory only"
     verdicts = set(np.asarray(ds["verdict"].values).ravel().tolist())
@@ -332,6 +337,19 @@ def sweep_verdict(ds: xr.Dataset) -> str:
         if v in verdicts:
             return v
     return "agree"
+
+
+def unsolved_points(ds: xr.Dataset) -> list[str]:
+    """``"N=…, T=…: the theory is not a solution"`` for every width whose reported theory did not converge to a
+    minimum: at its one temperature, or with a temperature grid at none of them."""
+    if "converged_theory" not in ds:
+        return []
+    ok = ds["converged_theory"]
+    if "temperature" in ok.dims:
+        bad = ~ok.any("temperature")
+        return [f"N={int(N)}: the theory is not a solution at any temperature" for N in ok["width"].values[bad.values]]
+    temp = float(ds["temperature"]) if "temperature" in ds.coords else float("nan")
+    return [f"N={int(N)}, T={temp:g}: the theory is not a solution" for N in ok["width"].values[~ok.values.astype(bool)]]
 
 
 def inconclusive_points(ds: xr.Dataset) -> list[str]:
@@ -436,6 +454,8 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     out = Path(out)
     alpha = _checks.positive("alpha", alpha)
     widths = _check_widths("widths", widths)
+    if not widths:
+        raise ValueError("widths must hold at least one width, got []")
     temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
     spec = _with_sampler(spec, sampler)
     with outputs.output_folder(out, command="alpha-sweep", files=("alpha_sweep.nc",)) as stage:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,6 +291,15 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
         raise ValueError(f"files: {path.name!r} is not a zip file ({err})") from err
 
 
+def _read(z: zipfile.ZipFile, member: str, file: str) -> bytes:
+    """The bytes of ``member``; a damaged member (bad CRC, bad compressed data) is a one-line ``ValueError``."""
+    try:
+        return z.read(member)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError) as err:
+        raise ValueError(f"files: {member!r} in {file!r} cannot be read ({type(err).__name__}: {err}): the zip "
+                         "file is damaged; copy it again") from None
+
+
 def _members(z: zipfile.ZipFile) -> list[str]:
     """PNG members, skipping folders, macOS metadata and hidden files."""
     out = []
@@ -350,7 +360,7 @@ def read_omniglot(
         with _open_zip(path) as z:
             for i in rows:
                 member = found[keys[i]][1]
-                images[i] = _to_ink(z.read(member), size, f"{member!r} in {path.name!r}")
+                images[i] = _to_ink(_read(z, member, path.name), size, f"{member!r} in {path.name!r}")
     return ImageSet(
         images=images,
         classes=np.array([index[c] for c in char_of], dtype=np.int64),
@@ -389,7 +399,7 @@ def read_omniglot_runs(data_dir: str | Path, size: int = 32, file: str = OMNIGLO
         for lf in label_files:
             run = lf.split("/")[0]
             pairs: dict[str, str] = {}
-            for line in z.read(lf).decode().splitlines():
+            for line in _read(z, lf, file).decode(errors="replace").splitlines():
                 if not line.strip():
                     continue
                 m = _RUN_LINE.match(line.strip())
@@ -404,7 +414,7 @@ def read_omniglot_runs(data_dir: str | Path, size: int = 32, file: str = OMNIGLO
                 for member in (train, test):
                     if member not in members:
                         raise ValueError(f"{lf} in {file!r} names {member}, which is not in the zip")
-                    images.append(_to_ink(z.read(member), size, f"{member!r} in {file!r}"))
+                    images.append(_to_ink(_read(z, member, file), size, f"{member!r} in {file!r}"))
                     classes.append(len(names))
                     sources.append(member)
                 names.append(f"{run}/{cls}")

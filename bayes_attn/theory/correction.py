@@ -606,6 +606,7 @@ def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "ba
         iterations=res.iterations,
         message=message,
         seconds=res.seconds,
+        problems=tuple(problems),
     )
     return dataclasses.replace(
         theory,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -80,6 +81,9 @@ class LaplaceExpansion:
         hessian_min_eigenvalue: smallest eigenvalue of ``H = S''(θ̂)``.
         converged, iterations, message: of the Newton solve for ``θ̂``.
         seconds: wall time of the solve and the expansion.
+        problems: why the correction is unreliable (empty when it is not): no
+            convergence, an indefinite Hessian, corrected means that are not
+            finite or not positive semi-definite (widths too small for the expansion).
     """
 
     coordinates: str
@@ -94,6 +98,7 @@ class LaplaceExpansion:
     iterations: int
     message: str = ""
     seconds: float = float("nan")
+    problems: tuple[str, ...] = ()
 
     SCALARS = ("dimension", "action", "newton_decrement", "hessian_min_eigenvalue", "converged", "iterations")
 
@@ -155,6 +160,22 @@ class Theory:
     def is_minimum(self) -> bool:
         """True when the Hessian at the solution is positive definite."""
         return bool(self.hessian_min_eigenvalue > 0)
+
+    @property
+    def problems(self) -> list[str]:
+        """Why this solution is not one to trust (empty when it is): no convergence, or not a minimum."""
+        if not self.converged:
+            return [f"the theory did not converge ({self.message or 'no message'}; max |dS/dU| "
+                    f"{self.max_gradient:.3g})"]
+        if not self.is_minimum:
+            return [f"the theory stopped where the Hessian is not positive definite (min eigenvalue "
+                    f"{self.hessian_min_eigenvalue:.3g})"]
+        return []
+
+    @property
+    def correction_problems(self) -> list[str]:
+        """Why the finite-width correction (§8) is unreliable (empty when it is not, or without one)."""
+        return [] if self.laplace is None else [f"the Laplace correction is unreliable: {p}" for p in self.laplace.problems]
 
     # ----- kernels and predictors ---------------------------------------------
     @cached_property
@@ -323,7 +344,7 @@ class Theory:
         for name in LaplaceExpansion.SCALARS:
             ds[f"laplace_{name}"] = ((), getattr(lp, name))
         ds.attrs.update(laplace_coordinates=lp.coordinates, laplace_message=lp.message,
-                        laplace_seconds=float(lp.seconds))
+                        laplace_seconds=float(lp.seconds), laplace_problems=json.dumps(list(lp.problems)))
         return ds
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -344,7 +365,8 @@ def load_theory(path: str | os.PathLike) -> Theory:
     ds = _io.load_dataset(path)
     a = ds.attrs
     if "x_train" not in ds or "head_names" not in a:
-        raise ValueError(f"path must be a file written by Theory.save, got {str(path)!r}")
+        raise ValueError(f"path must be a theory written by Theory.save (theory.nc, gp.nc), got {str(path)!r}"
+                         + (", a posterior (read it with load_posterior)" if "sampler" in a else ""))
     L = len(np.atleast_1d(a["heads"]))
     net = Network.from_stored(a, ds)
     level = lambda name: tuple(np.asarray(ds[name.format(l)].values, dtype=np.float64) for l in range(1, L + 1))  # noqa: E731
@@ -366,6 +388,7 @@ def load_theory(path: str | os.PathLike) -> Theory:
                 U_covariance=np.asarray(ds["U_covariance"].values, dtype=np.float64),
                 message=str(a.get("laplace_message", "")),
                 seconds=float(a["laplace_seconds"]),
+                problems=tuple(json.loads(a.get("laplace_problems", "[]"))),
                 dimension=int(ds["laplace_dimension"]),
                 action=float(ds["laplace_action"]),
                 newton_decrement=float(ds["laplace_newton_decrement"]),

@@ -58,7 +58,8 @@ def solve_theory(
         solver: the :class:`NewtonSolver` (default ``NewtonSolver()``); ``tol``
             and ``max_iter``, when given, replace its own.
         correction: ``None`` or ``"none"`` (default: the theory of §4, unchanged)
-            or ``"laplace"`` (§8).
+            or ``"laplace"`` (§8; skipped, with a warning, when the leading order did not
+            converge to a minimum: then ``Theory.correction`` is ``"none"``).
 
     Warns (``RuntimeWarning``) when it does not converge or stops where the
     Hessian is not positive definite (then ``Theory.is_minimum`` is False),
@@ -81,7 +82,14 @@ def solve_theory(
         Us0 = check_order_parameters("init", init, net)
     t0 = time.perf_counter()
     problem = make_problem(net, x, y, temperature)
-    res = solver.minimise(Us0, problem)
+    try:
+        res = solver.minimise(Us0, problem)
+    except np.linalg.LinAlgError as err:  # a breakdown, not a bug: name the scales that cause it
+        scale = float(np.abs(y).max())
+        hint = (f"the labels y have max |y| = {scale:.3g}, far from unit scale: rescale them (the theory expects "
+                "labels of order one, e.g. ±1)") if not 0.1 <= scale <= 10 else (
+                f"check the scales of the variances {list(net.variances)} and the temperature {temperature:g}")
+        raise ValueError(f"solve_theory: the Newton solve broke down ({err}); {hint}") from None
     seconds = time.perf_counter() - t0
     theory = _make_theory(net, x, y, temperature, problem, res, limit="finite_width", seconds=seconds)
     if not theory.converged:
@@ -97,7 +105,10 @@ def solve_theory(
             RuntimeWarning,
             stacklevel=2,
         )
-    if correction == "laplace":
+    if correction == "laplace" and theory.problems:  # no expansion about a point that is not a minimum
+        warnings.warn("the Laplace correction is skipped (the result is the leading order): "
+                      + "; ".join(theory.problems), RuntimeWarning, stacklevel=2)
+    elif correction == "laplace":
         theory = corrected_theory(theory, problem)
     return theory
 
