@@ -114,11 +114,19 @@ def _describe(hint) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
-        return f"a list of {len(args)} {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s"
+            return f"a list of {_plural(args[0])}"
+        return f"a list of {len(args)} {_plural(args[0])}"
     if origin is dict:
         return "a table"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def _plural(hint) -> str:
+    """``"strings"``, ``"lists of numbers"``: the plural of :func:`_describe` without its article."""
+    one = _describe(hint).removeprefix("a ").removeprefix("an ")
+    if one.startswith("list of "):
+        return "lists of " + one.removeprefix("list of ")
+    return "true or false values" if one == "true or false" else one + "s"
 
 
 def section(cls, name: str, table):

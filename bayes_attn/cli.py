@@ -210,12 +210,28 @@ class _Format(logging.Formatter):
         return text if record.levelno < logging.WARNING else f"{record.levelname}: {text}"
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler that writes to ``sys.stderr`` as it is when a message comes (a replaced or closed stream of an
+    earlier call, e.g. under pytest's capture, is never written to)."""
+
+    def __init__(self):
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
 def configure_logging(level: int) -> None:
     """The package's messages (logger ``bayes_attn``) to this process's current stderr at ``level``."""
     logger = logging.getLogger("bayes_attn")
     for h in [h for h in logger.handlers if getattr(h, "_bayes_attn", False)]:
         logger.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(_Format("%(message)s"))
     handler._bayes_attn = True
     logger.addHandler(handler)
@@ -382,6 +398,12 @@ MAX_HOST_DEVICES = 64
 ``--chains 100000`` must not ask for 100000; more chains than devices run vectorized (``chain_method="auto"``)."""
 
 
+def host_devices(chains: int | None) -> int:
+    """CPU devices for a command sampling ``chains`` chains: one per chain, at least 4 and the cores, at most
+    :data:`MAX_HOST_DEVICES` (or the cores, if more)."""
+    return max(4, min(chains or 0, MAX_HOST_DEVICES), os.cpu_count() or 1)
+
+
 def _set_host_device_count(n: int) -> None:
     """``numpyro.set_host_device_count(n)`` (the same ``XLA_FLAGS``) without importing NumPyro for every command."""
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.getenv("XLA_FLAGS", "")).split()
@@ -397,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.
-    _set_host_device_count(max(4, min(getattr(args, "chains", None) or 0, MAX_HOST_DEVICES), os.cpu_count() or 1))
+    _set_host_device_count(host_devices(getattr(args, "chains", None)))
     try:
         return args.func(args)
     except (ValueError, FolderBusyError) as err:

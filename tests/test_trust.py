@@ -192,3 +192,131 @@ def test_damaged_zip_member_is_named(tmp_path, compression):
     path.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match=rf"{victim}' in 'one.zip' cannot be read .*damaged"):
         read_omniglot(tmp_path, files=("one.zip",), size=20)
+
+
+# row 8: labels far from unit scale -----------------------------------------------------------------------------
+def test_labels_far_from_unit_scale_are_named_not_a_linalg_traceback():
+    from bayes_attn.spec import Spec
+
+    spec = Spec()
+    x, y, _, _ = spec.data()
+    with pytest.raises(ValueError, match=r"max \|y\| = 1e\+03, far from unit scale: rescale them"):
+        ba.solve_theory(spec.net(None), x, 1000 * y, temperature=spec.temperature)
+
+
+# row 9: the wrong kind of file -----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_loaders_name_the_kind_of_file_they_need(tmp_path, tiny_full):
+    net, x, y, _, post = tiny_full
+    theory = ba.solve_theory(net, x, y, temperature=0.1)
+    theory.save(tmp_path / "theory.nc")
+    with pytest.raises(ValueError, match=r"must be a posterior written by Posterior.save .*read it with load_theory"):
+        ba.load_posterior(tmp_path / "theory.nc")
+    post.save(tmp_path / "posterior.nc")
+    with pytest.raises(ValueError, match=r"must be a theory written by Theory.save .*read it with load_posterior"):
+        ba.load_theory(tmp_path / "posterior.nc")
+
+
+# row 10: failures exit non-zero ----------------------------------------------------------------------------------
+def test_unconverged_theory_exits_3_in_theory_and_sweep(tmp_path, capsys):
+    from conftest import TINY
+
+    data = TINY | {"task": TINY["task"] | {"noise_perp": 1e150},
+                   "compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
+    path = spec_file(tmp_path, data)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        assert cli.main(["theory", str(path), "--out", str(tmp_path / "t")]) == cli.EXIT_DIAGNOSTICS
+    err = capsys.readouterr().err
+    assert "WARNING: inconclusive: the theory did not converge" in err and "Traceback" not in err
+    assert not bool(ba.load_theory(tmp_path / "t" / "theory.nc").converged)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == cli.EXIT_DIAGNOSTICS
+    assert "N=3, T=0.1: the theory is not a solution" in capsys.readouterr().err
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["verdict"] == "inconclusive"
+
+
+def test_empty_width_list_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    from conftest import TINY
+
+    path = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"widths": []}})
+    forbid_calls(monkeypatch, (ba.sweep.table, "solve_theory"))
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == cli.EXIT_USAGE
+    assert "widths must hold at least one width" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+
+
+# row 11: a huge number of chains neither creates a device per chain nor looks hung -------------------------------
+def test_host_devices_are_capped():
+    cores = os.cpu_count() or 1
+    assert cli.host_devices(100000) == max(cli.MAX_HOST_DEVICES, cores)
+    assert cli.host_devices(8) == max(8, cores) and cli.host_devices(None) == max(4, cores)
+
+
+# row 12: spec encodings, an unreliable correction beside the verdict ---------------------------------------------
+def test_spec_with_a_byte_order_mark_reads_and_latin1_is_named(tmp_path):
+    from bayes_attn.spec import load_spec
+
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + '# café\nname = "bom"\n'.encode())
+    assert load_spec(bom).name == "bom"
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes('# café\nname = "latin"\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.toml' is not UTF-8 text \(byte 5"):
+        load_spec(latin)
+
+
+def test_unreliable_correction_stands_beside_the_verdict(tmp_path):
+    from types import SimpleNamespace
+
+    from bayes_attn.compare import Comparison
+    from bayes_attn.run.report import comparison_report
+
+    import numpy as np
+
+    comp = Comparison(path_labels=["1-1"], width=1, U_theory=np.eye(1), U_sampled=np.eye(1), U_mcse=np.eye(1),
+                      mean_theory=np.array([0.1, -0.2]), mean_sampled=np.array([0.2, -0.1]), mean_mcse=np.ones(2), var_theory=np.ones(2),
+                      var_sampled=np.ones(2), var_mcse=np.ones(2), y_test=np.array([1.0, -1.0]),
+                      accuracy={"theory": 0.5}, correction="laplace",
+                      theory_warnings=["the Laplace correction is unreliable: the widths are too small"])
+    assert "**Warning:** the Laplace correction is unreliable" in comparison_report(comp)
+    comp.save(tmp_path / "c.nc")
+    import xarray as xr
+
+    with xr.open_dataset(tmp_path / "c.nc") as ds:
+        assert ds.attrs["theory_warnings"] == "the Laplace correction is unreliable: the widths are too small"
+    stalled = SimpleNamespace(converged=False, message="stalled", max_gradient=1.0, is_minimum=False,
+                              hessian_min_eigenvalue=-1.0)
+    assert ba.Theory.problems.fget(stalled) == ["the theory did not converge (stalled; max |dS/dU| 1)"]
+
+
+# row 14: one default for the corrected theory ---------------------------------------------------------------------
+def test_theory_command_reads_the_specs_correction_and_the_option(tmp_path, capsys):
+    from conftest import TINY
+
+    path = spec_file(tmp_path)
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "a")]) == 0
+    assert "corrected (Laplace, §8)" in capsys.readouterr().out
+    assert ba.load_theory(tmp_path / "a" / "theory.nc").correction == "laplace"
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "b"), "--correction", "none"]) == 0
+    assert ba.load_theory(tmp_path / "b" / "theory.nc").correction == "none"
+    none = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"correction": "none"}})
+    assert cli.main(["theory", str(none), "--out", str(tmp_path / "c")]) == 0
+    assert ba.load_theory(tmp_path / "c" / "theory.nc").correction == "none"
+
+
+def test_readme_snippet_headlines_the_corrected_theory_as_the_command_does():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    snippet = readme[readme.index("## The library"):].split("```python", 1)[1].split("```", 1)[0]
+    assert 'ba.solve_theory(net, x, y, temperature=0.01, correction="laplace")' in snippet
+    assert "ba.compare(theory, post, x_test, y_test)" in snippet
+    assert "**Verdict: corrected (Laplace, §8) theory and sampling agree**" in readme
+    assert "list of list of stringss" not in readme
+
+
+def test_nested_list_types_read_well():
+    from bayes_attn._spec_types import _describe
+
+    assert _describe(tuple[tuple[str, ...], ...]) == "a list of lists of strings"
+    assert _describe(tuple[float, float]) == "a list of 2 numbers"

@@ -51,7 +51,13 @@ def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
     """Test accuracy of the GP limit of the whole network and of each ``compare.gp_paths`` subset."""
     models = {"whole network": gp} | {k: gp_on_paths(gp, v) for k, v in spec.compare.gp_paths.items()}
     batch = _even_batches(len(x_test))
-    return {k: accuracy(t.predict(x_test, batch)[0], y_test) for k, t in models.items()}
+    return {k: theory_accuracy(t, x_test, y_test, batch) for k, t in models.items()}
+
+
+def theory_accuracy(theory: Theory, x, y, batch: int = 512) -> float:
+    """Test accuracy of ``theory``'s predictor; NaN where it is not finite (a theory that is not a solution)."""
+    mean = theory.predict(x, batch)[0]
+    return accuracy(mean, y) if np.all(np.isfinite(mean)) else float("nan")
 
 
 def _even_batches(n: int, most: int = 512) -> int:
@@ -94,8 +100,8 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
             theory = solve_theory(net, x, y, temperature=temperature, correction=correction)
             gp = gp_limit(net, x, y, temperature=temperature)
-            acc = accuracy(theory.predict(xt, _even_batches(len(xt)))[0], yt)
-            ds = theory.to_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
+            acc = theory_accuracy(theory, xt, yt, _even_batches(len(xt)))
+            ds = theory.to_file_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
             ds["accuracy"] = acc
             _io.save(ds, stage.path("theory.nc"))
             stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())

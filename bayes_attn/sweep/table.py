@@ -37,7 +37,7 @@ from ..run import figures
 from ..compare import compare, headline_of
 from ..stats import accuracy, choose_temperature, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
-from ..run.pipeline import gp_accuracies
+from ..run.pipeline import gp_accuracies, theory_accuracy
 from ..posterior import data_fingerprint, sample_posterior
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
@@ -109,8 +109,8 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
         return path
     t = solve_theory(spec.net(N), x, y, temperature=temperature)
     ds = t.to_dataset()
-    ds["accuracy"] = accuracy(t.predict(xt)[0], yt)
-    ds["accuracy_validation"] = accuracy(t.predict(xv)[0], yv)
+    ds["accuracy"] = theory_accuracy(t, xt, yt)
+    ds["accuracy_validation"] = theory_accuracy(t, xv, yv)
     ds["converged"] = not t.problems  # converged, and to a minimum
     ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0)
     return _io.save(ds, path)

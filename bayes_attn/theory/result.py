@@ -347,17 +347,20 @@ class Theory:
                         laplace_seconds=float(lp.seconds), laplace_problems=json.dumps(list(lp.problems)))
         return ds
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write :meth:`to_dataset` plus what :func:`load_theory` needs to rebuild
-        this theory (training data ``x_train``, ``y_train``, the attention
-        matrices ``attention_l``, head names) to netCDF, atomically."""
+    def to_file_dataset(self) -> "xarray.Dataset":  # noqa: F821
+        """:meth:`to_dataset` plus what :func:`load_theory` needs to rebuild this theory (training data
+        ``x_train``, ``y_train``, the attention matrices ``attention_l``, head names)."""
         ds = self.to_dataset()
         ds["x_train"] = (("example", "token", "feature"), np.asarray(self.x_train))
         ds["y_train"] = (("example",), np.asarray(self.y_train))
         for l, W in enumerate(self.net.attention, start=1):
             ds[f"attention_{l}"] = ((f"head_{l}", "feature", "feature_"), np.asarray(W))
         ds.attrs.update(solve_seconds=float(self.solve_seconds))
-        return _io.save(ds, path)
+        return ds
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`to_file_dataset` to netCDF, atomically (read it back with :func:`load_theory`)."""
+        return _io.save(self.to_file_dataset(), path)
 
 
 def load_theory(path: str | os.PathLike) -> Theory:
