@@ -42,8 +42,9 @@ DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<sp
 def _out(p: argparse.ArgumentParser, command: str) -> None:
     p.add_argument("--out", type=Path, help=f"output folder (default: {DEFAULT_OUT[command]})")
     p.add_argument("--force", action="store_true",
-                   help="write into an existing non-empty folder that this package did not write (only this "
-                   "package's own files there are ever replaced or removed)")
+                   help="write into an existing non-empty folder that this package did not write, or replace "
+                   "another command's results there; a file this package did not write is never replaced (the "
+                   "command stops before computing and names it)")
 
 
 def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> None:
