@@ -7,7 +7,7 @@ them. The theory computes in float64 on its own (:mod:`bayes_attn.precision`);
 sampling uses the dtype it is asked for; both run with the thread settings of
 :mod:`bayes_attn.threads` for the duration of the call only.
 
-The data flow (THEORY.md): task (:mod:`markov`) → :class:`Network` (paths,
+The data flow (docs/theory.md): task (:mod:`markov`) → :class:`Network` (paths,
 kernels) → theory (:func:`solve_theory`) | posterior (:func:`sample_posterior`,
 :mod:`samplers`) → :func:`compare` → reports and figures.
 

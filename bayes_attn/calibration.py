@@ -10,7 +10,7 @@ the posterior is too narrow, ∩-shaped when too wide, skewed when biased.
 
 Here, for each of ``R`` replications ``r`` (:func:`simulate`):
 
-1. weights ``theta_r`` from the prior of THEORY.md §1 (:meth:`Network.sample_prior`),
+1. weights ``theta_r`` from the prior of docs/theory.md §1 (:meth:`Network.sample_prior`),
    for every sampler, including ``"wishart"`` whose sites are Bartlett factors:
    the order parameters of prior weights have exactly the Wishart-chain law
    of §7, so the truth is the same for all samplers;

@@ -1,11 +1,11 @@
-"""Theory against sampling (THEORY.md §5), with Monte-Carlo error bars.
+"""Theory against sampling (docs/theory.md §5), with Monte-Carlo error bars.
 
 Compared quantities:
 
 - the order parameter ``U``: theory ``U_1`` against the posterior mean of
   ``w_pi · w_pi' / N1``, entry by entry with ArviZ MCSE, and the relative
   Frobenius distance ``||U_s − U_t||_F / ||U_t||_F`` with its MC error; the same
-  distance for every deeper level ``U_2 .. U_L`` and for ``Ua`` (THEORY.md §4, §7);
+  distance for every deeper level ``U_2 .. U_L`` and for ``Ua`` (docs/theory.md §4, §7);
 - predictor statistics on a test set: theory mean/variance against the mean
   and variance of the ``f_test`` draws (MCSE from ArviZ);
 - test accuracy of ``sign(mean)``: theory, sampled, GP limit.
@@ -36,7 +36,7 @@ from .theory import Theory, gp_limit
 
 
 CORRECTIONS = ("laplace", "none")
-"""Theories a comparison can headline: the finite-width correction (THEORY.md §8) or the leading order (§4)."""
+"""Theories a comparison can headline: the finite-width correction (docs/theory.md §8) or the leading order (§4)."""
 THEORY_NAMES = {"laplace": "corrected (Laplace, §8)", "none": "leading order (§4)"}
 MAX_RHAT = 1.01
 MIN_ESS = 100.0
@@ -290,7 +290,7 @@ def compare(
     """Compare a theory with posterior draws of the same network and data.
 
     A theory solved with ``correction="laplace"`` is compared twice: as
-    corrected (THEORY.md §8) and at leading order (§4, :meth:`~bayes_attn.theory.Theory.leading_order`);
+    corrected (docs/theory.md §8) and at leading order (§4, :meth:`~bayes_attn.theory.Theory.leading_order`);
     the result is the ``headline`` one, the other in its ``alternative``.
 
     Args:

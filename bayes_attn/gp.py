@@ -1,4 +1,4 @@
-"""The Gaussian predictive given one kernel (THEORY.md §4 "Predictor statistics", §5).
+"""The Gaussian predictive given one kernel (docs/theory.md §4 "Predictor statistics", §5).
 
 Given the order parameter ``U`` the outputs ``f`` are jointly Gaussian with
 kernel ``K(U)``; observing ``Y = f(X) + noise`` (variance ``temperature``) gives
@@ -18,7 +18,7 @@ Cholesky factorisation's own derivative (two ``P × P`` triangular solves),
 1.2× faster per gradient of the ``wishart`` sampler
 (``benchmarks/bench_kernel_forms.py``).
 
-Through the path inputs ``xi`` ``[P, D, N0]`` (THEORY.md §2) the kernel is
+Through the path inputs ``xi`` ``[P, D, N0]`` (docs/theory.md §2) the kernel is
 ``K(U)(x, x') = s0² / (N0 D) Σ xi_π(x) U[π, π'] xi_π'(x')``, so for any weights
 ``alpha`` ``[P]`` on the training inputs ``K(x*, X) alpha = Σ_π xi_π(x*) · v_π``
 with ``v = s0² / (N0 D) · Σ_ν alpha_ν U xi(x_ν)`` ``[D, N0]``

@@ -1,4 +1,4 @@
-"""The network of THEORY.md §1 and its attention paths (§2) and kernels (§3).
+"""The network of docs/theory.md §1 and its attention paths (§2) and kernels (§3).
 
 Attention is fixed and computed from the bare input ``x`` at every layer, so
 the network is linear in its learned weights ``V0``, ``V[l][h]`` and ``a``.
@@ -42,7 +42,7 @@ class Weights(NamedTuple):
 
 @dataclass(frozen=True, eq=False)
 class Network:
-    """Deep multi-head attention network with fixed attention (THEORY.md §1).
+    """Deep multi-head attention network with fixed attention (docs/theory.md §1).
 
     Args:
         attention: one array per layer ``l``, ``[H_l, N0, N0]``, the bilinear
@@ -372,7 +372,7 @@ def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) ->
 
 
 def partial_effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]) -> list[jax.Array]:
-    """Effective weights truncated at every layer (THEORY.md §7): ``[W_1, ..., W_L]``.
+    """Effective weights truncated at every layer (docs/theory.md §7): ``[W_1, ..., W_L]``.
 
     ``W_L[h, :] = a^T V[L][h] / sqrt(Na)`` and
     ``W_l[(h_l, r), :] = W_{l+1}[r, :] V[l][h_l] / sqrt(N_{l+1})`` (``h_l`` slowest),
@@ -394,7 +394,7 @@ def effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int
 
 
 def order_parameters_from_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]):
-    """Empirical order parameters of one draw of the weights (THEORY.md §3, §7).
+    """Empirical order parameters of one draw of the weights (docs/theory.md §3, §7).
 
     Returns ``([U_1, ..., U_L], Ua)`` with ``U_l = W_l W_l^T / N_l`` (``W_l`` of
     :func:`partial_effective_weights`) and ``Ua = |a|² / Na``; ``U_1 = U``.

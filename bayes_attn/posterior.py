@@ -1,11 +1,11 @@
-"""Posterior sampling with NUTS and the invariant observables of THEORY.md §5.
+"""Posterior sampling with NUTS and the invariant observables of docs/theory.md §5.
 
 Individual weights are not identifiable (hidden-unit permutations and sign
 flips), so the stored draws are invariant observables:
 
 - ``U`` ``[chain, draw, path, path_]``: ``w_pi · w_pi' / N1`` per draw, and the
   deeper order parameters ``U_2 .. U_L`` ``[chain, draw, index_l, index_l_]`` and
-  ``Ua`` ``[chain, draw]`` (THEORY.md §7);
+  ``Ua`` ``[chain, draw]`` (docs/theory.md §7);
 - ``f_train`` ``[chain, draw, example]`` and ``f_test`` ``[chain, draw, test_example]``:
   the network output on the training and test inputs.
 

@@ -67,7 +67,7 @@ class CompareSpec:
     ``gp_paths`` names path subsets whose GP limits are drawn as reference
     lines (a subset's GP is that of a network with only those paths).
     ``correction``: the theory whose verdict is the headline, ``"laplace"``
-    (the finite-width correction of THEORY.md §8, the default; the leading
+    (the finite-width correction of docs/theory.md §8, the default; the leading
     order is shown beside it) or ``"none"`` (the leading order of §4 alone).
     """
 

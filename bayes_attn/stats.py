@@ -2,7 +2,7 @@
 
 Pure NumPy; every job (run, sweep, one-shot) calls these and nothing else for the same number.
 
-- Classification: ``sign(f)`` with ``f >= 0`` read as +1 (THEORY.md §4, "classification uses
+- Classification: ``sign(f)`` with ``f >= 0`` read as +1 (docs/theory.md §4, "classification uses
   ``sign(mean)``"; a tie at exactly 0 counts as +1 everywhere).
 - Accuracy's standard error is the binomial one, ``sqrt(acc (1 - acc) / n)``.
 - A temperature is chosen by *validation* accuracy, among the converged solves (never the test set).

@@ -1,4 +1,4 @@
-"""Benchmark: the finite-width correction of the theory (THEORY.md §8) — its cost and its accuracy.
+"""Benchmark: the finite-width correction of the theory (docs/theory.md §8) — its cost and its accuracy.
 
 Problem: the Fig. 2c network (``markov.fig2c``; D = 4 paths, P = 100
 training sequences, temperature 0.01), float64 as the theory computes.
@@ -137,9 +137,9 @@ def cost(widths, out_dir: Path, repeats: int) -> dict:
               f"{predict_corrected * 1e3:.1f} ms | load {os.getloadavg()[0]:.2f}", flush=True)
     out = {
         "problem": f"Fig. 2c Markov network, D=4, P=100, temperature {TEMPERATURE}",
-        "leading": "solve_theory(net, x, y, temperature) (THEORY.md §4)",
+        "leading": "solve_theory(net, x, y, temperature) (docs/theory.md §4)",
         "corrected": "solve_theory(..., correction='laplace'): leading solve + Newton for the minimiser of the exact "
-                     "S(θ) (Bartlett sites) + third-order expansion (THEORY.md §8)",
+                     "S(θ) (Bartlett sites) + third-order expansion (docs/theory.md §8)",
         "timing": f"wall seconds; warm: best of {repeats} after compilation; cold: one call in a fresh process "
                   f"(imports and data excluded, compilation included); predict: {N_TEST} test inputs, warm",
         "results": rows,
@@ -203,7 +203,7 @@ def accuracy(widths, out_dir: Path, num_samples: int, num_chains: int) -> dict:
         "distance": "relative Frobenius distance ||mean_sampled - theory|| / ||theory|| (bayes_attn.compare); "
                     "mc_floor: sqrt(sum of squared MCSEs) / ||theory||, the distance expected from Monte-Carlo "
                     "error alone; gap: sqrt(distance^2 - mc_floor^2)",
-        "theory": "leading: THEORY.md §4; corrected: solve_theory(correction='laplace'), Bartlett-site coordinates",
+        "theory": "leading: docs/theory.md §4; corrected: solve_theory(correction='laplace'), Bartlett-site coordinates",
         "results": rows,
     }
     write_record(out_dir / "correction_accuracy.json", out)

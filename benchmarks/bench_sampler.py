@@ -11,7 +11,7 @@ all NumPyro NUTS, target acceptance 0.8, max tree depth 10, started from a prior
 - ``full-token``: all weights, the network run over tokens (the paper's sampler; N = 10 only);
 - ``full``: all weights, ``f`` from path inputs;
 - ``collapsed``: upper weights, ``V0`` integrated out, ``f`` drawn exactly afterwards;
-- ``wishart``: the order parameters only, via Bartlett factors (THEORY.md §7), 14 dimensions at any width.
+- ``wishart``: the order parameters only, via Bartlett factors (docs/theory.md §7), 14 dimensions at any width.
 
 Widths: N = 10 (all four), 100 and 1000 (all but ``full-token``), and 10000
 (``wishart`` only: its wall time should not depend on N). A run at N > 10 is

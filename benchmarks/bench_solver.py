@@ -1,6 +1,6 @@
 """Benchmark: the damped-Newton theory solver against a first-order baseline.
 
-Problem: minimise ``S / N_max`` (THEORY.md §4) for the Fig. 2c Markov network
+Problem: minimise ``S / N_max`` (docs/theory.md §4) for the Fig. 2c Markov network
 (D = 4 paths, P = 100 training sequences, temperature 0.01), ``Ua`` eliminated
 by its closed form, for N in {10, 100, 1000}.
 

@@ -8,7 +8,7 @@ an interruption.
 
     python inference/fig2c.py [--out runs/fig2c] [--sample-widths 10 100 1000] [--chains 4] [--sampler collapsed]
 
-At every sampled width both the leading-order theory (THEORY.md §4) and the
+At every sampled width both the leading-order theory (docs/theory.md §4) and the
 finite-width (Laplace) correction (§8) are compared with the posterior: the
 gap of each in ``U`` against N on one log–log figure with fitted slopes
 (``finite_size.png``; expected ≈ 1 and ≈ 2), and the predicted posterior sd

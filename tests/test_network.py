@@ -1,4 +1,4 @@
-"""Network (THEORY.md §1–3): token-level vs path form, kernels, prior predictive."""
+"""Network (docs/theory.md §1–3): token-level vs path form, kernels, prior predictive."""
 
 import itertools
 import math

@@ -150,3 +150,10 @@ def test_upward_import_detector_can_fail():
     found = _imports("bayes_attn.theory.solve", "from ..run import pipeline\nfrom . import result\n")
     assert found == {"bayes_attn.run", "bayes_attn.theory.result"}
     assert _layer("bayes_attn.run") > _layer("bayes_attn.theory.solve")
+
+
+def test_docstrings_cite_the_theory_document_the_repository_has():
+    """The package cites ``docs/theory.md §n``; ``THEORY.md`` (the reference it was written from) does not ship."""
+    assert (ROOT / "docs" / "theory.md").is_file()
+    stale = [str(p.relative_to(ROOT)) for p in (ROOT / "bayes_attn").rglob("*.py") if "THEORY.md" in p.read_text()]
+    assert stale == []

@@ -1,4 +1,4 @@
-"""The one-shot image task end to end: paper Fig. 3 (THEORY.md §6).
+"""The one-shot image task end to end: paper Fig. 3 (docs/theory.md §6).
 
 - :mod:`.spec`: the one-shot spec (task, model, training, theory, pruning, sampler);
 - :mod:`.model`: the gradient-descent transformer, its files, its ``Network`` and a pixel baseline;

@@ -160,7 +160,7 @@ def _alignment(K: np.ndarray, y: np.ndarray) -> float:
 
 def path_kernels(theory: Theory, gp: Theory, paths: Sequence[str | int], path, *,
                  names: Mapping[str, str] | None = None, max_examples: int = 300) -> Path:
-    """Path kernels ``C[π, π]`` of ``paths`` and the GP kernel vs the renormalised ``K(U)`` (THEORY.md §3).
+    """Path kernels ``C[π, π]`` of ``paths`` and the GP kernel vs the renormalised ``K(U)`` (docs/theory.md §3).
 
     On the training examples of ``theory`` (the first ``max_examples``),
     sorted by label (+1 first). ``paths``: path labels (``"1-2"``, see

@@ -1,4 +1,4 @@
-"""The gradient-descent transformer of the one-shot image task (THEORY.md §6, paper Fig. 3).
+"""The gradient-descent transformer of the one-shot image task (docs/theory.md §6, paper Fig. 3).
 
 The model has the architecture of §1 with *learned* query/key maps, trained
 end to end by gradient descent (optax). Attention of every layer is computed
@@ -46,7 +46,7 @@ FORMAT_VERSION = 1
 # ----- configuration ----------------------------------------------------------
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture of the gradient-descent model (defaults: the paper's, THEORY.md §6).
+    """Architecture of the gradient-descent model (defaults: the paper's, docs/theory.md §6).
 
     Args:
         N0: token feature dimension (192 in the paper).
@@ -328,7 +328,7 @@ def to_network(params: Params, config: ModelConfig, *, width: int | None = None,
 
 
 class TrainedOrderParameters(NamedTuple):
-    """Empirical order parameters of trained weights (THEORY.md §3, §4).
+    """Empirical order parameters of trained weights (docs/theory.md §3, §4).
 
     U: ``U_1 = U``, ``[D, D]``; Us: ``[U_1, ..., U_L]`` (``U_l`` of size
     ``H_l ... H_L``); Ua: ``|a|² / Na``. All in the normalisation of

@@ -1,4 +1,4 @@
-"""The one-shot image task end to end: paper Fig. 3 (THEORY.md §6).
+"""The one-shot image task end to end: paper Fig. 3 (docs/theory.md §6).
 
 Pure steps, each small, and :func:`run_oneshot`, the whole job:
 
@@ -34,7 +34,7 @@ test accuracy at the chosen temperature is an honest estimate. Standard errors o
 test accuracies come from a bootstrap over the query's class
 (:func:`~bayes_attn.oneshot.pruning.class_bootstrap`).
 
-Symbols (THEORY.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
+Symbols (docs/theory.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
 training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
 ``temperature`` the likelihood variance.
 """
@@ -250,7 +250,7 @@ def train_model(
     retrain: bool = False,
     progress_bar: bool = True,
 ) -> TrainedModel:
-    """Train the gradient-descent model of THEORY.md §6, or load ``out/model.npz`` made with the same settings.
+    """Train the gradient-descent model of docs/theory.md §6, or load ``out/model.npz`` made with the same settings.
 
     Every epoch trains on fresh shifted episodes (:func:`gd_episodes`); the
     validation accuracy is recorded per epoch. Writes ``model.npz`` and

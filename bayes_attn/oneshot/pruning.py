@@ -1,4 +1,4 @@
-"""Head scores from the order parameter and head ablation of the gradient-descent model (THEORY.md §4, §6).
+"""Head scores from the order parameter and head ablation of the gradient-descent model (docs/theory.md §4, §6).
 
 The head score of head ``(l, h)`` sums ``|U_1|`` over the entries whose row or
 column path passes through that head. Ablating heads zeroes their value maps
@@ -298,7 +298,7 @@ def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
 
     0 for a path through a removed head, else ``Π_l sqrt(H_l/(H_l − k_l))`` (the
     survivors' rescaling; ``k_l`` heads removed from layer ``l``). Paths row-major,
-    ``h1`` slowest (THEORY.md §2). So the ablated model is the path sum of §2
+    ``h1`` slowest (docs/theory.md §2). So the ablated model is the path sum of §2
     with ``w_π`` times these factors, and its ``U`` is ``m mᵀ ∘ U``.
     """
     heads = [int(H) for H in heads]
@@ -317,7 +317,7 @@ def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test,
 
     ``U`` ``[D, D]`` becomes ``m mᵀ ∘ U`` with ``m`` = :func:`path_factors` (the
     same removal and rescaling as :func:`ablate` applies to the trained model);
-    the predictor mean of THEORY.md §4 is recomputed with the training episodes'
+    the predictor mean of docs/theory.md §4 is recomputed with the training episodes'
     path inputs ``xi_train`` ``[P, D, N0]`` and evaluated at ``xi_test``.
     Returns ``{"accuracy": base, "accuracy_without": [[…]], "drops": [[…]]}``
     per layer (``None`` for a layer's only head).

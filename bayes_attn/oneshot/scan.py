@@ -1,4 +1,4 @@
-"""Theory scan and sampling on the frozen attention of the one-shot model (THEORY.md §4, §5, §6).
+"""Theory scan and sampling on the frozen attention of the one-shot model (docs/theory.md §4, §5, §6).
 
 :func:`temperature_scan` solves the theory at every width × temperature and
 evaluates the GP limit per temperature; the temperature of each width (and,
@@ -37,13 +37,13 @@ __all__ = ["Scan", "path_inputs", "predictor_mean", "sample_at_widths", "tempera
 
 
 def path_inputs(net: Network, x) -> np.ndarray:
-    """``xi_pi(x)`` of every path (THEORY.md §2), float64 NumPy ``[P, D, N0]``."""
+    """``xi_pi(x)`` of every path (docs/theory.md §2), float64 NumPy ``[P, D, N0]``."""
     with float64():
         return np.asarray(net.xi(net.check_inputs(x)))
 
 
 def predictor_mean(U, temperature: float, xi_train, y_train, xi, *, s0sq: float = 1.0) -> np.ndarray:
-    """Predictor mean ``k*ᵀ G⁻¹ Y`` (THEORY.md §4) at path inputs ``xi`` ``[P*, D, N0]``: ``[P*]``.
+    """Predictor mean ``k*ᵀ G⁻¹ Y`` (docs/theory.md §4) at path inputs ``xi`` ``[P*, D, N0]``: ``[P*]``.
 
     ``U`` ``[D, D]``; ``xi_train`` ``[P, D, N0]``, ``y_train`` ``[P]``;
     ``G = K(U) + temperature·I``; ``s0sq``: the prior variance of ``V0``.

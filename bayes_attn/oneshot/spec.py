@@ -1,4 +1,4 @@
-"""Run specification of the one-shot image task (THEORY.md §6, paper Fig. 3).
+"""Run specification of the one-shot image task (docs/theory.md §6, paper Fig. 3).
 
 A TOML file in ``models/`` names the data, the gradient-descent model and its
 training, the theory scan (widths × temperatures), the sampling and the
@@ -95,7 +95,7 @@ def _positive_ints(name: str, values, minimum: int = 1) -> tuple[int, ...]:
 # ----- sections ----------------------------------------------------------------
 @dataclass(frozen=True)
 class TaskSpec:
-    """Data, class split and episodes (THEORY.md §6).
+    """Data, class split and episodes (docs/theory.md §6).
 
     Args:
         kind: ``"omniglot"`` (zip files in ``data_dir``) or ``"digits"`` (scikit-learn's, no files).
@@ -223,7 +223,7 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class TheorySpec:
-    """Theory scan, head scores and sampling widths (THEORY.md §4, §6).
+    """Theory scan, head scores and sampling widths (docs/theory.md §4, §6).
 
     Args:
         widths: ``N`` of the scan (all widths equal ``N``).
@@ -370,7 +370,7 @@ PAPER_RECIPE = {
     "training.optimizer": "adam", "training.lr": 3e-4, "training.weight_decay": 5e-5, "training.batch": 128,
     "theory.score_width": 10, "theory.score_temperature": 0.5,
 }
-"""The authors' settings (THEORY.md §6) that a spec sets; :func:`deviations` lists the others."""
+"""The authors' settings (docs/theory.md §6) that a spec sets; :func:`deviations` lists the others."""
 
 PAPER_STEPS = 41_000
 """About the authors' number of Adam steps (10 epochs at batch 128)."""

@@ -1,4 +1,4 @@
-"""Training of the gradient-descent transformer of the one-shot image task (THEORY.md §6, paper Fig. 3).
+"""Training of the gradient-descent transformer of the one-shot image task (docs/theory.md §6, paper Fig. 3).
 
 :func:`train` fits a :class:`~bayes_attn.oneshot.model.Params` (the model, its
 files and its conversion to a :class:`~bayes_attn.network.Network` are
@@ -32,7 +32,7 @@ OPTIMIZERS = ("adam", "adamw")
 # ----- configuration ----------------------------------------------------------
 @dataclass(frozen=True)
 class TrainConfig:
-    """Training settings (defaults: the paper's, THEORY.md §6).
+    """Training settings (defaults: the paper's, docs/theory.md §6).
 
     Args:
         lr: learning rate (3e-4).

@@ -1,4 +1,4 @@
-"""One run at one width (THEORY.md §4–5): theory and GP limit, sampling, comparison, report, figures.
+"""One run at one width (docs/theory.md §4–5): theory and GP limit, sampling, comparison, report, figures.
 
 - :mod:`.pipeline`: :func:`theory_run` and :func:`run`, the jobs behind
   ``bayes-attn theory`` and ``bayes-attn run``;

@@ -243,7 +243,7 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
 
 
 def order_parameter_sd(ds: xr.Dataset, path) -> Path:
-    """Predicted posterior sd of every ``U`` entry (THEORY.md §8) against the sampled sd, one colour per width.
+    """Predicted posterior sd of every ``U`` entry (docs/theory.md §8) against the sampled sd, one colour per width.
 
     ``ds``: a sweep with ``U_sd_theory`` and ``U_sd_sampled`` (``[sample_width, path, path_]``); log–log, with the diagonal.
     """

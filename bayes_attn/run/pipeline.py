@@ -168,7 +168,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
         progress_bar: bool = True, force: bool = False, **sampler) -> RunResult:
     """Theory + GP + sampling + comparison at one width, written into ``out``.
 
-    The theory is solved with the finite-width correction (THEORY.md §8) and
+    The theory is solved with the finite-width correction (docs/theory.md §8) and
     compared both corrected and at leading order; ``spec.compare.correction``
     picks the one whose verdict is the headline (and the exit status).
 

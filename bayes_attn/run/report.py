@@ -43,7 +43,7 @@ def _theories_section(comp: Comparison) -> list[str]:
         "",
         f"Headline theory: {THEORY_NAMES[comp.correction]}. {comp.theories_summary()}.",
         "",
-        "The leading order (THEORY.md §4) is exact only as the widths grow; its gap from the exact posterior "
+        "The leading order (docs/theory.md §4) is exact only as the widths grow; its gap from the exact posterior "
         "shrinks like 1/N. The Laplace correction (§8) adds the next order in 1/N; its remaining gap shrinks "
         "like 1/N².",
         "",

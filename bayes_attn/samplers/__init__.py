@@ -1,4 +1,4 @@
-"""Posterior samplers behind one interface (THEORY.md §5, §7).
+"""Posterior samplers behind one interface (docs/theory.md §5, §7).
 
 Every sampler is a module with the same surface (:class:`Sampler`): a NumPyro
 ``model``, ``build`` (model and arguments for NUTS), ``observables`` (per-draw

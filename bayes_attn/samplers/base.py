@@ -20,7 +20,7 @@ The models build their distributions with ``validate_args=False``: NumPyro's
 checks of their parameters ran eagerly when a chain started, compiling one
 small program per check (22 of the 37 programs of a ``sample_posterior`` call).
 
-Stored observables (THEORY.md §3, §5, §7): ``U`` (= ``U_1``, ``[D, D]``),
+Stored observables (docs/theory.md §3, §5, §7): ``U`` (= ``U_1``, ``[D, D]``),
 ``U_2 .. U_L`` (``U_l`` over ``(h_l, ..., h_L)``), ``Ua`` (scalar),
 ``f_train`` ``[P]`` and ``f_test`` ``[P_test]``.
 """

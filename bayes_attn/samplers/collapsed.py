@@ -1,4 +1,4 @@
-"""``"collapsed"``: NUTS over the upper weights with ``V0`` integrated out (THEORY.md §5).
+"""``"collapsed"``: NUTS over the upper weights with ``V0`` integrated out (docs/theory.md §5).
 
 Marginal likelihood ``Y ~ Normal(0, K(U(w)) + temperature I)`` with
 ``U = w w^T / N1``; afterwards ``f`` (or, with ``keep_weights``, ``V0`` itself)

@@ -1,4 +1,4 @@
-"""``"full"``: NUTS over every weight, ``f`` summed over paths (THEORY.md §2).
+"""``"full"``: NUTS over every weight, ``f`` summed over paths (docs/theory.md §2).
 
 ``f = sum_pi w_pi · V0 xi_pi / sqrt(N1 N0 D)`` with path inputs ``xi``
 ``[P, D, N0]`` computed once; the same posterior as ``"full-token"``.

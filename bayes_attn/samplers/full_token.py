@@ -1,4 +1,4 @@
-"""``"full-token"``: NUTS over every weight, the network of THEORY.md §1 run over tokens.
+"""``"full-token"``: NUTS over every weight, the network of docs/theory.md §1 run over tokens.
 
 The paper's form, line by line: ``z0 = V0 x / sqrt(N0)``, attention layers,
 ``f = a · zL / sqrt(Na)``. Same posterior as ``"full"``, much slower.

@@ -1,4 +1,4 @@
-"""``"wishart"``: NUTS over the order parameters themselves, via Bartlett factors (THEORY.md §7).
+"""``"wishart"``: NUTS over the order parameters themselves, via Bartlett factors (docs/theory.md §7).
 
 Once ``V0`` is integrated out (§5) the likelihood depends on the weights only
 through ``U_1``, and the prior of the order parameters ``(Ua, U_L, ..., U_1)``
@@ -149,7 +149,7 @@ def assemble(c_sqrt: jax.Array, z: jax.Array | None, m: int) -> jax.Array:
 
 def order_parameters_from_factors(A_list: Sequence[jax.Array], heads: Sequence[int], widths: Sequence[int],
                                   variances: Sequence[float]):
-    """``([U_1, ..., U_L], Ua)`` from the Bartlett factors (THEORY.md §7).
+    """``([U_1, ..., U_L], Ua)`` from the Bartlett factors (docs/theory.md §7).
 
     Args:
         A_list: ``[A_1, ..., A_L, A_a]``, ``A_k`` of shape ``(m_k, r_k)`` of

@@ -445,7 +445,7 @@ def _sweep_figures(ds: xr.Dataset, spec: Spec, stage: outputs.Staging) -> None:
 
 def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperature: float | None = None,
                 progress_bar: bool = True, **sampler) -> xr.Dataset:
-    """Theory against sampling along ``P = alpha N`` (the limit the theory is exact in, THEORY.md §4).
+    """Theory against sampling along ``P = alpha N`` (the limit the theory is exact in, docs/theory.md §4).
 
     At each width ``N`` the task gets ``P = round(alpha N)`` training sequences
     (the test set is unchanged); writes ``alpha_sweep.nc`` with the gaps of

@@ -1,4 +1,4 @@
-"""The paper's tasks (THEORY.md §6).
+"""The paper's tasks (docs/theory.md §6).
 
 :mod:`.markov`: the hidden-Markov-chain task and its heads (paper Fig. 2).
 The one-shot image task (paper Fig. 3): :mod:`.images`: Omniglot / one-shot runs / digits readers, :class:`ImageSet`

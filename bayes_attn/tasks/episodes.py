@@ -1,4 +1,4 @@
-"""2-way 1-shot episodes and their tokens x0 (THEORY.md §6, paper Fig. 3).
+"""2-way 1-shot episodes and their tokens x0 (docs/theory.md §6, paper Fig. 3).
 
 An episode is three images: support 0, support 1 (two different classes, in
 random order) and a query, a different drawing of one of the two support
@@ -70,7 +70,7 @@ def make_episodes(
     shift: int = 0,
     within_group: bool = False,
 ) -> Episodes:
-    """``n`` balanced 2-way 1-shot episodes from ``imageset`` (THEORY.md §6).
+    """``n`` balanced 2-way 1-shot episodes from ``imageset`` (docs/theory.md §6).
 
     Two distinct classes are drawn uniformly, in random order, as support 0 and
     support 1 (one drawing each). Exactly ``n/2`` episodes have ``y = +1``: the
@@ -151,7 +151,7 @@ def make_episodes(
 # ----- tokens ----------------------------------------------------------------
 @dataclass(frozen=True)
 class Tokenizer:
-    """Episode images → tokens ``x0`` (THEORY.md §6).
+    """Episode images → tokens ``x0`` (docs/theory.md §6).
 
     Each image is cut into ``(size/patch)²`` non-overlapping ``patch×patch``
     patches, row-major, images in episode order (support 0, support 1, query):

@@ -1,4 +1,4 @@
-"""Image sets for the one-shot image task (THEORY.md §6, paper Fig. 3).
+"""Image sets for the one-shot image task (docs/theory.md §6, paper Fig. 3).
 
 Readers for the standard Omniglot zip files (read in place, never extracted),
 for the 20 Omniglot one-shot runs (``all_runs.zip``) and for scikit-learn's

@@ -1,4 +1,4 @@
-"""The hidden-Markov-chain classification task and its heads (THEORY.md §6).
+"""The hidden-Markov-chain classification task and its heads (docs/theory.md §6).
 
 Tokens are ``[N0f features | T+1 one-hot positions]`` with a zero-feature
 beginning-of-sequence (BOS) token at position 0, so ``N0 = N0f + T + 1``.

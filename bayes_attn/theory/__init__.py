@@ -1,6 +1,6 @@
-"""Finite-width theory of THEORY.md §3–4: the action, its minimiser, predictors.
+"""Finite-width theory of docs/theory.md §3–4: the action, its minimiser, predictors.
 
-Symbols (THEORY.md):
+Symbols (docs/theory.md):
 
 - ``C[pi, pi'](mu, nu)``: path–path kernel ``[D, D, P, P]`` (§3);
 - ``U_l``: order parameter of hidden layer ``l`` (``l = 1..L``), symmetric
@@ -25,7 +25,7 @@ Modules:
 - :mod:`.result`: :class:`Theory` (order parameters, predictor mean and
   variance, kernel–task alignment, head scores, netCDF) and :func:`load_theory`;
 - :mod:`.solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`;
-- :mod:`.correction`: the finite-width correction of THEORY.md §8 (Laplace
+- :mod:`.correction`: the finite-width correction of docs/theory.md §8 (Laplace
   expansion of the exact posterior of the order parameters):
   :func:`laplace_correction`, used by ``solve_theory(..., correction="laplace")``.
 

@@ -1,4 +1,4 @@
-"""Coordinates of the order parameters ``U_1, ..., U_L`` (THEORY.md §4).
+"""Coordinates of the order parameters ``U_1, ..., U_L`` (docs/theory.md §4).
 
 ``U_l`` is symmetric of linear size ``m_l = H_l H_{l+1} ... H_L``. Two flat
 coordinate systems cover all of them at once:

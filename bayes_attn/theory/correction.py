@@ -1,4 +1,4 @@
-"""Finite-width correction of the theory: Laplace expansion of the exact posterior (THEORY.md §8).
+"""Finite-width correction of the theory: Laplace expansion of the exact posterior (docs/theory.md §8).
 
 The theory of §4 gives the posterior means of the order parameters to
 leading order as widths grow. The exact posterior of the order parameters
@@ -186,7 +186,7 @@ def _log_cholesky_order_parameters(theta, problem: Problem, shapes=None):
 
 
 def _log_cholesky_prior(theta, problem: Problem, shapes=None):
-    """``− log p(U) − log |∂U/∂θ|`` of THEORY.md §8 without the data term (log-Cholesky coordinates)."""
+    """``− log p(U) − log |∂U/∂θ|`` of docs/theory.md §8 without the data term (log-Cholesky coordinates)."""
     heads = problem.heads
     L = len(heads)
     N, s2 = problem.widths, problem.variances
@@ -223,7 +223,7 @@ def _order_parameters(theta, problem, coordinates, shapes):
 
 
 def _action(theta, problem: Problem, coordinates: str, shapes):
-    """``S(θ)`` of THEORY.md §8 (up to a constant)."""
+    """``S(θ)`` of docs/theory.md §8 (up to a constant)."""
     Us, _ = _order_parameters(theta, problem, coordinates, shapes)
     return _MAPS[coordinates][1](theta, problem, shapes) + 0.5 * data_term(Us[0], problem)
 
@@ -326,7 +326,7 @@ def _call64(fn, theta, problem, coordinates, shapes):
 
 
 def exact_action(theta, problem: Problem, coordinates: str = "bartlett") -> float:
-    """``S(θ)`` of THEORY.md §8 at coordinates ``θ`` (NumPy in, float out; up to a constant)."""
+    """``S(θ)`` of docs/theory.md §8 at coordinates ``θ`` (NumPy in, float out; up to a constant)."""
     return float(_call64(_value, theta, problem, coordinates, _shapes_for(problem, coordinates)))
 
 
@@ -412,7 +412,7 @@ def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "ba
 # ----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ExpansionResult:
-    """The Laplace expansion at ``θ̂`` (THEORY.md §8), before it is put into a :class:`Theory`.
+    """The Laplace expansion at ``θ̂`` (docs/theory.md §8), before it is put into a :class:`Theory`.
 
     Attributes:
         coordinates: ``"bartlett"`` or ``"log_cholesky"``.
@@ -454,7 +454,7 @@ def _check_coordinates(net, coordinates: str) -> None:
 
 def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
            tol: float = 1e-9, max_iter: int = 50) -> ExpansionResult:
-    """Minimise ``S(θ)`` from ``(Us0, Ua0)`` by damped Newton and expand there (THEORY.md §8).
+    """Minimise ``S(θ)`` from ``(Us0, Ua0)`` by damped Newton and expand there (docs/theory.md §8).
 
     Stops when the Newton decrement ``sqrt(S'ᵀ H⁻¹ S')`` (the step in units
     of the posterior spread) is at most ``tol``, or when it stalls at the
@@ -536,7 +536,7 @@ def _covariance_tensor(cov: np.ndarray, D: int) -> np.ndarray:
 
 def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: float = 1e-9,
                        max_iter: int = 50) -> Theory:
-    """The finite-width corrected theory (THEORY.md §8) from a leading-order one.
+    """The finite-width corrected theory (docs/theory.md §8) from a leading-order one.
 
     ``theory`` must come from :func:`~bayes_attn.theory.solve_theory` without
     correction (its order parameters are the start of the Newton solve for

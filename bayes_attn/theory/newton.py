@@ -1,4 +1,4 @@
-"""Damped Newton minimisation of the reduced action ``S / N_max`` (THEORY.md §4).
+"""Damped Newton minimisation of the reduced action ``S / N_max`` (docs/theory.md §4).
 
 :class:`NewtonSolver` steps in log-Cholesky coordinates of every ``U_l``
 (``U_l = L_l L_lᵀ``, log of ``L_l``'s diagonal; default) or in their vech

@@ -1,4 +1,4 @@
-"""The action ``S`` of THEORY.md §4 and its derivatives.
+"""The action ``S`` of docs/theory.md §4 and its derivatives.
 
     S = Na (Ua / sa² − ln Ua)
       + NL (tr U_L / (sL² Ua) − ln det U_L + H_L ln Ua)
@@ -272,7 +272,7 @@ def data_term(U1: jax.Array, problem: Problem) -> jax.Array:
 
 
 def full_action(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Array:
-    """``S`` of THEORY.md §4 (unscaled) at ``[U_1, ..., U_L]`` and ``Ua``."""
+    """``S`` of docs/theory.md §4 (unscaled) at ``[U_1, ..., U_L]`` and ``Ua``."""
     return entropy(Us, Ua, problem) + data_term(Us[0], problem)
 
 
@@ -433,7 +433,7 @@ def _full_value_grad(theta, Ua, problem):
 # public: S and its gradient at given order parameters (tests, diagnostics)
 # ----------------------------------------------------------------------------
 def action(net: Network, x, y, order_parameters, *, temperature: float, Ua: float | None = None) -> float:
-    """``S`` of THEORY.md §4 (not scaled) at ``[U_1, ..., U_L]``.
+    """``S`` of docs/theory.md §4 (not scaled) at ``[U_1, ..., U_L]``.
 
     ``Ua`` defaults to its closed form given ``U_L``.
     """

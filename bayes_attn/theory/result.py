@@ -1,4 +1,4 @@
-"""The solved theory (THEORY.md §4): order parameters, predictors, read-outs, files."""
+"""The solved theory (docs/theory.md §4): order parameters, predictors, read-outs, files."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ __all__ = ["LaplaceExpansion", "Theory", "head_scores", "load_theory"]
 
 
 def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
-    """Head scores from ``U [D, D]`` (THEORY.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over all heads = 1.
+    """Head scores from ``U [D, D]`` (docs/theory.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over all heads = 1.
 
     View ``|U|`` as a tensor ``[H_1..H_L, H_1..H_L]``; for layer ``l`` let
     ``M[h, h']`` be its sum over all indices but the row's and the column's
@@ -50,7 +50,7 @@ def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
 
 @jax.jit
 def _laplace_moments(U0, shift, E, xi_t, xi_train, y, temperature, s0):
-    """Next-order predictor mean and variance (THEORY.md §8); see :meth:`Theory._predict_laplace`."""
+    """Next-order predictor mean and variance (docs/theory.md §8); see :meth:`Theory._predict_laplace`."""
 
     def moments(U):  # [2, B]: mean and variance of f(x*) given U_1 = U
         return jnp.stack(gp.moments_from_xi(U, xi_train, xi_t, y, temperature, s0))
@@ -67,7 +67,7 @@ def _laplace_moments(U0, shift, E, xi_t, xi_train, y, temperature, s0):
 
 @dataclass(frozen=True, eq=False)
 class LaplaceExpansion:
-    """The expansion point and spread of the finite-width correction (THEORY.md §8).
+    """The expansion point and spread of the finite-width correction (docs/theory.md §8).
 
     Attributes:
         coordinates: the coordinates ``θ`` (``"bartlett"`` or ``"log_cholesky"``).
@@ -199,7 +199,7 @@ class Theory:
             return np.asarray(self.net.kernel(self.U, x1, x2))
 
     def leading_order(self) -> Theory:
-        """The leading-order theory (THEORY.md §4) this one was corrected from; ``self`` when not corrected."""
+        """The leading-order theory (docs/theory.md §4) this one was corrected from; ``self`` when not corrected."""
         if self.correction != "laplace":
             return self
         return replace(
@@ -209,10 +209,10 @@ class Theory:
         )
 
     def predict(self, x_test, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of ``f(x*)`` (THEORY.md §4 "Predictor statistics"):
+        """Posterior mean and variance of ``f(x*)`` (docs/theory.md §4 "Predictor statistics"):
         ``k*ᵀ G⁻¹ Y`` and ``k** − k*ᵀ G⁻¹ k*``, each ``[P*]``; ``batch_size`` test inputs at a time.
 
-        With ``correction="laplace"`` (THEORY.md §8) both are expanded to next
+        With ``correction="laplace"`` (docs/theory.md §8) both are expanded to next
         order around ``U_1(θ̂)``: the mean is ``E[k*ᵀ G⁻¹ Y]``, the variance
         that of ``f(x*)``, ``E[k** − k*ᵀ G⁻¹ k*] + Var[k*ᵀ G⁻¹ Y]``.
         """
@@ -268,7 +268,7 @@ class Theory:
         return w, np.abs(V.T @ self.y_train) / np.linalg.norm(self.y_train)
 
     def head_scores(self) -> list[np.ndarray]:
-        """Head scores (THEORY.md §4) of this ``U``: one array ``[H_l]`` per layer, max over all heads = 1."""
+        """Head scores (docs/theory.md §4) of this ``U``: one array ``[H_l]`` per layer, max over all heads = 1."""
         return head_scores(self.U, self.net.heads)
 
     # ----- files --------------------------------------------------------------

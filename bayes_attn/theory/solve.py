@@ -1,4 +1,4 @@
-"""Public solvers: the finite-width minimum of ``S`` and the GP limit (THEORY.md §4)."""
+"""Public solvers: the finite-width minimum of ``S`` and the GP limit (docs/theory.md §4)."""
 
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ def solve_theory(
     solver: NewtonSolver | None = None,
     correction: str | None = None,
 ) -> Theory:
-    """Minimise ``S`` (THEORY.md §4) over all ``U_l``; ``Ua`` by its closed form.
+    """Minimise ``S`` (docs/theory.md §4) over all ``U_l``; ``Ua`` by its closed form.
 
     With ``correction="laplace"`` the result is then corrected to next order
-    in ``1/N`` (THEORY.md §8, :func:`~bayes_attn.theory.correction.laplace_correction`):
+    in ``1/N`` (docs/theory.md §8, :func:`~bayes_attn.theory.correction.laplace_correction`):
     corrected posterior means of every order parameter and of the predictor,
     the leading-order values beside them, and posterior standard deviations.
 

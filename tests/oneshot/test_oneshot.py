@@ -1,4 +1,4 @@
-"""The one-shot image pipeline of paper Fig. 3 (bayes_attn.oneshot; THEORY.md §6)."""
+"""The one-shot image pipeline of paper Fig. 3 (bayes_attn.oneshot; docs/theory.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``"wishart"`` sampler: exact prior of the order parameters and the same posterior (THEORY.md §7).
+"""The ``"wishart"`` sampler: exact prior of the order parameters and the same posterior (docs/theory.md §7).
 
 - the Bartlett recursion (``prior_draw`` + ``order_parameters_from_factors``)
   has the Wishart-chain prior: means ``s_l²···sa² I`` at every level, the
@@ -160,7 +160,7 @@ def test_prior_means_every_level(cfg):
         z = _mean_z(_upper(U), _upper(expected[None])[0])
         assert np.max(np.abs(z)) < Z, (l, np.round(z, 2))
     assert abs(_mean_z(Ua[:, None], var[-1])[0]) < Z
-    # the einsum recursion is the Kronecker recursion of THEORY.md §7
+    # the einsum recursion is the Kronecker recursion of docs/theory.md §7
     for i in range(3):
         ref = _kron_factor_U([a[i] for a in A_draws], heads, widths, var)
         for g, r in zip([*(U[i] for U in Us), Ua[i]], ref):

@@ -1,4 +1,4 @@
-"""Image sets, episodes and tokens of the one-shot task (THEORY.md §6, paper Fig. 3)."""
+"""Image sets, episodes and tokens of the one-shot task (docs/theory.md §6, paper Fig. 3)."""
 
 import io
 import zipfile

@@ -1,4 +1,4 @@
-"""The hidden-Markov-chain task and its heads (THEORY.md §6)."""
+"""The hidden-Markov-chain task and its heads (docs/theory.md §6)."""
 
 import math
 

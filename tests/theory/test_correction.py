@@ -1,4 +1,4 @@
-"""Tests of the finite-width correction (THEORY.md §8, ``bayes_attn.theory.correction``).
+"""Tests of the finite-width correction (docs/theory.md §8, ``bayes_attn.theory.correction``).
 
 References, all independent of the code under test:
 
@@ -418,7 +418,7 @@ def test_two_coordinate_choices_agree_to_second_order():
 
 
 # ----------------------------------------------------------------------------
-# against the exact posterior: the wishart sampler (THEORY.md §7)
+# against the exact posterior: the wishart sampler (docs/theory.md §7)
 # ----------------------------------------------------------------------------
 SAMPLING = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
 # a distance the sampler resolves: above RESOLVED Monte-Carlo floors (pure noise gives floor · sqrt(χ²_k / k):

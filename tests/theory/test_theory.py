@@ -1,4 +1,4 @@
-"""Tests of bayes_attn.theory (THEORY.md §3–4).
+"""Tests of bayes_attn.theory (docs/theory.md §3–4).
 
 Independent references live here: a numpy action with explicit inverses,
 central finite differences, a scalar brentq root for one layer and one head,
@@ -315,7 +315,7 @@ def test_large_width_tends_to_gp():
 
 
 def _xi_one_head(W, x):
-    """xi for one layer, one head, readout last — written from THEORY.md §1–2, not via the package."""
+    """xi for one layer, one head, readout last — written from docs/theory.md §1–2, not via the package."""
     score = np.einsum("psi,ij,pj->ps", x, W, x[:, -1])  # key s, query T-1
     omega = np.exp(score - score.max(axis=1, keepdims=True))
     omega /= omega.sum(axis=1, keepdims=True)
