@@ -316,7 +316,9 @@ def test_readme_snippet_headlines_the_corrected_theory_as_the_command_does():
 
 
 def test_nested_list_types_read_well():
-    from bayes_attn._spec_types import _describe
+    from bayes_attn.spec import spec_from_dict
 
-    assert _describe(tuple[tuple[str, ...], ...]) == "a list of lists of strings"
-    assert _describe(tuple[float, float]) == "a list of 2 numbers"
+    with pytest.raises(ValueError, match=r"network.layers must be a list of lists of strings, got 5$"):
+        spec_from_dict({"network": {"layers": 5}})
+    with pytest.raises(ValueError, match=r"compare.widths must be a list of integers, got 'x'$"):
+        spec_from_dict({"compare": {"widths": "x"}})
