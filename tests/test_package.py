@@ -99,7 +99,7 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
 # import only from the groups before it (and itself).
 LAYERS = [
     {"_checks", "_io", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache"},
-    {"network", "tasks"},
+    {"network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},
     {"posterior", "calibration"},
     {"compare"},
