@@ -33,10 +33,8 @@ from . import _checks, _io
 from .posterior import Posterior, data_fingerprint, fingerprint
 from .stats import accuracy
 from .theory import Theory, gp_limit
+from .theory.correction import CORRECTIONS  # the theories a comparison can headline (docs/theory.md §8, §4)
 
-
-CORRECTIONS = ("laplace", "none")
-"""Theories a comparison can headline: the finite-width correction (docs/theory.md §8) or the leading order (§4)."""
 THEORY_NAMES = {"laplace": "corrected (Laplace, §8)", "none": "leading order (§4)"}
 MAX_RHAT = 1.01
 MIN_ESS = 100.0

@@ -35,6 +35,7 @@ from .network import Network
 from ._spec_types import check_name, check_type, read_toml, section, to_toml
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
+from .theory.correction import CORRECTIONS
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def spec_from_dict(data: dict) -> Spec:
         raise ValueError(f"compare.path_names must name paths among {labels}, got {bad}")
     _checks.positive("compare.rtol", spec.compare.rtol)
     _checks.positive("compare.n_sigma", spec.compare.n_sigma)
-    _checks.choice("compare.correction", spec.compare.correction, ("laplace", "none"))
+    _checks.choice("compare.correction", spec.compare.correction, CORRECTIONS)
     for key in ("widths", "sample_widths"):
         for w in getattr(spec.compare, key):
             _checks.width(f"compare.{key}", w)

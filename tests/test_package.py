@@ -99,7 +99,7 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
 # import only from the groups before it (and itself).
 LAYERS = [
     {"_checks", "_io", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache"},
-    {"network", "tasks"},
+    {"network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},
     {"posterior", "calibration"},
     {"compare"},
@@ -157,3 +157,57 @@ def test_docstrings_cite_the_theory_document_the_repository_has():
     assert (ROOT / "docs" / "theory.md").is_file()
     stale = [str(p.relative_to(ROOT)) for p in (ROOT / "bayes_attn").rglob("*.py") if "THEORY.md" in p.read_text()]
     assert stale == []
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of ``bayes_attn.x.y`` (a module, a package's ``__init__``, or the module holding an attribute)."""
+    parts = name.split(".")
+    for n in (len(parts), len(parts) - 1):
+        base = ROOT.joinpath(*parts[:n])
+        if base.with_suffix(".py").is_file():
+            return base.with_suffix(".py")
+        if (base / "__init__.py").is_file():
+            return base / "__init__.py"
+    return None
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """The package's import graph between files (every import, also those inside functions)."""
+    graph = {}
+    for path in sorted((ROOT / "bayes_attn").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found = {_module_file(m) for m in _imports(module, path.read_text())}
+        graph[str(path.relative_to(ROOT))] = {str(f.relative_to(ROOT)) for f in found if f not in (None, path)}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles a depth-first search of ``graph`` meets (each once, from where it was entered)."""
+    cycles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_no_import_circle():
+    """No module imports, directly or through others, one that imports it (package ``__init__`` files that
+    gather their own submodules aside)."""
+    cycles = [c for c in _cycles(_import_graph()) if not any(p.endswith("__init__.py") for p in c)]
+    assert cycles == []
+
+
+def test_import_circle_detector_can_fail():
+    assert _cycles({"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}) == [["a.py", "b.py", "c.py"]]
+    graph = _import_graph()
+    assert "bayes_attn/oneshot/model.py" in graph["bayes_attn/oneshot/training.py"]

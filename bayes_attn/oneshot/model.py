@@ -21,26 +21,17 @@ Layers and heads are 0-based in code.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _io, stats
+from .. import _checks, stats
 from ..network import Network, Weights, order_parameters_from_weights
-
-if TYPE_CHECKING:
-    from .training import History, TrainConfig
-
-FORMAT = "bayes_attn.training.gd_model"
-"""The ``format`` of a saved model file (the name it has had since the first files; kept so they load)."""
-FORMAT_VERSION = 1
 
 
 # ----- configuration ----------------------------------------------------------
@@ -98,15 +89,6 @@ class Params(NamedTuple):
     K: tuple[jax.Array, ...]
     V: tuple[jax.Array, ...]
     a: jax.Array
-
-
-class SavedModel(NamedTuple):
-    """What :func:`load_model` returns."""
-
-    params: Params
-    config: ModelConfig
-    train_config: TrainConfig | None
-    history: History | None
 
 
 # ----- the model --------------------------------------------------------------
@@ -223,73 +205,6 @@ def _check_pm1(name: str, y, P: int) -> np.ndarray:
     if not np.all(np.abs(y) == 1):
         raise ValueError(f"{name} must hold labels +1 or -1")
     return y
-
-
-# ----- saving -----------------------------------------------------------------
-def save_model(path, params: Params, config: ModelConfig, train_config: TrainConfig | None = None, history: History | None = None) -> Path:
-    """Write weights and settings to one ``.npz`` file (atomically: temporary file, then rename).
-
-    Arrays ``V0``, ``Q{l}``, ``K{l}``, ``V{l}`` (1-based layers), ``a`` and a JSON
-    string ``meta`` with the configs and history.
-    """
-    from .training import History, TrainConfig  # the training records (that module imports this one)
-
-    if not isinstance(config, ModelConfig):
-        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
-    check_params(params, config)
-    if train_config is not None and not isinstance(train_config, TrainConfig):
-        raise ValueError(f"train_config must be a TrainConfig or None, got {type(train_config).__name__}")
-    if history is not None and not isinstance(history, History):
-        raise ValueError(f"history must be a History or None, got {type(history).__name__}")
-    meta = {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "model_config": config.to_dict(),
-        "train_config": None if train_config is None else train_config.to_dict(),
-        "history": None if history is None else history.to_dict(),
-        "dtype": str(params.V0.dtype),
-    }
-    arrays = {"V0": np.asarray(params.V0), "a": np.asarray(params.a), "meta": np.array(json.dumps(meta))}
-    for l in range(config.L):
-        arrays[f"Q{l + 1}"] = np.asarray(params.Q[l])
-        arrays[f"K{l + 1}"] = np.asarray(params.K[l])
-        arrays[f"V{l + 1}"] = np.asarray(params.V[l])
-    path = Path(path)
-    with _io.atomic(path, ".npz.tmp") as tmp:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-    return path
-
-
-def load_model(path) -> SavedModel:
-    """Read a file written by :func:`save_model`; ``ValueError`` if it is missing or not such a file."""
-    from .training import History, TrainConfig  # the training records (that module imports this one)
-
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"path must be an existing model file written by save_model, got {str(path)!r}")
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            if meta.get("format") != FORMAT:
-                raise ValueError(f"format is {meta.get('format')!r}, not {FORMAT!r}")
-            if meta.get("version") != FORMAT_VERSION:
-                raise ValueError(f"format version {meta.get('version')!r} is not {FORMAT_VERSION}")
-            config = ModelConfig(**{**meta["model_config"], "heads": tuple(meta["model_config"]["heads"])})
-            L = config.L
-            params = Params(
-                jnp.asarray(z["V0"]),
-                tuple(jnp.asarray(z[f"Q{l + 1}"]) for l in range(L)),
-                tuple(jnp.asarray(z[f"K{l + 1}"]) for l in range(L)),
-                tuple(jnp.asarray(z[f"V{l + 1}"]) for l in range(L)),
-                jnp.asarray(z["a"]),
-            )
-        check_params(params, config)
-        tc = None if meta.get("train_config") is None else TrainConfig(**meta["train_config"])
-        hist = None if meta.get("history") is None else History.from_dict(meta["history"])
-    except Exception as err:  # zip, JSON, key and shape errors alike
-        raise ValueError(f"{str(path)!r} is not a readable gradient-descent model file: {err}") from err
-    return SavedModel(params, config, tc, hist)
 
 
 # ----- the same network in bayes_attn.network terms ---------------------------

@@ -52,7 +52,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _checks, _io, outputs, stats
-from . import figures, model as gd_model, results, pruning, training
+from . import checkpoints, figures, model as gd_model, results, pruning, training
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations, load_oneshot_spec
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
@@ -230,7 +230,7 @@ def _saved_model(spec: OneShotSpec, out: Path):
         meta = json.loads((out / "model.json").read_text())
         if meta.get("training_hash") != spec.training_hash():
             return None, None
-        saved = gd_model.load_model(out / "model.npz")
+        saved = checkpoints.load_model(out / "model.npz")
     except (OSError, ValueError):
         return None, None
     return saved, meta
@@ -274,7 +274,7 @@ def train_model(
             augment=lambda epoch, rng: gd_episodes(spec, sets, epoch)[1:],
         )
         seconds = time.perf_counter() - t0
-        gd_model.save_model(out / "model.npz", params, config, spec.training, history)
+        checkpoints.save_model(out / "model.npz", params, config, spec.training, history)
         write_json(out / "model.json", {"training_hash": spec.training_hash(), "settings": spec.training_settings(),
                                         "history": history.to_dict(), "train_seconds": seconds})
     metrics = {"train_seconds": seconds, "reused": saved is not None}

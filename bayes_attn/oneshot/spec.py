@@ -35,7 +35,7 @@ Example (every key has a default; see ``models/omniglot_oneshot.toml``)::
 
 from __future__ import annotations
 
-import copy
+import importlib.resources
 import dataclasses
 import json
 import os
@@ -401,70 +401,10 @@ def deviations(spec: OneShotSpec) -> list[str]:
     return out
 
 
-_SHIPPED_SPEC = {  # models/omniglot_oneshot.toml (see there for the choices), as a table
-    "name": "omniglot_oneshot",
-    "task": {
-        "kind": "omniglot",
-        "data_dir": "../data/omniglot",
-        "files": ["images_background_small1.zip", "images_background_small2.zip"],
-        "runs_file": "all_runs.zip",
-        "size": 32,
-        "patch": 8,
-        "channels": 1,
-        "label_scale": 1.0,
-        "rotations": False,
-        "shift": 0,
-        "n_gd_train": 12800,
-        "n_theory_train": 600,
-        "n_theory_draws": 5,
-        "n_validation": 1000,
-        "n_test": 2000,
-        "n_ood": 1000,
-        "ood": ["all_runs", "digits"],
-        "seed": 0,
-        "split": {"gd_train": ["Greek", "Japanese_(katakana)", "Korean", "Latin", "Sanskrit"],
-                  "validation": ["Tagalog"], "test": ["Balinese", "Early_Aramaic"]},
-    },
-    "model": {
-        "width": 128,
-        "d_qk": 32,
-        "heads": [4, 4],
-        "qk_scale": 0.577,
-    },
-    "training": {
-        "optimizer": "adam",
-        "lr": 0.002,
-        "weight_decay": 5e-05,
-        "batch": 128,
-        "epochs": 64,
-        "seed": 0,
-    },
-    "theory": {
-        "widths": [10, 100, 1000, 10000],
-        "temperatures": [0.01, 0.1, 0.5, 1.5],
-        "score_width": 10,
-        "score_temperature": 0.5,
-        "sample_widths": [10, 100],
-        "variances": 1.0,
-    },
-    "sampler": {
-        "name": "wishart",
-        "num_warmup": 150,
-        "num_samples": 250,
-        "num_chains": 4,
-        "seed": 0,
-        "dtype": "float32",
-        "max_tree_depth": 3,
-    },
-    "pruning": {
-        "n_random": 10,
-        "n_bootstrap": 200,
-        "spread_bootstrap": 20,
-        "seed": 0,
-    },
-}
-"""The shipped CPU spec ``models/omniglot_oneshot.toml``, embedded: ``models/`` is not installed with the
-package. Its relative ``data_dir`` resolves against ``models/`` like the file's (:meth:`OneShotSpec.data_path`)."""
+SHIPPED_SPEC = "omniglot_oneshot.toml"
+"""The shipped CPU spec, package data of :mod:`bayes_attn.oneshot` (a link to ``models/omniglot_oneshot.toml``,
+the one copy; ``models/`` itself is not installed with the package). Read without a source, its relative
+``data_dir`` resolves against ``models/`` like the file's (:meth:`OneShotSpec.data_path`)."""
 
 
 def load_oneshot_spec(path: str | Path | None = None) -> OneShotSpec:
@@ -474,5 +414,6 @@ def load_oneshot_spec(path: str | Path | None = None) -> OneShotSpec:
     (the default of ``bayes-attn prune``; :class:`OneShotSpec` ``()`` keeps the dataclass defaults).
     """
     if path is None:
-        return OneShotSpec.from_dict(copy.deepcopy(_SHIPPED_SPEC))
+        with importlib.resources.as_file(importlib.resources.files(__package__) / SHIPPED_SPEC) as shipped:
+            return OneShotSpec.from_dict(read_toml(shipped))
     return dataclasses.replace(OneShotSpec.from_dict(read_toml(path)), source=str(Path(path).resolve()))

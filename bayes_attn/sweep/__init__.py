@@ -2,8 +2,11 @@
 
 - :mod:`.table`: :func:`sweep` and :func:`alpha_sweep`: the jobs, their
   per-job files and the assembled ``sweep.nc`` with its figures;
-- :mod:`.executors`: where the jobs run: this process or Dask (a local
-  cluster, a running scheduler, a dask-jobqueue batch cluster).
+- :mod:`.jobs`: jobs, outcomes, :func:`run_jobs` and the in-process runner;
+- :mod:`.dask_executors`: the Dask executors (a local cluster, a running
+  scheduler, a dask-jobqueue batch cluster), each with its own ``run``;
+- :mod:`.executors`: their public names in one place, and the choice of an
+  executor from command-line options.
 """
 
 from .executors import (

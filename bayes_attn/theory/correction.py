@@ -25,7 +25,7 @@ finite-dimensional Laplace expansion. Symbols of §8:
 Coordinates (:data:`COORDINATES`):
 
 - ``"bartlett"`` (default): the sites of the exact sampler (§7,
-  :mod:`bayes_attn.samplers.wishart`): for every level ``k = 1, ..., L, a``
+  :mod:`bayes_attn.samplers.wishart`, factors of :mod:`bayes_attn.bartlett`): for every level ``k = 1, ..., L, a``
   the logs ``log c_i`` of the chi-square diagonals of the Bartlett factor
   ``A_k`` and its strictly lower entries (standard normal under the prior).
   There the density is a product of log-chi-square and normal densities
@@ -102,6 +102,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .. import _checks
+from ..bartlett import assemble, factor_shapes, lower_indices, order_parameters_from_factors
 from ..precision import float64
 from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
 from .newton import newton_direction
@@ -140,7 +141,6 @@ def _n_lower(m: int, r: int) -> int:
 
 def _bartlett_order_parameters(theta, problem: Problem, shapes):
     """``([U_1..U_L], Ua)`` from Bartlett-site coordinates ``θ = (log c, lower entries)``."""
-    from ..samplers.wishart import assemble, order_parameters_from_factors  # imports NumPyro: only when used
 
     L = len(problem.heads)
     nr = _n_diagonals(shapes)
@@ -366,8 +366,6 @@ def _shapes_for(problem: Problem, coordinates: str):
     """Static shapes of the Bartlett factors (``None`` for log-Cholesky coordinates)."""
     if coordinates == "log_cholesky":
         return None
-    from ..samplers.wishart import factor_shapes
-
     shapes = factor_shapes(problem.heads, [int(round(float(n))) for n in np.asarray(problem.widths)])
     return tuple(tuple(int(a) for a in s) for s in shapes)
 
@@ -386,8 +384,6 @@ def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "ba
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
         return np.concatenate([log_cholesky(Us), [math.log(Ua)]])
-    from ..samplers.wishart import _lower_indices, factor_shapes
-
     heads, widths, var = net.heads, net.widths, net.variances
     shapes = factor_shapes(heads, widths)
     hs = (*heads, 1)
@@ -400,7 +396,7 @@ def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "ba
         Mp = np.linalg.pinv(M)
         B = Mp @ mats[k] @ Mp.T
         A = np.linalg.cholesky(0.5 * (B + B.T))[:, :r]
-        rows, cols = _lower_indices(m, r)
+        rows, cols = lower_indices(m, r)
         logc[k] = 2.0 * np.log(np.diag(A))
         low[k] = A[rows, cols]
         F = M @ A

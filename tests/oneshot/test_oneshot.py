@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bayes_attn import oneshot
-from bayes_attn.oneshot import model, pruning
+from bayes_attn.oneshot import checkpoints, model, pruning
 from bayes_attn.oneshot.scan import path_inputs, predictor_mean, temperature_scan
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.samplers import SamplerSettings
@@ -237,7 +237,7 @@ def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
 @pytest.mark.slow
 def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_run, tiny_sets):
     out, _ = tiny_run
-    saved = model.load_model(out / "model.npz")
+    saved = checkpoints.load_model(out / "model.npz")
     import xarray as xr
 
     with xr.open_dataset(out / "oneshot.nc") as ds:

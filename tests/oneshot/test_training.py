@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import rng_of, seed_of
 
-from bayes_attn.oneshot import model, pruning, training
+from bayes_attn.oneshot import checkpoints, model, pruning, training
 from bayes_attn.oneshot.model import ModelConfig, Params
 from bayes_attn.oneshot.training import TrainConfig
 
@@ -158,17 +158,17 @@ def test_progress_line_is_logged(caplog):
 @pytest.mark.slow
 def test_save_load_round_trip_and_bad_files(trained, tmp_path):
     config, tc, params, hist, (xv, _) = trained
-    path = model.save_model(tmp_path / "sub" / "model.npz", params, config, tc, hist)
-    saved = model.load_model(path)
+    path = checkpoints.save_model(tmp_path / "sub" / "model.npz", params, config, tc, hist)
+    saved = checkpoints.load_model(path)
     assert saved.config == config and saved.train_config == tc and saved.history == hist
     np.testing.assert_array_equal(np.asarray(model.forward(saved.params, xv)), np.asarray(model.forward(params, xv)))
     assert [p.name for p in path.parent.iterdir()] == ["model.npz"]  # no temporary file left
     with pytest.raises(ValueError, match="existing model file"):
-        model.load_model(tmp_path / "missing.npz")
+        checkpoints.load_model(tmp_path / "missing.npz")
     bad = tmp_path / "bad.npz"
     bad.write_bytes(path.read_bytes()[:200])
     with pytest.raises(ValueError, match="not a readable"):
-        model.load_model(bad)
+        checkpoints.load_model(bad)
 
 
 def test_configs_name_the_bad_field():
