@@ -1,12 +1,5 @@
-"""Run independent jobs in this process or on Dask, with retries and a progress line (the public names of
-:mod:`bayes_attn.sweep.jobs` and :mod:`bayes_attn.sweep.dask_executors`, in one place).
-
-A :class:`Job` is a name, JSON settings and a seed; ``fn(job)`` is a
-module-level (picklable) function that does the work, typically writing one
-result file and returning its path. :func:`run_jobs` runs the jobs on an
-executor and returns one :class:`Outcome` per job, in job order: a job that
-raises (or whose worker keeps dying) is reported as failed and the others
-finish.
+"""Where a sweep's jobs run: the public names of :mod:`bayes_attn.sweep.jobs` and
+:mod:`bayes_attn.sweep.dask_executors` in one place, and the choice of an executor from options.
 
 Executors (chosen by the caller, or by :func:`executor_from_options`):
 
@@ -17,13 +10,9 @@ Executors (chosen by the caller, or by :func:`executor_from_options`):
 - :class:`DaskScheduler` — the workers of an existing Dask scheduler;
 - :class:`DaskJobqueue` — a dask-jobqueue cluster (SLURM, PBS, ...).
 
-On Dask a job that raises is rerun up to ``retries`` times; a job whose worker
-process dies (killed, out of memory, ``os._exit``) is rerun on another worker,
-and reported as failed (``KilledWorker``) once ``retries + 1`` workers died
-running it. At most as many jobs as the workers have free threads (and free
-resources) are handed to the scheduler at a time, so that a dying worker can
-only be blamed for the job it was running. Each call starts and stops its own
-cluster: give :func:`run_jobs` all the jobs of a sweep at once.
+:func:`run_jobs` runs ``fn(job)`` for each :class:`Job` on one of them and
+returns an :class:`Outcome` per job, in job order (retries and worker deaths:
+:mod:`bayes_attn.sweep.dask_executors`).
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ __all__ = [
     "third_derivative_contraction",
 ]
 
-CORRECTIONS = ("none", "laplace")
+CORRECTIONS = ("laplace", "none")
 COORDINATES = ("bartlett", "log_cholesky")
 
 
