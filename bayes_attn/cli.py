@@ -28,7 +28,7 @@ from .outputs import FolderBusyError
 from .precision import DTYPES
 from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
 from .spec import CompareSpec, Spec, load_spec
-from .theory.correction import CORRECTIONS
+from .theory.correction import CORRECTIONS, THEORY_NAMES
 from .threads import one_blas_thread
 
 log = logging.getLogger(__name__)
@@ -215,9 +215,6 @@ class _Stderr(logging.StreamHandler):
     """A handler that writes to ``sys.stderr`` as it is when a message comes (a replaced or closed stream of an
     earlier call, e.g. under pytest's capture, is never written to)."""
 
-    def __init__(self):
-        super().__init__()
-
     @property
     def stream(self):
         return sys.stderr
@@ -286,7 +283,6 @@ def cmd_sample(args) -> int:
 def cmd_theory(args) -> int:
     import pandas as pd
 
-    from .compare import THEORY_NAMES
     from .run.pipeline import theory_run
 
     spec, out, temperature = _setup(args)

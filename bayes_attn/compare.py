@@ -33,9 +33,8 @@ from . import _checks, _io
 from .posterior import Posterior, data_fingerprint, fingerprint
 from .stats import accuracy
 from .theory import Theory, gp_limit
-from .theory.correction import CORRECTIONS  # the theories a comparison can headline (docs/theory.md §8, §4)
+from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
-THEORY_NAMES = {"laplace": "corrected (Laplace, §8)", "none": "leading order (§4)"}
 MAX_RHAT = 1.01
 MIN_ESS = 100.0
 MIN_BFMI = 0.3
@@ -193,10 +192,15 @@ class Comparison:
         return all(c.passed for c in self.checks)
 
     @property
+    def sampler_failures(self) -> list[str]:
+        """Failed sampler diagnostics (see :func:`diagnostic_failures`)."""
+        return diagnostic_failures(self.diagnostics)
+
+    @property
     def inconclusive_reasons(self) -> list[str]:
-        """Failed sampler diagnostics (see :func:`diagnostic_failures`) and a theory that is not a solution
-        (:attr:`theory_problems`: not converged, or not a minimum)."""
-        return diagnostic_failures(self.diagnostics) + self.theory_problems
+        """:attr:`sampler_failures` and a theory that is not a solution (:attr:`theory_problems`: not
+        converged, or not a minimum)."""
+        return self.sampler_failures + self.theory_problems
 
     @property
     def verdict(self) -> str:

@@ -295,7 +295,7 @@ def _check_replaced(folder: Path, files: Collection[str] | None, previous: dict 
     """Refuse (unless ``force``) a run that would remove another command's results; warn when ``force`` lets it."""
     if previous is None or files is None or previous.get("command") == command:
         return
-    removed = sorted(f for f in previous["files"] if f not in set(files) and _safe_name(f))
+    removed = sorted(set(filter(_safe_name, previous["files"])) - set(files))
     if not removed:
         return
     by = f"`bayes-attn {previous['command']}`" if previous.get("command") else "another run"

@@ -196,6 +196,13 @@ def spec_file(tmp_path, data=TINY):
     return path
 
 
+def one_line(err: str) -> str:
+    """The one line of an error message (stderr), checked to be one line and no traceback."""
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
 def forbid_calls(monkeypatch, *names):
     """Make each ``(module, name)`` raise when called: a check that nothing is computed."""
 

@@ -19,19 +19,13 @@ import xarray as xr
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.spec import Spec, spec_from_dict
-from conftest import TINY, forbid_calls as _forbid, spec_file as _spec_file
+from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, spec_file as _spec_file
 
 ROOT = Path(__file__).resolve().parents[1]
 THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
 FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
 
 
-
-
-def _one_line(err: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # 1. default folders do not collide ---------------------------------------------------------------------

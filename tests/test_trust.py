@@ -12,15 +12,9 @@ import pytest
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.run import pipeline
-from conftest import forbid_calls, spec_file
+from conftest import forbid_calls, one_line as _one_line, spec_file
 
 FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
-
-
-def _one_line(err: str) -> str:
-    lines = [line for line in err.strip().splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def _snapshot(folder):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..compare import THEORY_NAMES, Comparison, diagnostic_failures
+from ..compare import THEORY_NAMES, Comparison
 
 __all__ = ["comparison_report"]
 
@@ -22,7 +22,7 @@ def _verdict_text(comp: Comparison) -> str:
     """The verdict line: whose theory, and whether it agrees with sampling (or why that cannot be told)."""
     name = THEORY_NAMES[comp.correction] + " " if comp.alternative is not None else ""
     if comp.verdict == "inconclusive":
-        why = [w for w, bad in (("sampler diagnostics failed", diagnostic_failures(comp.diagnostics)),
+        why = [w for w, bad in (("sampler diagnostics failed", comp.sampler_failures),
                                 ("the theory is not a solution", comp.theory_problems)) if bad]
         return f"INCONCLUSIVE ({'; '.join(why)})"
     return {"agree": f"{name}theory and sampling agree", "disagree": f"{name}theory and sampling DISAGREE"}[comp.verdict]
@@ -96,9 +96,9 @@ def comparison_report(comp: Comparison) -> str:
                 + ". Check the spec's scales (labels, variances, temperature) or give the solver more iterations.",
                 "",
             ]),
-            *([] if not (reasons := diagnostic_failures(comp.diagnostics)) else [
+            *([] if not comp.sampler_failures else [
                 "The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
-                + "; ".join(reasons) + ". Sample longer (more warm-up and draws, more "
+                + "; ".join(comp.sampler_failures) + ". Sample longer (more warm-up and draws, more "
                 "chains) or with a higher target acceptance before reading the checks below.",
                 "",
             ]),

@@ -260,8 +260,12 @@ def _with_sampler(spec: Spec, overrides: dict) -> Spec:
     return dataclasses.replace(spec, sampler=settings)
 
 
-def _check_widths(name: str, widths) -> list[int]:
-    return sorted({_checks.width(name, w) for w in widths})
+def _check_widths(name: str, widths, at_least_one: str | None = None) -> list[int]:
+    """Sorted distinct widths; ``at_least_one``: refuse an empty list (the text says where the widths come from)."""
+    out = sorted({_checks.width(name, w) for w in widths})
+    if at_least_one is not None and not out:
+        raise ValueError(f"{name} must hold at least one width{at_least_one}, got []")
+    return out
 
 
 def _check_temperatures(temperatures) -> list[float]:
@@ -297,9 +301,8 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
     ``force``: write into a non-empty folder this package did not write.
     """
     out = Path(out)
-    widths = _check_widths("widths", spec.compare.widths if widths is None else widths)
-    if not widths:
-        raise ValueError("widths must hold at least one width (--widths, or compare.widths in the spec), got []")
+    widths = _check_widths("widths", spec.compare.widths if widths is None else widths,
+                           at_least_one=" (--widths, or compare.widths in the spec)")
     sample_widths = _check_widths("sample_widths", spec.compare.sample_widths if sample_widths is None else sample_widths)
     if temperature is not None and temperatures is not None:
         raise ValueError("give temperature or temperatures, not both")
@@ -453,9 +456,7 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     """
     out = Path(out)
     alpha = _checks.positive("alpha", alpha)
-    widths = _check_widths("widths", widths)
-    if not widths:
-        raise ValueError("widths must hold at least one width, got []")
+    widths = _check_widths("widths", widths, at_least_one="")
     temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
     spec = _with_sampler(spec, sampler)
     with outputs.output_folder(out, command="alpha-sweep", files=("alpha_sweep.nc",)) as stage:

@@ -112,6 +112,7 @@ from .result import LaplaceExpansion, Theory
 __all__ = [
     "COORDINATES",
     "CORRECTIONS",
+    "THEORY_NAMES",
     "ExpansionResult",
     "action_function",
     "corrected_theory",
@@ -125,6 +126,8 @@ __all__ = [
 ]
 
 CORRECTIONS = ("laplace", "none")
+THEORY_NAMES = {"laplace": "corrected (Laplace, §8)", "none": "leading order (§4)"}
+"""How reports name the theory of each correction."""
 COORDINATES = ("bartlett", "log_cholesky")
 
 
