@@ -15,8 +15,10 @@ relative tolerance *and* more than ``n_sigma`` Monte-Carlo standard errors.
 The verdict has three values: ``"agree"``, ``"disagree"``, and
 ``"inconclusive"`` when the sampler's own diagnostics fail (R-hat above
 :data:`MAX_RHAT`, bulk ESS below :data:`MIN_ESS` on a compared observable,
-any divergence, BFMI below :data:`MIN_BFMI`): Monte-Carlo error bars of
-unconverged chains mean nothing, so neither "agree" nor "disagree" is said.
+any divergence, BFMI below :data:`MIN_BFMI`, an importance-sampling Pareto
+``k̂`` above :data:`MAX_KHAT`; :func:`bayes_attn.posterior.diagnostic_failures`):
+Monte-Carlo error bars of unconverged chains mean nothing, so neither "agree"
+nor "disagree" is said.
 """
 
 from __future__ import annotations
@@ -30,14 +32,20 @@ import numpy as np
 import xarray as xr
 
 from . import _checks, _io
-from .posterior import Posterior, data_fingerprint, fingerprint
+from .posterior import (  # noqa: F401  (the verdict's thresholds, defined with the diagnostics they read)
+    MAX_KHAT,
+    MAX_RHAT,
+    MIN_BFMI,
+    MIN_ESS,
+    Posterior,
+    data_fingerprint,
+    diagnostic_failures,
+    fingerprint,
+)
 from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
-MAX_RHAT = 1.01
-MIN_ESS = 100.0
-MIN_BFMI = 0.3
 VERDICTS = ("agree", "disagree", "inconclusive")
 
 
@@ -45,20 +53,6 @@ def headline_of(wanted: str, theory: Theory) -> str:
     """The headline ``wanted`` (``"laplace"`` or ``"none"``), or ``"none"`` when ``theory`` carries no
     correction (``solve_theory`` skips it where the leading order is not a solution)."""
     return _checks.choice("headline", wanted, CORRECTIONS) if theory.correction == "laplace" else "none"
-
-
-def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
-    """Reasons the sampler's diagnostics make a comparison inconclusive (empty when none)."""
-    out = []
-    if diagnostics.get("max_r_hat", 1.0) > MAX_RHAT or not np.isfinite(diagnostics.get("max_r_hat", 1.0)):
-        out.append(f"max R-hat {diagnostics['max_r_hat']:.3g} > {MAX_RHAT}")
-    if diagnostics.get("min_ess_bulk", np.inf) < MIN_ESS or np.isnan(diagnostics.get("min_ess_bulk", np.inf)):
-        out.append(f"min bulk ESS {diagnostics['min_ess_bulk']:.3g} < {MIN_ESS:g}")
-    if diagnostics.get("divergences", 0) > 0:
-        out.append(f"{int(diagnostics['divergences'])} divergent transitions")
-    if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
-        out.append(f"min BFMI {diagnostics['min_bfmi']:.3g} < {MIN_BFMI}")
-    return out
 
 
 def points_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:

@@ -33,6 +33,14 @@ from . import _checks, _io, gp, threads
 from .network import Network, kernel_diag_from_xi, kernel_from_C, order_parameter_labels, path_kernel_from_xi
 from .precision import x64
 from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, nuts, prepare
+from .samplers.settings import AUTO, AUTO_ORDER
+
+MAX_RHAT = 1.01
+MIN_ESS = 100.0
+MIN_BFMI = 0.3
+MAX_KHAT = 0.7
+"""The diagnostics a verdict trusts (:func:`diagnostic_failures`): R-hat, bulk ESS of every compared entry,
+BFMI, and the Pareto ``k̂`` of importance sampling (``laplace-is``)."""
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
@@ -58,7 +66,7 @@ def sample_posterior(
     progress_bar: bool = True,
     **settings,
 ) -> Posterior:
-    """Sample the posterior with NUTS.
+    """Sample the posterior: NUTS (docs/theory.md §5, §7), or the samplers guided by the finite-width expansion (§9).
 
     Args:
         net: the network.
@@ -66,8 +74,10 @@ def sample_posterior(
         temperature: likelihood variance (> 0).
         x_test: optional test inputs ``[P_test, T, N0]`` for ``f_test``.
         sampler: a sampler name (``"full"``, ``"full-token"``, ``"collapsed"``,
-            ``"wishart"``; see :mod:`bayes_attn.samplers`) or a whole
-            :class:`~bayes_attn.samplers.SamplerSettings`; default: the settings' default.
+            ``"wishart"``, ``"laplace-is"``, ``"laplace-mh"``, ``"auto"``; see
+            :mod:`bayes_attn.samplers`) or a whole :class:`~bayes_attn.samplers.SamplerSettings`;
+            default: the settings' default. ``"auto"`` tries ``laplace-is``, then ``laplace-mh``,
+            then ``wishart``, and keeps the first whose diagnostics pass (attribute ``auto``).
         keep_weights: also store the raw weights (large at large width).
         keep_effective_weights: also store ``w`` ``[D, N1]`` per draw.
         **settings: fields of :class:`~bayes_attn.samplers.SamplerSettings`
@@ -88,8 +98,16 @@ def sample_posterior(
         cfg = sampler.replace(**settings)
     else:
         cfg = SamplerSettings().replace(name=sampler, **settings)
-    smp = get(cfg.name)
     options = Options(bool(keep_weights), bool(keep_effective_weights))
+    if cfg.name == AUTO:
+        return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
+    return _sample(net, x, y, temperature, x_test, cfg, options, progress_bar)
+
+
+def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Options,
+            progress_bar: bool, **attrs) -> Posterior:
+    """:func:`sample_posterior` with one registered sampler (arguments checked)."""
+    smp = get(cfg.name)
     if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
         raise ValueError(
             f"keep_weights and keep_effective_weights need a sampler that draws weights; "
@@ -100,27 +118,73 @@ def sample_posterior(
     with x64(cfg.dtype == "float64"), threads.limits():
         thread_record = threads.record(chain_method)
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
-        model, args = smp.build(inputs)
-        latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
-        memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
-                            f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
-        mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar)
-        t0 = time.perf_counter()
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
-        mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
-        draws = mcmc.get_samples(group_by_chain=True)
+        if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
+            t0 = time.perf_counter()
+            guided = smp.draw(inputs, cfg, key_mcmc)
+            draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
+        else:
+            model, args = smp.build(inputs)
+            latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
+            memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
+                                f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
+            mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar)
+            t0 = time.perf_counter()
+            mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
+            draws = mcmc.get_samples(group_by_chain=True)
+            stats = sample_stats(mcmc.get_extra_fields(group_by_chain=True))
         draws |= smp.conditional(draws, key_cond, inputs, options)
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
-        extra = mcmc.get_extra_fields(group_by_chain=True)
     ran = cfg.replace(chain_method=chain_method)
     tree = Posterior.from_draws(
-        net, draws, sample_stats(extra), x, y, temperature,
+        net, draws, stats, x, y, temperature,
         sampler=cfg.name, settings=ran.to_json(), seconds=seconds, num_warmup=cfg.num_warmup,
         seed=cfg.seed, dtype=cfg.dtype, versions=json.dumps(_io.versions()), threads=json.dumps(thread_record),
-        **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}),
+        **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}), **attrs,
     ).tree
     return Posterior(tree, net)
+
+
+def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Options,
+                 progress_bar: bool) -> Posterior:
+    """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
+    diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). What was tried, its cost
+    and why it was left go into the attribute ``auto`` (JSON); the last sampler's draws are returned whatever
+    their diagnostics (the verdict then says so)."""
+    tried = []
+    for i, name in enumerate(AUTO_ORDER):
+        t0 = time.perf_counter()
+        try:
+            post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
+                           requested_sampler=AUTO)
+        except ValueError as err:  # no proposal (the expansion's Hessian is not positive definite)
+            tried.append({"sampler": name, "seconds": time.perf_counter() - t0, "left_because": str(err)})
+            continue
+        failures = post.summary().failures()
+        tried.append({"sampler": name, "seconds": time.perf_counter() - t0,
+                      "left_because": "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else ""})
+        if not failures or i + 1 == len(AUTO_ORDER):
+            post.tree.attrs["auto"] = json.dumps(tried)
+            return post
+    raise AssertionError("unreachable: the last sampler of AUTO_ORDER always returns")
+
+
+def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
+    """Reasons the sampler's diagnostics (:meth:`Summary.diagnostics`) make a comparison inconclusive (empty when
+    none); a number that is absent is not checked."""
+    out = []
+    if diagnostics.get("max_r_hat", 1.0) > MAX_RHAT or not np.isfinite(diagnostics.get("max_r_hat", 1.0)):
+        out.append(f"max R-hat {diagnostics['max_r_hat']:.3g} > {MAX_RHAT}")
+    if diagnostics.get("min_ess_bulk", np.inf) < MIN_ESS or np.isnan(diagnostics.get("min_ess_bulk", np.inf)):
+        out.append(f"min bulk ESS {diagnostics['min_ess_bulk']:.3g} < {MIN_ESS:g}")
+    if diagnostics.get("divergences", 0) > 0:
+        out.append(f"{int(diagnostics['divergences'])} divergent transitions")
+    if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
+        out.append(f"min BFMI {diagnostics['min_bfmi']:.3g} < {MIN_BFMI}")
+    if not diagnostics.get("pareto_k", -np.inf) <= MAX_KHAT and "pareto_k" in diagnostics:
+        out.append(f"importance-sampling Pareto k-hat {diagnostics['pareto_k']:.3g} > {MAX_KHAT}")
+    return out
 
 
 def resolve_chain_method(chain_method: str, num_chains: int) -> str:
@@ -167,11 +231,14 @@ class Summary:
     Attributes:
         table: ArviZ summary (mean, sd, MCSE, bulk/tail ESS, R-hat) per entry of
             the invariant observables (``U``, ``U_l``, ``Ua``, ``f_train``, ``f_test``).
-        divergences: number of divergent transitions after warm-up.
-        bfmi: Bayesian fraction of missing information per chain.
-        acceptance_rate: mean acceptance probability.
-        mean_steps: mean leapfrog steps per draw.
+        divergences: number of divergent transitions after warm-up (0 for the guided samplers).
+        bfmi: Bayesian fraction of missing information per chain (empty for the guided samplers).
+        acceptance_rate: mean acceptance probability (NUTS, ``laplace-mh``; NaN for ``laplace-is``).
+        mean_steps: mean leapfrog steps per draw (NaN for the guided samplers).
         seconds: sampling wall time (warm-up included).
+        pareto_k: the Pareto ``k̂`` of ``laplace-is``'s importance weights (NaN for the others).
+        is_ess: ``laplace-is``'s importance-sampling ESS ``1 / Σ w̄²`` before resampling (NaN for the others).
+        sampler: the sampler that made the draws.
     """
 
     table: pd.DataFrame
@@ -180,6 +247,9 @@ class Summary:
     acceptance_rate: float
     mean_steps: float
     seconds: float
+    pareto_k: float = float("nan")
+    is_ess: float = float("nan")
+    sampler: str = ""
 
     @property
     def max_rhat(self) -> float:
@@ -192,14 +262,23 @@ class Summary:
         return float(self.table[["ess_bulk", "ess_tail"]].min().min())
 
     def diagnostics(self) -> dict[str, float]:
-        """The numbers a verdict depends on: worst R-hat, smallest ESS (bulk and tail; bulk), smallest BFMI, divergences."""
-        return {
+        """The numbers a verdict depends on: worst R-hat, smallest ESS (bulk and tail; bulk), smallest BFMI,
+        divergences, and for ``laplace-is`` the Pareto ``k̂`` (:func:`diagnostic_failures`)."""
+        out = {
             "max_r_hat": self.max_rhat,
             "min_ess": self.min_ess,
             "min_ess_bulk": float(self.table["ess_bulk"].min()),
-            "min_bfmi": float(np.min(self.bfmi)),
             "divergences": float(self.divergences),
         }
+        if len(self.bfmi):
+            out["min_bfmi"] = float(np.min(self.bfmi))
+        if np.isfinite(self.pareto_k):
+            out["pareto_k"] = self.pareto_k
+        return out
+
+    def failures(self) -> list[str]:
+        """:func:`diagnostic_failures` of these diagnostics (empty when the draws can be trusted)."""
+        return diagnostic_failures(self.diagnostics())
 
     def by_variable(self) -> pd.DataFrame:
         """Worst R-hat, smallest ESS and largest MCSE per observable."""
@@ -211,6 +290,11 @@ class Summary:
 
     def __str__(self) -> str:
         u = self.table[self.table.index.str.startswith("U[")]
+        own = (f"importance sampling: Pareto k-hat {self.pareto_k:.3g} (trusted up to {MAX_KHAT}), "
+               f"IS ESS {self.is_ess:.0f}" if np.isfinite(self.pareto_k) else
+               f"divergences: {self.divergences}   BFMI per chain: {np.array2string(self.bfmi, precision=2)}   "
+               f"acceptance: {self.acceptance_rate:.3f}   leapfrog steps/draw: {self.mean_steps:.1f}"
+               if len(self.bfmi) else f"acceptance: {self.acceptance_rate:.3f}")
         return "\n".join(
             [
                 "Order parameter U = U_1 (per-draw values):",
@@ -219,9 +303,7 @@ class Summary:
                 "Worst diagnostics per observable:",
                 self.by_variable().to_string(),
                 "",
-                f"divergences: {self.divergences}   BFMI per chain: {np.array2string(self.bfmi, precision=2)}   "
-                f"acceptance: {self.acceptance_rate:.3f}   leapfrog steps/draw: {self.mean_steps:.1f}   "
-                f"sampling time: {self.seconds:.1f} s",
+                f"sampler: {self.sampler}   {own}   sampling time: {self.seconds:.1f} s",
             ]
         )
 
@@ -306,18 +388,23 @@ class Posterior:
         return np.concatenate(means), np.concatenate(variances)
 
     def summary(self) -> Summary:
-        """ArviZ diagnostics on the invariant observables, plus sampler statistics."""
+        """ArviZ diagnostics on the invariant observables, plus sampler statistics (those the sampler has)."""
         import arviz_stats as azs
 
         table = azs.summary(self.tree, var_names=self.observables, kind="all", round_to="none")
         stats = self.tree["sample_stats"]
+        nuts = "energy" in stats
+        attrs = self.tree.attrs
         return Summary(
             table=table,
-            divergences=int(stats["diverging"].sum()),
-            bfmi=np.asarray(azs.bfmi(self.tree)["energy"].values),
-            acceptance_rate=float(stats["acceptance_rate"].mean()),
-            mean_steps=float(stats["n_steps"].mean()),
-            seconds=float(self.tree.attrs.get("seconds", np.nan)),
+            divergences=int(stats["diverging"].sum()) if "diverging" in stats else 0,
+            bfmi=np.asarray(azs.bfmi(self.tree)["energy"].values) if nuts else np.zeros(0),
+            acceptance_rate=float(stats["acceptance_rate"].mean()) if "acceptance_rate" in stats else float("nan"),
+            mean_steps=float(stats["n_steps"].mean()) if "n_steps" in stats else float("nan"),
+            seconds=float(attrs.get("seconds", np.nan)),
+            pareto_k=float(attrs.get("pareto_k", np.nan)),
+            is_ess=float(attrs.get("is_ess", np.nan)),
+            sampler=str(attrs.get("sampler", "")),
         )
 
     @classmethod

@@ -127,7 +127,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
-    from ..compare import diagnostic_failures
+    from ..posterior import diagnostic_failures
     from ..posterior import sample_posterior
 
     x, y, xt, _ = spec.data()

@@ -13,7 +13,11 @@ the same small surface, collected in a :class:`Sampler`:
 - ``labels_arg``: the position of the labels ``y`` among ``args`` (read and
   replaced with :meth:`Sampler.labels`, :meth:`Sampler.with_labels`);
 - ``init_strategy``: NumPyro's start of every chain (a prior draw,
-  ``init_to_sample``, unless the sampler names a cheaper one).
+  ``init_to_sample``, unless the sampler names a cheaper one);
+- ``draw``: set by the samplers that do not run NUTS (``laplace-is``,
+  ``laplace-mh``, :mod:`bayes_attn.samplers.laplace`): their own draw loop,
+  which returns the observables; ``model``, ``build`` and ``observables`` are
+  then ``None``.
 
 NUTS and MCMC are built from these in :mod:`bayes_attn.samplers.nuts`.
 The models build their distributions with ``validate_args=False``: NumPyro's
@@ -93,14 +97,17 @@ class Sampler(NamedTuple):
     name: str
     description: str
     draws_weights: bool
-    model: Callable
-    build: Callable[[SamplerInputs], tuple[Callable, tuple]]
-    observables: Callable[[dict, SamplerInputs, Options], dict]
+    model: Callable | None
+    build: Callable[[SamplerInputs], tuple[Callable, tuple]] | None
+    observables: Callable[[dict, SamplerInputs, Options], dict] | None
     conditional: Callable[[dict, jax.Array, SamplerInputs, Options], dict]
     labels_arg: int
     """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
     init_strategy: Callable = init_to_sample
     """Where every chain starts (a NumPyro init strategy)."""
+    draw: Callable | None = None
+    """A sampler with its own draw loop instead of NUTS (``laplace-is``, ``laplace-mh``):
+    ``draw(inputs, settings, key) -> GuidedDraws``; then ``model``, ``build`` and ``observables`` are ``None``."""
 
     def labels(self, args: tuple) -> jax.Array:
         """The labels among a model's positional arguments ``args`` (as ``build`` returns them)."""

@@ -1,12 +1,14 @@
 """SAMPLERS: the registry, sampler name → :class:`~bayes_attn.samplers.base.Sampler`, in the order of
-:data:`~bayes_attn.samplers.settings.SAMPLER_NAMES` (imports NumPyro, so it loads on first use)."""
+:data:`~bayes_attn.samplers.settings.SAMPLER_NAMES` (all but ``"auto"``, which chooses among them;
+imports NumPyro, so it loads on first use)."""
 
 from __future__ import annotations
 
-from . import collapsed, full, full_token, wishart
+from . import collapsed, full, full_token, laplace, wishart
 from .base import Sampler
-from .settings import SAMPLER_NAMES
+from .settings import AUTO, SAMPLER_NAMES
 
-SAMPLERS: dict[str, Sampler] = {m.SAMPLER.name: m.SAMPLER for m in (full, full_token, collapsed, wishart)}
-if tuple(SAMPLERS) != SAMPLER_NAMES:
+SAMPLERS: dict[str, Sampler] = {s.name: s for s in (full.SAMPLER, full_token.SAMPLER, collapsed.SAMPLER,
+                                                    wishart.SAMPLER, laplace.IS_SAMPLER, laplace.MH_SAMPLER)}
+if (*SAMPLERS, AUTO) != SAMPLER_NAMES:
     raise ImportError(f"the sampler modules {tuple(SAMPLERS)} disagree with SAMPLER_NAMES {SAMPLER_NAMES}")

@@ -16,12 +16,20 @@ from .. import _checks
 from ..precision import DTYPES
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
+AUTO = "auto"
+"""The sampler name that tries the others in :data:`AUTO_ORDER` (:func:`bayes_attn.sample_posterior`)."""
+AUTO_ORDER = ("laplace-is", "laplace-mh", "wishart")
 DEFAULT_SAMPLER = "wishart"
 SAMPLER_DESCRIPTIONS = {
     "full": "NUTS over all weights, f summed over paths from precomputed path inputs",
     "full-token": "NUTS over all weights, the network run over tokens as in the paper (slow)",
     "collapsed": "NUTS over the upper weights with V0 integrated out; f (or V0) drawn exactly afterwards",
     "wishart": "NUTS over the order parameters only (Bartlett factors of the Wishart chain); f drawn exactly afterwards",
+    "laplace-is": "importance sampling of the order parameters from the Laplace expansion (Student-t proposal, "
+                  "PSIS), resampled; f drawn exactly afterwards",
+    "laplace-mh": "independence Metropolis-Hastings on the order parameters with the Laplace expansion's proposal; "
+                  "f drawn exactly afterwards",
+    AUTO: "the cheapest sampler whose diagnostics pass: laplace-is, else laplace-mh, else wishart",
 }
 """The samplers of :data:`bayes_attn.samplers.SAMPLERS` by name, in its order, with their descriptions (here, so
 that settings and the command's options need not import the samplers and NumPyro)."""

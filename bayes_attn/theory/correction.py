@@ -114,13 +114,17 @@ __all__ = [
     "CORRECTIONS",
     "THEORY_NAMES",
     "ExpansionResult",
+    "action_at",
     "action_function",
     "corrected_theory",
     "derivatives",
     "exact_action",
     "expand",
+    "find_mode",
     "laplace_correction",
+    "Mode",
     "observables",
+    "order_parameters_at",
     "start_point",
     "third_derivative_contraction",
 ]
@@ -333,6 +337,17 @@ def exact_action(theta, problem: Problem, coordinates: str = "bartlett") -> floa
     return float(_call64(_value, theta, problem, coordinates, _shapes_for(problem, coordinates)))
 
 
+def action_at(theta: jax.Array, problem: Problem, shapes, coordinates: str = "bartlett") -> jax.Array:
+    """``S(θ)`` of docs/theory.md §8 (up to a constant) as a pure JAX function of ``θ`` and ``problem`` (both may
+    be traced; ``shapes``: :attr:`Mode.shapes`, static). Computes in the dtype of ``θ`` and ``problem``."""
+    return _action(theta, problem, coordinates, shapes)
+
+
+def order_parameters_at(theta: jax.Array, problem: Problem, shapes, coordinates: str = "bartlett"):
+    """``([U_1, ..., U_L], Ua)`` at ``θ`` as a pure JAX function (see :func:`action_at`)."""
+    return _order_parameters(theta, problem, coordinates, shapes)
+
+
 def action_function(problem: Problem, coordinates: str = "bartlett"):
     """``S`` as a pure JAX function of ``θ`` (traceable and differentiable; call it in float64)."""
     _checks.choice("coordinates", coordinates, COORDINATES)
@@ -451,9 +466,38 @@ def _check_coordinates(net, coordinates: str) -> None:
                 )
 
 
-def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
-           tol: float = 1e-9, max_iter: int = 50) -> ExpansionResult:
-    """Minimise ``S(θ)`` from ``(Us0, Ua0)`` by damped Newton and expand there (docs/theory.md §8).
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """``θ̂ = argmin S`` and ``H = S''(θ̂)`` (docs/theory.md §8): the expansion point, and the centre and scale of
+    the guided samplers' proposal (§9).
+
+    Attributes:
+        coordinates: ``"bartlett"`` or ``"log_cholesky"``; shapes: the static factor shapes (``None`` for
+            log-Cholesky coordinates).
+        theta: ``θ̂`` ``[n]``; action: ``S(θ̂)``; gradient: ``S'(θ̂)`` ``[n]``; hessian: ``H`` ``[n, n]``.
+        data_gradient, data_hessian: ``d'``, ``d''`` of the data term at ``U_1(θ̂)`` (what the expansion reuses).
+        newton_decrement: ``sqrt(S'ᵀ H⁻¹ S')`` at ``θ̂``; converged, iterations, message: of the Newton solve.
+        seconds: wall time of the solve.
+    """
+
+    coordinates: str
+    shapes: tuple | None
+    theta: np.ndarray
+    action: float
+    gradient: np.ndarray
+    hessian: np.ndarray
+    data_gradient: np.ndarray
+    data_hessian: np.ndarray
+    newton_decrement: float
+    converged: bool
+    iterations: int
+    message: str
+    seconds: float
+
+
+def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
+              tol: float = 1e-9, max_iter: int = 50) -> Mode:
+    """Minimise ``S(θ)`` from ``(Us0, Ua0)`` by damped Newton (docs/theory.md §8).
 
     Stops when the Newton decrement ``sqrt(S'ᵀ H⁻¹ S')`` (the step in units
     of the posterior spread) is at most ``tol``, or when it stalls at the
@@ -509,11 +553,23 @@ def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coor
             break
         x = x + t * d
         f, g, H = vgh(x)
+    gd, Hd = (np.asarray(a) for a in data)
+    return Mode(coordinates, shapes, x, float(f), g, H, gd, Hd, decrement, bool(converged), it, message,
+                time.perf_counter() - t0)
+
+
+def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
+           tol: float = 1e-9, max_iter: int = 50) -> ExpansionResult:
+    """:func:`find_mode` from ``(Us0, Ua0)``, then the expansion there (docs/theory.md §8)."""
+    mode = find_mode(net, problem, Us0, Ua0, coordinates=coordinates, tol=tol, max_iter=max_iter)
+    t0 = time.perf_counter()
     with float64():
-        g0, mean, cov, v = (np.asarray(a) for a in _expansion(jnp.asarray(x, jnp.float64), H, *data, problem,
-                                                               coordinates=coordinates, shapes=shapes))
-    return ExpansionResult(coordinates, x, g0, mean, 0.5 * (cov + cov.T), H, v, float(f), decrement,
-                           bool(converged), it, message, time.perf_counter() - t0)
+        g0, mean, cov, v = (np.asarray(a) for a in _expansion(
+            jnp.asarray(mode.theta, jnp.float64), mode.hessian, mode.data_gradient, mode.data_hessian, problem,
+            coordinates=coordinates, shapes=mode.shapes))
+    return ExpansionResult(coordinates, mode.theta, g0, mean, 0.5 * (cov + cov.T), mode.hessian, v, mode.action,
+                           mode.newton_decrement, mode.converged, mode.iterations, mode.message,
+                           mode.seconds + time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------

@@ -1,0 +1,285 @@
+"""``"laplace-is"`` and ``"laplace-mh"``: the exact posterior, guided by the finite-width expansion (docs/theory.md §9).
+
+The exact posterior of the order parameters is a density over the Bartlett
+sites ``θ`` of §7 (``log c`` of the chi-square diagonals and the normal lower
+entries of every factor ``A_k``), ``p(θ) ∝ exp(−S(θ))`` with the ``S`` of §8
+(:func:`bayes_attn.theory.correction.action_at`): 14 dimensions for the Fig. 2c
+network at any width, valid also where a level is singular. The Laplace
+expansion of §8 gives its mode ``θ̂`` and the curvature ``H = S''(θ̂)``
+(:func:`bayes_attn.theory.correction.find_mode`, from the leading-order
+solution of §4). Both samplers draw from the proposal
+
+    q(θ) = Student-t_ν(θ; θ̂, H⁻¹),      ν = PROPOSAL_DF,
+
+(``θ = θ̂ + L⁻ᵀ ε · sqrt(ν / g)``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``g ~ χ²(ν)``),
+whose tails are heavier than the posterior's in every direction the expansion
+describes, and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
+(one ``S`` evaluation per draw: one ``P × P`` Cholesky; draws batched with
+``vmap``, :data:`BATCH_BYTES` at a time).
+
+- ``laplace-is`` (importance sampling): the log weights of all
+  ``chains × samples`` draws are Pareto-smoothed (PSIS, arviz-stats'
+  ``psislw``); its ``k̂`` says whether the estimate can be trusted
+  (``k̂ ≤`` :data:`MAX_KHAT`). Each chain (an independent batch of ``samples``
+  draws) is then resampled multinomially to ``samples`` equally weighted draws,
+  **kept in the order of the proposals**, so a draw copied ``k`` times appears
+  as a run of ``k`` equal draws. The run-length autocorrelation this leaves is
+  exactly the importance-sampling error: for the mean of ``g`` the variance of
+  the resampled estimate is ``Σ_i E[k_i²] (g_i − ḡ)² / M²`` with
+  ``E[k_i²] = M w̄_i + M² w̄_i²``, i.e. the delta-method IS variance
+  ``Σ w̄_i² (g_i − ḡ)²`` plus the resampling variance, and ArviZ's
+  autocorrelation-based ESS and MCSE measure that sum from the draws. So
+  ``compare``, ``az.summary`` and the verdict read the draws like any other
+  sampler's, with honest error bars. (Shuffled copies would hide the
+  duplicates and overstate the ESS.)
+- ``laplace-mh`` (independence Metropolis–Hastings): ``num_warmup + samples``
+  proposals per chain, accepted with probability ``min(1, w(θ') / w(θ))``
+  (raw weights); exact MCMC whose R-hat and ESS ArviZ computes as for NUTS.
+  Each chain starts at its first proposal; the first ``num_warmup`` iterations
+  are dropped.
+
+``f_train`` and ``f_test`` are then drawn exactly given ``U_1``, as for
+``wishart`` (:func:`bayes_attn.samplers.base.conditional_outputs`).
+
+Stored besides the observables: ``sample_stats`` ``log_weight`` (the raw
+log weight of proposal ``draw`` of chain ``chain``; for ``laplace-mh`` of the
+state at that iteration), ``source`` (for ``laplace-is``: the proposal each
+draw copies), ``accepted`` and ``acceptance_rate`` (for ``laplace-mh``);
+attributes ``pareto_k``, ``is_ess`` (``1 / Σ w̄²`` of the smoothed weights,
+all chains), ``proposal``, ``mode_converged``, ``mode_seconds``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from ..theory.correction import Mode, action_at, find_mode, order_parameters_at
+from ..theory.objective import Problem, gp_order_parameters, make_problem
+from ..theory.newton import NewtonSolver
+from ..precision import float64
+from .base import Options, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
+from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
+
+PROPOSAL_DF = 4.0
+"""Degrees of freedom ``ν`` of the Student-t proposal (chosen by measurement: docs/theory.md §9)."""
+PROPOSAL_MIX = 0.5
+"""Weight of the Student t in a defensive mixture with the normal of the same scale (1: the t alone)."""
+
+MAX_KHAT = 0.7
+"""Largest Pareto ``k̂`` at which an importance-sampling estimate is trusted (Vehtari et al. 2024)."""
+
+BATCH_BYTES = 256 * 2**20
+"""Memory the vectorised evaluation of ``S`` may use at a time."""
+
+
+class Guide(NamedTuple):
+    """The proposal of both samplers: ``θ̂`` ``[n]``, the lower Cholesky factor ``L`` of ``H`` ``[n, n]``, the
+    problem ``S`` is evaluated on (in the sampling dtype), and the :class:`~bayes_attn.theory.correction.Mode`."""
+
+    theta: jax.Array
+    chol: jax.Array
+    problem: Problem
+    mode: Mode
+
+
+def guide(inputs: SamplerInputs) -> Guide:
+    """Mode and curvature of ``S`` (float64) for the problem of ``inputs``, from the leading-order minimum of §4
+    (or, where that solve fails, the prior means). Raises ``ValueError`` where ``H`` is not positive definite."""
+    net = inputs.net
+    y = np.asarray(inputs.y, np.float64)
+    with float64():
+        problem = make_problem(net, inputs.x, y, inputs.temperature)
+        Us0, Ua0 = gp_order_parameters(net)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lead = NewtonSolver().minimise(Us0, problem)
+        if lead.converged:
+            from ..theory.coordinates import unpack
+            from ..theory.objective import readout
+
+            Us0 = [np.asarray(U) for U in unpack(np.asarray(lead.theta), problem.heads)]
+            Ua0 = float(readout(jnp.asarray(lead.theta), problem))
+        mode = find_mode(net, problem, Us0, Ua0)
+        H = np.asarray(mode.hessian)
+        chol = np.linalg.cholesky(0.5 * (H + H.T)) if np.all(np.isfinite(H)) else None
+    if chol is None or not np.all(np.isfinite(chol)):
+        raise ValueError("the Laplace expansion gives no proposal: the Hessian of S at its mode is not positive "
+                         f"definite ({mode.message})")
+    dtype = inputs.dtype
+    cast = partial(jnp.asarray, dtype=dtype)
+    return Guide(cast(mode.theta), cast(chol), jax.tree.map(cast, problem), mode)
+
+
+# ----------------------------------------------------------------------------
+# proposals and their exact log weights (one compiled program per shape)
+# ----------------------------------------------------------------------------
+def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
+    """``log q`` at squared Mahalanobis radius ``r2`` (up to ``log det L``): the mixture ``(1 − mix) N + mix t_df``
+    of a normal and a Student t with the same scale (``mix = 1``: the t alone)."""
+    log_t = (math.lgamma(0.5 * (df + n)) - math.lgamma(0.5 * df) - 0.5 * n * math.log(df * math.pi)
+             - 0.5 * (df + n) * jnp.log1p(r2 / df))
+    if mix >= 1.0:
+        return log_t
+    log_n = -0.5 * n * math.log(2 * math.pi) - 0.5 * r2
+    return jnp.logaddexp(math.log1p(-mix) + log_n, math.log(mix) + log_t)
+
+
+@partial(jax.jit, static_argnames=("shapes", "count", "batch", "df", "mix"))
+def _proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, problem: Problem, *, shapes, count: int,
+               batch: int, df: float, mix: float) -> tuple[jax.Array, jax.Array]:
+    """``count`` draws ``θ`` ``[count, n]`` from the proposal and their log weights ``−S(θ) − log q(θ)`` ``[count]``."""
+    n = theta_hat.shape[0]
+    dtype = theta_hat.dtype
+
+    def one(k):
+        k1, k2, k3 = jax.random.split(k, 3)
+        eps = jax.random.normal(k1, (n,), dtype)
+        s = jnp.sqrt(df / jax.random.chisquare(k2, df, dtype=dtype))
+        s = jnp.where(jax.random.uniform(k3, dtype=dtype) < mix, s, 1.0)
+        theta = theta_hat + s * solve_triangular(chol.T, eps, lower=False)  # θ̂ + L⁻ᵀ ε s: covariance scale H⁻¹
+        log_w = -action_at(theta, problem, shapes) - _log_q(s * s * (eps @ eps), n, df, mix)
+        return theta, jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
+
+    return jax.lax.map(one, jax.random.split(key, count), batch_size=min(batch, count))
+
+
+def _batch(guide: Guide) -> int:
+    """Draws per vectorised batch: :data:`BATCH_BYTES` over about four ``P × P`` arrays per draw (the kernel, its
+    Cholesky factor, the solves), at least 1, at most 1024."""
+    P = guide.problem.y.shape[0]
+    item = jnp.dtype(guide.theta.dtype).itemsize
+    return int(min(1024, max(1, BATCH_BYTES // (4 * item * (P * P + 64)))))
+
+
+def propose(guide: Guide, key: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
+    """``count`` proposals ``θ`` ``[count, n]`` and their log weights ``[count]`` (``-inf`` where ``S`` is not finite)."""
+    return _proposals(key, guide.theta, guide.chol, guide.problem, shapes=guide.mode.shapes, count=count,
+                      batch=_batch(guide), df=PROPOSAL_DF, mix=PROPOSAL_MIX)
+
+
+@partial(jax.jit, static_argnames=("shapes",))
+def _observables_of(theta: jax.Array, problem: Problem, *, shapes) -> dict:
+    Us, Ua = jax.vmap(lambda t: order_parameters_at(t, problem, shapes))(theta.reshape(-1, theta.shape[-1]))
+    obs = order_parameter_observables(Us, Ua)
+    return {k: v.reshape(*theta.shape[:-1], *v.shape[1:]) for k, v in obs.items()}
+
+
+def observables_of(guide: Guide, theta: jax.Array) -> dict:
+    """``U``, ``U_2 .. U_L``, ``Ua`` of draws ``θ`` ``[..., n]``."""
+    return _observables_of(theta, guide.problem, shapes=guide.mode.shapes)
+
+
+# ----------------------------------------------------------------------------
+# the two samplers
+# ----------------------------------------------------------------------------
+class GuidedDraws(NamedTuple):
+    """What a guided sampler returns: observables ``{name: [chain, draw, ...]}``, sample statistics
+    ``{name: [chain, draw]}`` and attributes for the posterior's provenance."""
+
+    draws: dict
+    stats: dict
+    attrs: dict
+
+
+def _guide_attrs(g: Guide) -> dict:
+    return {"proposal": f"student-t (nu={PROPOSAL_DF:g}) at the mode of S, scale H^-1 (docs/theory.md §9)",
+            "mode_converged": int(g.mode.converged), "mode_seconds": float(g.mode.seconds),
+            "mode_message": g.mode.message}
+
+
+def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
+    """Pareto-smoothed log weights (arviz-stats' ``psislw``) of ``log_w`` ``[chain, draw]``, pooled over all
+    draws, and ``k̂``."""
+    import arviz_stats  # noqa: F401  (registers the ``azstats`` accessor)
+    import xarray as xr
+
+    log_w = np.asarray(log_w, np.float64)
+    finite = np.isfinite(log_w)
+    floor = log_w[finite].min() - 1000.0 if finite.any() else 0.0  # weight exp(-1000) relative: none
+    # psislw smooths the weights exp(-a) of its argument a (a log-likelihood in PSIS-LOO): a = -log w
+    da = xr.DataArray(-np.where(finite, log_w, floor), dims=("chain", "draw"))
+    smoothed, khat = da.azstats.psislw(dim=["chain", "draw"])
+    return np.asarray(smoothed.transpose("chain", "draw").values), float(khat)
+
+
+def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
+    """``laplace-is``: ``num_chains × num_samples`` proposals, PSIS, and per chain a multinomial resample kept in
+    the proposals' order (module docstring)."""
+    g = guide(inputs)
+    C, S = cfg.num_chains, cfg.num_samples
+    k_prop, k_res = jax.random.split(key)
+    theta, log_w = propose(g, k_prop, C * S)
+    log_w = np.asarray(log_w, np.float64).reshape(C, S)
+    smoothed, khat = psis(log_w)
+    w = np.exp(smoothed - smoothed.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    pooled = np.exp(smoothed - smoothed.max())
+    is_ess = float(pooled.sum() ** 2 / (pooled**2).sum())
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(k_res)).ravel().astype(np.uint32))
+    source = np.stack([np.sort(rng.choice(S, size=S, p=w[c])) for c in range(C)])  # in the proposals' order
+    theta = np.asarray(theta).reshape(C, S, -1)
+    kept = jnp.asarray(np.take_along_axis(theta, source[..., None], axis=1), inputs.dtype)
+    return GuidedDraws(observables_of(g, kept),
+                       {"log_weight": log_w, "source": source.astype(np.int64)},
+                       _guide_attrs(g) | {"pareto_k": khat, "is_ess": is_ess})
+
+
+@jax.jit
+def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Independence Metropolis–Hastings over one chain's proposals ``log_w`` ``[T]`` (uniforms ``log_u`` ``[T]``),
+    started at proposal 0: the state's index, whether the move was accepted, and its probability, per iteration."""
+
+    def step(state, t):
+        i, lw = state
+        prob = jnp.minimum(1.0, jnp.exp(log_w[t] - lw))
+        prob = jnp.where(jnp.isfinite(log_w[t]), prob, 0.0)
+        take = log_u[t] < jnp.log(prob)
+        i, lw = jnp.where(take, t, i), jnp.where(take, log_w[t], lw)
+        return (i, lw), (i, take, prob)
+
+    _, out = jax.lax.scan(step, (jnp.asarray(0), log_w[0]), jnp.arange(1, log_w.shape[0]))
+    return tuple(jnp.concatenate([jnp.asarray(v0)[None], v]) for v0, v in zip((0, True, 1.0), out))
+
+
+def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
+    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring)."""
+    g = guide(inputs)
+    C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.num_samples, cfg.thinning
+    T = W + S
+    k_prop, k_u = jax.random.split(key)
+    theta, log_w = propose(g, k_prop, C * T)
+    log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
+    log_u = jnp.log(jax.random.uniform(k_u, (C, T), log_w.dtype))
+    index, accepted, prob = (np.asarray(a) for a in jax.vmap(_independence_chain)(log_w, log_u))
+    keep = slice(W + thin - 1, None, thin)
+    index, accepted, prob = index[:, keep], accepted[:, keep], prob[:, keep]
+    theta = np.asarray(theta).reshape(C, T, -1)
+    kept = jnp.asarray(np.take_along_axis(theta, index[..., None], axis=1), inputs.dtype)
+    state_w = np.take_along_axis(np.asarray(log_w, np.float64), index, axis=1)
+    return GuidedDraws(observables_of(g, kept),
+                       {"log_weight": state_w, "accepted": accepted.astype(bool), "acceptance_rate": prob},
+                       _guide_attrs(g) | {"acceptance": float(np.mean(prob))})
+
+
+def _conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+    """``f_train``, ``f_test`` drawn exactly given ``U``."""
+    return conditional_outputs(draws["U"], key, inputs)
+
+
+def _sampler(name: str, draw: Callable) -> Sampler:
+    return Sampler(name=name, description=SAMPLER_DESCRIPTIONS[name], draws_weights=False, model=None, build=None,
+                   observables=None, conditional=_conditional, labels_arg=1, draw=draw)
+
+
+IS_SAMPLER = _sampler("laplace-is", importance)
+MH_SAMPLER = _sampler("laplace-mh", metropolis)
