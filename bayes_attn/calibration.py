@@ -71,6 +71,7 @@ from . import _checks
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
 from .precision import DTYPES, x64
 from .samplers import Options, SamplerSettings, get, nuts, prepare
+from .samplers.settings import STARTS
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
 
@@ -129,6 +130,7 @@ def batched_nuts(
     max_tree_depth: int = 10,
     dtype: str = "float64",
     batch_size: int = 20,
+    start: str = "expansion",
 ) -> tuple[dict, dict]:
     """One NUTS chain per row of ``y`` ``[R, P]`` on the registered sampler ``sampler``, replications ``vmap``-ed.
 
@@ -141,10 +143,16 @@ def batched_nuts(
     the longest trajectory in the batch, so small batches waste fewer steps,
     while large ones amortise the per-step overhead (20 was fastest on 2 CPU cores).
 
+    ``start="expansion"`` starts each replication's chain as :func:`bayes_attn.sample_posterior` does for a
+    sampler with an expansion start (``wishart``): at the mode of its own expansion with the dense metric
+    ``H⁻¹`` fixed (step size adapted); a replication whose expansion gives none starts from the sampler's
+    ``init_strategy`` with a fixed identity metric (counted in ``prior_starts``). Samplers without an
+    expansion start, and ``start="prior"``, adapt a diagonal metric from the ``init_strategy`` start.
+
     Returns the observables ``{name: [R, S, ...]}`` (``S = num_draws``, kept
     every ``thinning`` iterations after ``num_warmup``) and per-replication
-    statistics ``n_steps`` (mean leapfrog steps per iteration after warm-up)
-    and ``divergences`` (after warm-up).
+    statistics ``n_steps`` (mean leapfrog steps per iteration after warm-up),
+    ``divergences`` (after warm-up) and ``prior_starts`` (replications started from the prior).
     """
     smp = get(sampler)
     y = jnp.asarray(y, jnp.dtype(dtype))
@@ -156,6 +164,8 @@ def batched_nuts(
                                            dtype=dtype))
     sites = sorted(info.param_info.z)
     options = Options()
+    guided = start == "expansion" and smp.start is not None
+    starts, prior_starts = _expansion_starts(smp, inputs, y, sites) if guided else (None, np.zeros(y.shape[0], bool))
 
     def prior_init(k, yr):
         """The sites' start, unconstrained: the sampler's ``init_strategy`` (a prior draw unless it says otherwise)."""
@@ -164,10 +174,17 @@ def batched_nuts(
             *smp.with_labels(args, yr))
         return {s: biject_to(tr[s]["fn"].support).inv(tr[s]["value"]) for s in sites}
 
-    def run(k, yr):
+    def run(k, yr, st):
         k_init, k_nuts = jax.random.split(k)
         a = smp.with_labels(args, yr)
-        state = init_kernel(prior_init(k_init, yr), num_warmup, model_args=a, rng_key=k_nuts)
+        init = prior_init(k_init, yr)
+        if st is None:
+            state = init_kernel(init, num_warmup, model_args=a, rng_key=k_nuts)
+        else:  # the expansion's start where it has one (flag), with its metric fixed
+            flag, values, imm = st
+            init = jax.tree.map(lambda v, p: jnp.where(flag, v, p), values, init)
+            state = init_kernel(init, num_warmup, inverse_mass_matrix=imm, adapt_mass_matrix=False, dense_mass=True,
+                                model_args=a, rng_key=k_nuts)
 
         def step(s, _):
             s = sample_kernel(s, model_args=a)
@@ -183,15 +200,63 @@ def batched_nuts(
 
     k_run, k_cond = jax.random.split(key)
     R = y.shape[0]
-    batched = jax.jit(lambda ks, ys: jax.lax.map(lambda t: run(*t), (ks, ys), batch_size=min(batch_size, R)))
-    obs, n, d = batched(jax.random.split(k_run, R), y)
+    batched = jax.jit(lambda ks, ys, st: jax.lax.map(lambda t: run(*t), (ks, ys, st), batch_size=min(batch_size, R)))
+    obs, n, d = batched(jax.random.split(k_run, R), y, starts)
 
     def cond(o, k, yr):  # per replication: draws as [chain = 1, draw, ...]
         extra = smp.conditional(jax.tree.map(lambda v: v[None], o), k, inputs._replace(y=yr), options)
         return jax.tree.map(lambda v: v[0], extra)
 
     obs |= jax.jit(jax.vmap(cond))(obs, jax.random.split(k_cond, R), y)
-    return obs, {"n_steps": n, "divergences": d}
+    return obs, {"n_steps": n, "divergences": d, "prior_starts": prior_starts}
+
+
+def _expansion_starts(smp, inputs, y: jax.Array, sites: list[str]) -> tuple[tuple, np.ndarray]:
+    """Per replication (row of ``y``) the sampler's expansion start: ``(flag [R], values {site: [R, ...]},
+    inverse mass matrices [R, n, n])`` over the sites in ``sites`` order (NumPyro ravels a dict of sites in
+    sorted order), and which replications had none (``flag`` false: identity metric, the prior start)."""
+    found = []
+    for yr in y:
+        try:
+            found.append(smp.start(inputs._replace(y=yr)))
+        except ValueError:
+            found.append(None)
+    ok = next(s for s in found if s is not None) if any(s is not None for s in found) else None
+    if ok is None:
+        raise ValueError("no replication's expansion gives a start: use start='prior'")
+    if tuple(ok.block) != tuple(sites):
+        raise ValueError(f"the expansion's block {ok.block} is not the sites {sites} in NumPyro's order")
+    n = ok.inverse_mass_matrix.shape[0]
+    eye = jnp.eye(n, dtype=ok.inverse_mass_matrix.dtype)
+    flag = jnp.asarray([s is not None for s in found])
+    values = {k: jnp.stack([(s or ok).values[k] for s in found]) for k in sites}
+    imm = jnp.stack([eye if s is None else s.inverse_mass_matrix for s in found])
+    return (flag, values, imm), ~np.asarray(flag)
+
+
+def guided_draws(sampler: str, net: Network, x, x_test, y: jax.Array, *, temperature: float, num_warmup: int,
+                 num_draws: int, thinning: int, key: jax.Array, dtype: str = "float64") -> tuple[dict, dict]:
+    """:func:`batched_nuts` for the samplers with their own draw loop (``laplace-is``, ``laplace-mh``): per row of
+    ``y``, one chain of ``num_draws · thinning`` draws (after ``num_warmup``) kept every ``thinning``, as
+    ``sample_posterior`` makes them, then ``f`` drawn exactly given ``U``. Returns the observables
+    ``{name: [R, S, ...]}`` and per-replication ``pareto_k`` (``laplace-is``) and ``prior_starts`` (none)."""
+    smp = get(sampler)
+    y = jnp.asarray(y, jnp.dtype(dtype))
+    inputs = prepare(net, x, y[0], x_test, temperature, dtype)
+    cfg = SamplerSettings(name=sampler, num_warmup=num_warmup, num_samples=num_draws * thinning, num_chains=1,
+                          thinning=thinning, dtype=dtype)
+    R = y.shape[0]
+    keys = jax.random.split(key, (R, 2))
+    obs, khat = [], []
+    for r in range(R):
+        ir = inputs._replace(y=y[r])
+        out = smp.draw(ir, cfg, keys[r, 0])
+        draws = dict(out.draws)
+        draws |= smp.conditional(draws, keys[r, 1], ir, Options())
+        obs.append(jax.tree.map(lambda v: np.asarray(v[0]), draws))
+        khat.append(out.attrs.get("pareto_k", np.nan))
+    stacked = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return stacked, {"pareto_k": np.asarray(khat), "prior_starts": np.zeros(R, bool)}
 
 
 def _model_info(model, args: tuple):
@@ -289,6 +354,7 @@ def sbc_ranks(
     max_tree_depth: int = 10,
     dtype: str = "float64",
     batch_size: int = 20,
+    start: str = "expansion",
 ) -> SBCResult:
     """SBC of one registered sampler: ``n_reps`` prior replications and the ranks of the truth.
 
@@ -307,11 +373,18 @@ def sbc_ranks(
         dtype: ``"float64"`` (default) or ``"float32"``; the run enters the
             matching JAX precision itself.
         batch_size: replications per ``vmap``-ed batch (:func:`batched_nuts`).
+        start: ``"expansion"`` (as :func:`bayes_attn.sample_posterior` by default) or ``"prior"``: where
+            the chains of a sampler with an expansion start (``wishart``) begin (:func:`batched_nuts`).
+
+    The samplers with their own draw loop (``laplace-is``, ``laplace-mh``) run through
+    :func:`guided_draws`, one replication after the other; for ``laplace-is`` ``thinning`` spreads the
+    ``num_draws`` kept draws over ``num_draws · thinning`` proposals.
 
     Returns:
         An :class:`SBCResult` (feed it to :func:`uniformity`).
     """
-    get(sampler)  # a clear error for an unknown name
+    smp = get(sampler)  # a clear error for an unknown name
+    _checks.choice("start", start, STARTS)
     x, x_test = net.check_inputs(x), net.check_inputs(x_test, "x_test")
     temperature = _checks.positive("temperature", temperature)
     Tl = temperature if likelihood_temperature is None else _checks.positive("likelihood_temperature", likelihood_temperature)
@@ -328,9 +401,15 @@ def sbc_ranks(
     with x64(dtype == "float64"):
         truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)
         t0 = time.perf_counter()
-        draws, stats = batched_nuts(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
-                                    num_draws=num_draws, thinning=thinning, key=k_run, target_accept=target_accept,
-                                    max_tree_depth=max_tree_depth, dtype=dtype, batch_size=batch_size)
+        if smp.draw is not None:
+            draws, stats = guided_draws(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
+                                        num_draws=num_draws, thinning=thinning, key=k_run, dtype=dtype)
+            stats |= {"n_steps": np.full(n_reps, np.nan), "divergences": np.zeros(n_reps, int)}
+        else:
+            draws, stats = batched_nuts(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
+                                        num_draws=num_draws, thinning=thinning, key=k_run,
+                                        target_accept=target_accept, max_tree_depth=max_tree_depth, dtype=dtype,
+                                        batch_size=batch_size, start=start)
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
     true, drawn, labels = true_and_drawn(net, truth, draws, n_train_obs)
@@ -339,7 +418,8 @@ def sbc_ranks(
                   num_warmup=num_warmup, num_draws=num_draws, thinning=thinning, seed=seed, heads=list(net.heads),
                   widths=list(net.widths), variances=list(net.variances), N0=net.N0, P=int(x.shape[0]),
                   P_test=int(x_test.shape[0]), n_train_obs=n_train_obs, target_accept=target_accept,
-                  max_tree_depth=max_tree_depth, dtype=dtype, batch_size=batch_size)
+                  max_tree_depth=max_tree_depth, dtype=dtype, batch_size=batch_size, start=start,
+                  prior_starts=int(np.sum(stats["prior_starts"])))
     return SBCResult(ranks, labels, num_draws, np.asarray(stats["n_steps"]), np.asarray(stats["divergences"]),
                      seconds, config)
 

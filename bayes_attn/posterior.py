@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,8 +129,10 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
             memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
                                 f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
-            mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar)
             t0 = time.perf_counter()
+            start, attrs = _start(smp, cfg, inputs, attrs)
+            mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar,
+                             start=start)
             mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
             draws = mcmc.get_samples(group_by_chain=True)
             stats = sample_stats(mcmc.get_extra_fields(group_by_chain=True))
@@ -144,6 +147,18 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
         **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}), **attrs,
     ).tree
     return Posterior(tree, net)
+
+
+def _start(smp, cfg: SamplerSettings, inputs, attrs: dict) -> tuple:
+    """The expansion's start of ``smp`` when ``cfg.start`` asks for it and the sampler has one, else ``None``;
+    ``attrs`` with ``start`` (what the chains started from) added."""
+    if cfg.start != "expansion" or smp.start is None:
+        return None, attrs | {"start": "prior"}
+    try:
+        return smp.start(inputs), attrs | {"start": "expansion"}
+    except ValueError as err:
+        warnings.warn(f"the chains start from the prior: {err}", RuntimeWarning, stacklevel=4)
+        return None, attrs | {"start": f"prior ({err})"}
 
 
 def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Options,

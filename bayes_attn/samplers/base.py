@@ -14,6 +14,9 @@ the same small surface, collected in a :class:`Sampler`:
   replaced with :meth:`Sampler.labels`, :meth:`Sampler.with_labels`);
 - ``init_strategy``: NumPyro's start of every chain (a prior draw,
   ``init_to_sample``, unless the sampler names a cheaper one);
+- ``start``: ``wishart`` only: the mode of the finite-width expansion and
+  its dense inverse mass matrix ``H⁻¹`` (:class:`Start`), used when
+  ``SamplerSettings.start`` is ``"expansion"`` (the default);
 - ``draw``: set by the samplers that do not run NUTS (``laplace-is``,
   ``laplace-mh``, :mod:`bayes_attn.samplers.laplace`): their own draw loop,
   which returns the observables; ``model``, ``build`` and ``observables`` are
@@ -91,6 +94,19 @@ class Options(NamedTuple):
     keep_effective_weights: bool = False
 
 
+class Start(NamedTuple):
+    """Where NUTS starts and the metric it uses, from the finite-width expansion (docs/theory.md §9).
+
+    values: the sites' start ``{site: array}`` (unconstrained: the sites are on the real line);
+    inverse_mass_matrix: the dense inverse mass matrix over the sites of :attr:`block`, in that order;
+    block: the site names of the one dense block. NUTS then adapts the step size only.
+    """
+
+    values: dict
+    inverse_mass_matrix: jax.Array
+    block: tuple[str, ...]
+
+
 class Sampler(NamedTuple):
     """One sampler's surface (see the module docstring)."""
 
@@ -105,6 +121,9 @@ class Sampler(NamedTuple):
     """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
     init_strategy: Callable = init_to_sample
     """Where every chain starts (a NumPyro init strategy)."""
+    start: Callable[[SamplerInputs], Start] | None = None
+    """The expansion's start and dense metric (``SamplerSettings.start = "expansion"``); ``None`` where the sampler's
+    sites are not the expansion's coordinates. Raises ``ValueError`` where the expansion gives none."""
     draw: Callable | None = None
     """A sampler with its own draw loop instead of NUTS (``laplace-is``, ``laplace-mh``):
     ``draw(inputs, settings, key) -> GuidedDraws``; then ``model``, ``build`` and ``observables`` are ``None``."""

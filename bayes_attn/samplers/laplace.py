@@ -63,9 +63,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from ..theory.coordinates import unpack
 from ..theory.correction import Mode, action_at, find_mode, order_parameters_at
-from ..theory.objective import Problem, gp_order_parameters, make_problem
 from ..theory.newton import NewtonSolver
+from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
 from .base import Options, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
@@ -77,6 +78,9 @@ PROPOSAL_MIX = 0.5
 
 MAX_KHAT = 0.7
 """Largest Pareto ``k̂`` at which an importance-sampling estimate is trusted (Vehtari et al. 2024)."""
+
+MIN_CURVATURE = 1e-6
+"""Smallest eigenvalue of the proposal's ``H``, relative to its largest (:func:`guide`)."""
 
 BATCH_BYTES = 256 * 2**20
 """Memory the vectorised evaluation of ``S`` may use at a time."""
@@ -94,7 +98,10 @@ class Guide(NamedTuple):
 
 def guide(inputs: SamplerInputs) -> Guide:
     """Mode and curvature of ``S`` (float64) for the problem of ``inputs``, from the leading-order minimum of §4
-    (or, where that solve fails, the prior means). Raises ``ValueError`` where ``H`` is not positive definite."""
+    (or, where that solve fails, the prior means). Where ``H`` is not positive definite (the Newton solve
+    stopped short of the mode) its eigenvalues are replaced by their absolute values, at least
+    :data:`MIN_CURVATURE` times the largest: any proposal with full support is valid, and ``k̂`` or the
+    acceptance rate say how good it is. Raises ``ValueError`` where ``S`` or ``H`` is not finite there."""
     net = inputs.net
     y = np.asarray(inputs.y, np.float64)
     with float64():
@@ -104,19 +111,18 @@ def guide(inputs: SamplerInputs) -> Guide:
             warnings.simplefilter("ignore", RuntimeWarning)
             lead = NewtonSolver().minimise(Us0, problem)
         if lead.converged:
-            from ..theory.coordinates import unpack
-            from ..theory.objective import readout
-
             Us0 = [np.asarray(U) for U in unpack(np.asarray(lead.theta), problem.heads)]
             Ua0 = float(readout(jnp.asarray(lead.theta), problem))
         mode = find_mode(net, problem, Us0, Ua0)
-        H = np.asarray(mode.hessian)
-        chol = np.linalg.cholesky(0.5 * (H + H.T)) if np.all(np.isfinite(H)) else None
-    if chol is None or not np.all(np.isfinite(chol)):
-        raise ValueError("the Laplace expansion gives no proposal: the Hessian of S at its mode is not positive "
-                         f"definite ({mode.message})")
-    dtype = inputs.dtype
-    cast = partial(jnp.asarray, dtype=dtype)
+    H = np.asarray(mode.hessian)
+    if not (np.isfinite(mode.action) and np.all(np.isfinite(H))):
+        raise ValueError(f"the Laplace expansion gives no proposal: S or its Hessian is not finite at the mode "
+                         f"({mode.message})")
+    lam, vec = np.linalg.eigh(0.5 * (H + H.T))
+    top = max(float(np.abs(lam).max()), 1e-300)
+    H = (vec * np.maximum(np.abs(lam), MIN_CURVATURE * top)) @ vec.T
+    chol = np.linalg.cholesky(0.5 * (H + H.T))
+    cast = partial(jnp.asarray, dtype=inputs.dtype)
     return Guide(cast(mode.theta), cast(chol), jax.tree.map(cast, problem), mode)
 
 
@@ -213,8 +219,8 @@ def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
-    """``laplace-is``: ``num_chains × num_samples`` proposals, PSIS, and per chain a multinomial resample kept in
-    the proposals' order (module docstring)."""
+    """``laplace-is``: ``num_chains × num_samples`` proposals, PSIS, and per chain a multinomial resample of
+    ``num_samples`` draws kept in the proposals' order (module docstring), of which every ``thinning``-th is kept."""
     g = guide(inputs)
     C, S = cfg.num_chains, cfg.num_samples
     k_prop, k_res = jax.random.split(key)
@@ -227,6 +233,7 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> G
     is_ess = float(pooled.sum() ** 2 / (pooled**2).sum())
     rng = np.random.default_rng(np.asarray(jax.random.key_data(k_res)).ravel().astype(np.uint32))
     source = np.stack([np.sort(rng.choice(S, size=S, p=w[c])) for c in range(C)])  # in the proposals' order
+    source = source[:, cfg.thinning - 1 :: cfg.thinning]
     theta = np.asarray(theta).reshape(C, S, -1)
     kept = jnp.asarray(np.take_along_axis(theta, source[..., None], axis=1), inputs.dtype)
     return GuidedDraws(observables_of(g, kept),

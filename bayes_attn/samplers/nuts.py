@@ -4,7 +4,9 @@
 kernels here, so every setting of :class:`~bayes_attn.samplers.SamplerSettings`
 (``target_accept``, ``max_tree_depth``, chains, thinning, ...) reaches NumPyro
 the same way, and every chain starts where the sampler's ``init_strategy`` says (a prior draw,
-``init_to_sample``, unless the sampler names a cheaper start).
+``init_to_sample``, unless the sampler names a cheaper start), or, for ``wishart`` with
+``SamplerSettings.start = "expansion"``, at the mode of the finite-width expansion with its dense metric
+(:class:`~bayes_attn.samplers.base.Start`, docs/theory.md §9).
 
 - :func:`kernel`: the NUTS kernel of a model;
 - :func:`mcmc`: ``numpyro.infer.MCMC`` over that kernel, the sampler's
@@ -20,29 +22,35 @@ from collections.abc import Callable
 from functools import partial
 
 import jax
-from numpyro.infer import MCMC, NUTS
+from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.hmc import hmc
 
-from .base import Options, Sampler, SamplerInputs
+from .base import Options, Sampler, SamplerInputs, Start
 from .settings import SamplerSettings
 
 
-def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable) -> NUTS:
-    """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_strategy``."""
+def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, start: Start | None = None) -> NUTS:
+    """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_strategy``,
+    or, given a :class:`~bayes_attn.samplers.base.Start`, at its values with its dense metric (step size adapted)."""
+    if start is None:
+        return NUTS(model, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth,
+                    init_strategy=init_strategy)
     return NUTS(model, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth,
-                init_strategy=init_strategy)
+                init_strategy=init_to_value(values=start.values), dense_mass=[start.block],
+                inverse_mass_matrix={start.block: start.inverse_mass_matrix}, adapt_mass_matrix=False)
 
 
 def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Options, *,
-         chain_method: str, progress_bar: bool = False, one_compile: bool = True) -> MCMC:
+         chain_method: str, progress_bar: bool = False, one_compile: bool = True, start: Start | None = None) -> MCMC:
     """``MCMC`` with the warm-up, draws, chains and thinning of ``settings``; each kept draw goes through
-    ``sampler.observables`` (``chain_method`` already resolved, e.g. by ``posterior.resolve_chain_method``).
+    ``sampler.observables`` (``chain_method`` already resolved, e.g. by ``posterior.resolve_chain_method``);
+    ``start``: see :func:`kernel`.
 
     ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
     is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
     one = one_compile and chain_method == "sequential" and settings.num_chains > 1
     return MCMC(
-        kernel(model, settings, sampler.init_strategy),
+        kernel(model, settings, sampler.init_strategy, start),
         num_warmup=settings.num_warmup,
         num_samples=settings.num_samples,
         num_chains=settings.num_chains,

@@ -16,6 +16,7 @@ from .. import _checks
 from ..precision import DTYPES
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
+STARTS = ("expansion", "prior")
 AUTO = "auto"
 """The sampler name that tries the others in :data:`AUTO_ORDER` (:func:`bayes_attn.sample_posterior`)."""
 AUTO_ORDER = ("laplace-is", "laplace-mh", "wishart")
@@ -57,6 +58,10 @@ class SamplerSettings:
         thinning: keep every ``thinning``-th draw.
         target_accept: NUTS target acceptance probability, in (0, 1).
         max_tree_depth: NUTS maximum tree depth (at most ``2**depth - 1`` leapfrog steps).
+        start: ``"expansion"``: ``wishart`` chains start at the mode of the finite-width expansion with
+            its dense metric ``H⁻¹`` (warm-up adapts the step size only; docs/theory.md §9), falling back to
+            ``"prior"`` with a warning where the expansion gives none; ``"prior"``: the sampler's own start and
+            NumPyro's adapted diagonal metric. The other NUTS samplers always start as ``"prior"``.
     """
 
     name: str = DEFAULT_SAMPLER
@@ -69,6 +74,7 @@ class SamplerSettings:
     thinning: int = 1
     target_accept: float = 0.8
     max_tree_depth: int = 10
+    start: str = "expansion"
 
     def __post_init__(self):
         _checks.choice("sampler", self.name, SAMPLER_NAMES)
@@ -85,6 +91,7 @@ class SamplerSettings:
         _checks.positive_int("seed", self.seed, minimum=0)
         _checks.choice("dtype", self.dtype, DTYPES)
         _checks.choice("chain_method", self.chain_method, CHAIN_METHODS)
+        _checks.choice("start", self.start, STARTS)
 
     @property
     def max_leapfrog_steps(self) -> int:

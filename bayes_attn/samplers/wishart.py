@@ -82,6 +82,7 @@ import numpyro
 import numpyro.distributions as dist
 import scipy.special
 from numpyro.distributions import constraints
+from jax.scipy.linalg import solve_triangular
 from numpyro.infer import init_to_uniform
 
 from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: the sampler's public names too)
@@ -94,11 +95,13 @@ from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: 
     num_parameters,
     order_parameters_from_factors,
 )
+from .laplace import guide
 from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
     Options,
     Sampler,
     SamplerInputs,
+    Start,
     conditional_outputs,
     likelihood_data,
     likelihood_form,
@@ -152,6 +155,15 @@ class StandardLogChi2(dist.Distribution):
     def chi2(self, value):
         """``c`` from ``t``."""
         return jnp.exp(self._mu + self._sigma * value)
+
+    def from_log_chi2(self, log_c):
+        """``t`` from ``log c`` (the inverse of :meth:`chi2`'s map, in logs)."""
+        return (log_c - self._mu) / self._sigma
+
+    @property
+    def log_chi2_sd(self) -> jax.Array:
+        """``sd(log c) = sqrt(ψ'(ν/2))`` per entry: ``∂t / ∂ log c = 1 / sd``."""
+        return self._sigma
 
     @property
     def mean(self):
@@ -262,6 +274,26 @@ def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], vari
     return factors_from_diagonals(jnp.sqrt(c), z, heads, widths)
 
 
+def start(inputs: SamplerInputs) -> Start:
+    """The chains' start at the mode ``θ̂`` of the finite-width expansion, and the dense inverse mass matrix
+    ``H⁻¹`` over the sites ``(t, z)`` (docs/theory.md §9). The expansion's coordinates are the same Bartlett
+    sites with ``log c`` in place of ``t``: ``t = (log c − E log c) / sd(log c)``, so
+    ``H⁻¹`` is rescaled by ``1 / sd`` on the diagonal sites. Raises ``ValueError`` where ``H`` is not positive
+    definite."""
+    net = inputs.net
+    g = guide(inputs)
+    diag = diagonal_distribution(net.heads, net.widths, inputs.dtype)
+    r = diag.batch_shape[0]
+    theta = g.theta
+    values = {"t": diag.from_log_chi2(theta[:r])}
+    if theta.shape[0] > r:
+        values["z"] = theta[r:]
+    L_inv = solve_triangular(g.chol, jnp.eye(theta.shape[0], dtype=theta.dtype), lower=True)
+    scale = jnp.concatenate([1.0 / diag.log_chi2_sd, jnp.ones(theta.shape[0] - r, theta.dtype)])
+    inverse_mass = scale[:, None] * (L_inv.T @ L_inv) * scale[None, :]  # H⁻¹ = L⁻ᵀ L⁻¹, in (t, z)
+    return Start(values, 0.5 * (inverse_mass + inverse_mass.T), tuple(values))
+
+
 SAMPLER = Sampler(
     name="wishart",
     description=SAMPLER_DESCRIPTIONS["wishart"],
@@ -272,4 +304,5 @@ SAMPLER = Sampler(
     conditional=conditional,
     labels_arg=1,
     init_strategy=init_to_uniform,
+    start=start,
 )
