@@ -4,6 +4,7 @@ The tests compare against NumPy/SciPy in float64, so this process turns on
 JAX's 64-bit mode (the package itself never does: see test_package.py).
 """
 
+import functools
 import gc
 import os
 import shutil
@@ -236,3 +237,44 @@ def tiny_full():
         sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
     )
     return net, x, y, xt, post
+
+
+# ----------------------------------------------------------------------------
+# exact posteriors shared by several test files (cached per worker; their tests share an xdist_group)
+# ----------------------------------------------------------------------------
+WISHART = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
+
+
+@functools.cache
+def fig2c_wishart(N: int):
+    """Fig. 2c network (``models/markov_4paths.toml``: P = 100, T = 0.01), 40 test inputs, and 2 × 800 (N = 10) or
+    2 × 1500 draws of the ``wishart`` sampler (Monte-Carlo floor of the distance of ``U`` about 0.008 and 0.003):
+    ``(net, x, y, x_test, posterior)``. Tests that read it share the xdist group ``fig2c_<N>``."""
+    from bayes_attn import markov
+
+    task = markov.MarkovTask(seed=seed_of(0))
+    net = task.network(markov.FIG2C_LAYERS, width=N, random_strength=1.0, random_seed=seed_of(1))
+    x, y, xt, _ = task.generate()
+    xt = xt[:40]
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, seed=seed_of(N),
+                               num_samples=800 if N <= 10 else 1500, **WISHART)
+    s = post.summary()
+    assert s.max_rhat < 1.02 and s.min_ess > 400 and s.divergences == 0, s.by_variable()
+    return net, x, y, xt, post
+
+
+@functools.cache
+def three_layers_wishart():
+    """Three layers with heads (2, 1, 2), widths (10, 8, 12, 9), unequal variances, readout ``mean``, P = 30,
+    T = 0.1, and 2 × 2000 ``wishart`` draws: ``(net, x, y, posterior)`` (xdist group ``three_layers``)."""
+    from bayes_attn import markov
+
+    task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=30, n_test=20, seed=seed_of(0))
+    layers = (("same_token", "random"), ("uniform",), ("uniform", "random"))
+    net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5], readout="mean",
+                       random_seed=seed_of(1))
+    x, y, _, _ = task.generate()
+    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=seed_of(3), num_samples=2000, **WISHART)
+    s = post.summary()
+    assert s.max_rhat < 1.02 and s.min_ess > 400, s.by_variable()
+    return net, x, y, post

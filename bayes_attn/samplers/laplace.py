@@ -51,8 +51,8 @@ all chains), ``proposal``, ``mode_converged``, ``mode_seconds``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import time
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -131,19 +131,22 @@ def guide(inputs: SamplerInputs) -> Guide:
 # ----------------------------------------------------------------------------
 def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
     """``log q`` at squared Mahalanobis radius ``r2`` (up to ``log det L``): the mixture ``(1 − mix) N + mix t_df``
-    of a normal and a Student t with the same scale (``mix = 1``: the t alone)."""
+    of a normal and a Student t with the same scale (``mix = 1``: the t alone; ``mix = 0``: the normal)."""
     log_t = (math.lgamma(0.5 * (df + n)) - math.lgamma(0.5 * df) - 0.5 * n * math.log(df * math.pi)
              - 0.5 * (df + n) * jnp.log1p(r2 / df))
-    if mix >= 1.0:
-        return log_t
     log_n = -0.5 * n * math.log(2 * math.pi) - 0.5 * r2
+    if mix >= 1.0 or mix <= 0.0:
+        return log_t if mix >= 1.0 else log_n
     return jnp.logaddexp(math.log1p(-mix) + log_n, math.log(mix) + log_t)
 
 
-@partial(jax.jit, static_argnames=("shapes", "count", "batch", "df", "mix"))
-def _proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, problem: Problem, *, shapes, count: int,
-               batch: int, df: float, mix: float) -> tuple[jax.Array, jax.Array]:
-    """``count`` draws ``θ`` ``[count, n]`` from the proposal and their log weights ``−S(θ) − log q(θ)`` ``[count]``."""
+@partial(jax.jit, static_argnames=("action", "count", "batch", "df", "mix"))
+def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, count: int,
+              batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX) -> tuple[jax.Array, jax.Array]:
+    """``count`` draws ``θ`` ``[count, n]`` from the proposal centred at ``θ̂`` with scale ``H⁻¹`` (``H = L Lᵀ``,
+    ``chol = L``) and their log weights ``−action(θ, *args) − log q(θ)`` ``[count]`` (``-inf`` where not
+    finite; up to one constant), in batches of ``batch`` (``vmap``). ``action`` is static (compiled once per
+    function); for the posterior it is ``S`` of docs/theory.md §8 (:func:`propose`)."""
     n = theta_hat.shape[0]
     dtype = theta_hat.dtype
 
@@ -153,7 +156,7 @@ def _proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, problem: P
         s = jnp.sqrt(df / jax.random.chisquare(k2, df, dtype=dtype))
         s = jnp.where(jax.random.uniform(k3, dtype=dtype) < mix, s, 1.0)
         theta = theta_hat + s * solve_triangular(chol.T, eps, lower=False)  # θ̂ + L⁻ᵀ ε s: covariance scale H⁻¹
-        log_w = -action_at(theta, problem, shapes) - _log_q(s * s * (eps @ eps), n, df, mix)
+        log_w = -action(theta, *args) - _log_q(s * s * (eps @ eps), n, df, mix)
         return theta, jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
 
     return jax.lax.map(one, jax.random.split(key, count), batch_size=min(batch, count))
@@ -167,10 +170,20 @@ def _batch(guide: Guide) -> int:
     return int(min(1024, max(1, BATCH_BYTES // (4 * item * (P * P + 64)))))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Action:
+    """``S(θ; problem)`` in Bartlett sites of the factor ``shapes`` (hashable: a static argument of :func:`proposals`)."""
+
+    shapes: tuple
+
+    def __call__(self, theta: jax.Array, problem: Problem) -> jax.Array:
+        return action_at(theta, problem, self.shapes)
+
+
 def propose(guide: Guide, key: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
-    """``count`` proposals ``θ`` ``[count, n]`` and their log weights ``[count]`` (``-inf`` where ``S`` is not finite)."""
-    return _proposals(key, guide.theta, guide.chol, guide.problem, shapes=guide.mode.shapes, count=count,
-                      batch=_batch(guide), df=PROPOSAL_DF, mix=PROPOSAL_MIX)
+    """``count`` proposals ``θ`` ``[count, n]`` and their exact log weights ``−S(θ) − log q(θ)`` ``[count]``."""
+    return proposals(key, guide.theta, guide.chol, _Action(guide.mode.shapes), (guide.problem,), count=count,
+                     batch=_batch(guide))
 
 
 @partial(jax.jit, static_argnames=("shapes",))

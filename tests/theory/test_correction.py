@@ -31,7 +31,7 @@ import pytest
 import scipy.special
 import scipy.stats
 import xarray as xr
-from conftest import rng_of, seed_of
+from conftest import fig2c_wishart, rng_of, seed_of, three_layers_wishart
 from numpyro.infer.util import log_density
 
 import bayes_attn as ba
@@ -420,28 +420,16 @@ def test_two_coordinate_choices_agree_to_second_order():
 # ----------------------------------------------------------------------------
 # against the exact posterior: the wishart sampler (docs/theory.md §7)
 # ----------------------------------------------------------------------------
-SAMPLING = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
 # a distance the sampler resolves: above RESOLVED Monte-Carlo floors (pure noise gives floor · sqrt(χ²_k / k):
 # P(above 3.5 floors) <= P(χ²_1 > 12.25) = 4.7e-4 for any number k of entries)
 RESOLVED = 3.5
-FIG2C_10 = pytest.mark.xdist_group("fig2c_10")  # the tests that read _fig2c(10) run on one worker
+FIG2C_10 = pytest.mark.xdist_group("fig2c_10")  # the tests that read fig2c_wishart(10) run on one worker
 
 
-@functools.cache
 def _fig2c(N):
-    """Fig. 2c network (``models/markov_4paths.toml``: P = 100, T = 0.01), 40 test inputs: the corrected theory
-    and 2 × 800 (N = 10) or 2 × 1500 draws of the ``wishart`` sampler (Monte-Carlo floor of the distance of
-    ``U`` about 0.008 and 0.003)."""
-    task = markov.MarkovTask(seed=seed_of(0))
-    net = task.network(markov.FIG2C_LAYERS, width=N, random_strength=1.0, random_seed=seed_of(1))
-    x, y, xt, _ = task.generate()
-    xt = xt[:40]
-    sol = th.solve_theory(net, x, y, temperature=0.01, correction="laplace")
-    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, seed=seed_of(N), num_samples=800 if N <= 10 else 1500,
-                               **SAMPLING)
-    s = post.summary()
-    assert s.max_rhat < 1.02 and s.min_ess > 400 and s.divergences == 0, s.by_variable()
-    return net, x, y, xt, sol, post
+    """Fig. 2c with the corrected theory and ``wishart`` draws (:func:`conftest.fig2c_wishart`)."""
+    net, x, y, xt, post = fig2c_wishart(N)
+    return net, x, y, xt, th.solve_theory(net, x, y, temperature=0.01, correction="laplace"), post
 
 
 def _distance(post, name, theory):
@@ -456,7 +444,8 @@ def _distance(post, name, theory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("N, tol, factor", [pytest.param(10, 0.02, 1 / 3, marks=FIG2C_10), (100, 0.008, 1 / 2)])
+@pytest.mark.parametrize("N, tol, factor", [pytest.param(10, 0.02, 1 / 3, marks=FIG2C_10),
+                                            pytest.param(100, 0.008, 1 / 2, marks=pytest.mark.xdist_group("fig2c_100"))])
 @pytest.mark.stochastic
 def test_fig2c_U_against_wishart(N, tol, factor, record_property):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
@@ -527,6 +516,7 @@ def test_fig2c_predictor_against_wishart(record_property):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("three_layers")
 @pytest.mark.stochastic
 def test_three_layers_against_wishart(record_property):
     """Three layers with heads (2, 1, 2), unequal widths and variances, readout ``mean``: the corrected means of every level
@@ -540,15 +530,8 @@ def test_three_layers_against_wishart(record_property):
     level), within ``4/N`` for the others (their Bartlett factors hold squared normal entries, whose spread
     enters at the next order). False failures: 25 z-scores at |z| < 4.5 (MCSEs from ESS > 400: 2e-4), the
     noise-level bound ``RESOLVED`` 4.7e-4 per level; the sd bounds' margins recorded for tests/robustness.py."""
-    task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=30, n_test=20, seed=seed_of(0))
-    layers = (("same_token", "random"), ("uniform",), ("uniform", "random"))
-    net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5], readout="mean",
-                       random_seed=seed_of(1))
-    x, y, xt, _ = task.generate()
+    net, x, y, post = three_layers_wishart()
     sol = th.solve_theory(net, x, y, temperature=0.1, correction="laplace")
-    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=seed_of(3), num_samples=2000, **SAMPLING)
-    s = post.summary()
-    assert s.max_rhat < 1.02 and s.min_ess > 400, s.by_variable()
     import arviz_stats as azs
 
     p = post.tree["posterior"]
