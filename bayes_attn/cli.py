@@ -78,7 +78,8 @@ def _sampling(p: argparse.ArgumentParser) -> None:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="bayes-attn",
-        description="Bayesian posterior (NUTS) and statistical-mechanics theory of attention networks "
+        description="Bayesian posterior (NUTS, or samplers guided by the finite-width expansion) and "
+        "statistical-mechanics theory of attention networks "
         "with fixed attention (Tiberi et al., NeurIPS 2024). The theory: docs/theory.md.",
         epilog="Exit status: 0 success; 2 bad input (nothing computed); 3 inconclusive (the sampler's diagnostics "
         "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
@@ -91,8 +92,8 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser(
         "sample",
-        help="sample the posterior with NUTS; write posterior.nc and print ArviZ diagnostics",
-        description="Sample the posterior of the spec's network with NUTS, write posterior.nc (ArviZ DataTree) "
+        help="sample the posterior (--sampler); write posterior.nc and print ArviZ diagnostics",
+        description="Sample the posterior of the spec's network (--sampler), write posterior.nc (ArviZ DataTree) "
         "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, U_l, Ua, f_train, f_test; "
         "exit status 3 when a diagnostic failed.",
     )
@@ -315,7 +316,7 @@ def cmd_run(args) -> int:
     if args.correction is not None:
         spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
     cfg = _settings(spec, args)
-    print(f"{spec.name}: theory + {cfg.name} NUTS ({cfg.num_chains} chains × ({cfg.num_warmup} + "
+    print(f"{spec.name}: theory + {cfg.name} sampling ({cfg.num_chains} chains × ({cfg.num_warmup} + "
           f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
     res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
               force=args.force, **cfg.to_dict())

@@ -364,6 +364,25 @@ class Posterior:
         """The settings the draws were made with (``chain_method`` as it ran, e.g. ``"sequential"`` for ``"auto"``)."""
         return SamplerSettings.from_json(self.tree.attrs["settings"])
 
+    def method(self) -> str:
+        """How the draws were made, in a line: the sampler and its method (NUTS, importance sampling,
+        independence Metropolis–Hastings), where NUTS started, and what ``auto`` tried first."""
+        a = self.tree.attrs
+        kind = {"laplace-is": "importance sampling from the finite-width expansion, resampled",
+                "laplace-mh": "independence Metropolis-Hastings with the finite-width expansion's proposal"}
+        text = f"`{self.sampler}` ({kind.get(self.sampler, 'NUTS')}"
+        if "pareto_k" in a:
+            text += f"; Pareto k-hat {float(a['pareto_k']):.2f}, IS ESS {float(a['is_ess']):.0f}"
+        if "acceptance" in a:
+            text += f"; acceptance {float(a['acceptance']):.2f}"
+        if str(a.get("start", "")).startswith("expansion"):
+            text += "; started at the expansion's mode with its metric"
+        text += ")"
+        if "auto" in a:
+            left = [f"`{t['sampler']}` ({t['left_because']})" for t in json.loads(a["auto"]) if t["left_because"]]
+            text += ", chosen by `auto`" + (f" after {'; '.join(left)}" if left else "")
+        return text
+
     @property
     def observables(self) -> list[str]:
         """The invariant observables stored (``U``, ``U_l``, ``Ua``, ``f_train``, ``f_test``)."""

@@ -400,11 +400,14 @@ def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> 
 
 
 def sampling_verdict(path: str | os.PathLike) -> dict:
-    """``{"verdict", "inconclusive_reasons"}`` from the R-hat and divergences of every sampled width in ``path``."""
+    """``{"verdict", "inconclusive_reasons"}`` from the R-hat, bulk ESS, divergences and Pareto ``k̂`` of ``U`` at
+    every sampled width in ``path`` (the rules of :func:`bayes_attn.posterior.diagnostic_failures`)."""
     ds = _io.load_dataset(path)
     if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
         return {"verdict": "not sampled", "inconclusive_reasons": []}
-    per = {f"N={int(N)}": {"max_r_hat": float(ds["rhat_U"][i]), "divergences": float(ds["divergences"][i])}
+    names = {"rhat_U": "max_r_hat", "ess_U": "min_ess_bulk", "divergences": "divergences", "pareto_k": "pareto_k"}
+    per = {f"N={int(N)}": {key: float(ds[v][i]) for v, key in names.items()
+                           if v in ds and np.isfinite(float(ds[v][i]))}
            for i, N in enumerate(ds["sample_width"].values)}
     verdict, reasons = points_verdict(per)
     return {"verdict": verdict, "inconclusive_reasons": reasons}

@@ -146,10 +146,15 @@ def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping
                  f"| {float(ds['accuracy_gp']):.3f} ± {float(ds['accuracy_gp_se']):.3f} | | |")
     if sw:
         lines += ["", "Sampling diagnostics: " + ", ".join(
-            f"N = {N}: max R-hat(U) {float(ds['rhat_U'][j]):.3f}, "
+            f"N = {N}: " + (f"`{ds['sampler_used'].values[j]}`, " if "sampler_used" in ds else "")
+            + f"max R-hat(U) {float(ds['rhat_U'][j]):.3f}, "
             + (f"min bulk ESS(U) {float(ds['ess_U'][j]):.0f}, " if "ess_U" in ds else "")
+            + (f"Pareto k-hat {float(ds['pareto_k'][j]):.2f}, "
+               if "pareto_k" in ds and np.isfinite(float(ds['pareto_k'][j])) else "")
             + f"{int(ds['divergences'][j])} divergences, "
-            f"{float(ds['mean_steps'][j]):.0f} leapfrog steps/draw, {float(ds['sampling_seconds'][j]):.0f} s"
+            + (f"{float(ds['mean_steps'][j]):.0f} leapfrog steps/draw, " if np.isfinite(float(ds['mean_steps'][j]))
+               else "")
+            + f"{float(ds['sampling_seconds'][j]):.0f} s"
             for j, N in enumerate(sw))]
     lines += ["", f"Theory solves not converged: {int((~ds['converged'].values.astype(bool)).sum())} of "
               f"{ds['converged'].size}.", "",

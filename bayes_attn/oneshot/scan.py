@@ -179,7 +179,8 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
     ``U_sampled`` (posterior mean) and ``U_theory`` ``[sample_width, path, path_]``,
     ``rhat_U`` (largest R-hat over the entries of ``U``), ``ess_U`` (smallest
     bulk ESS over them), ``divergences``,
-    ``mean_steps``, ``sampling_seconds``; and the posteriors by width.
+    ``mean_steps`` (NaN for the guided samplers), ``pareto_k`` (``laplace-is``, else NaN), ``sampler_used``
+    (what ``auto`` kept), ``sampling_seconds``; and the posteriors by width.
     """
     x = net.check_inputs(x, "x")
     x_test = net.check_inputs(x_test, "x_test")
@@ -196,6 +197,7 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
         f = np.asarray(post.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
         theory_mean = predictor_mean(scan.theory(N).U, temperature, xi, y, xi_test, s0sq=net.variances[0])
         draws = post.tree["posterior"]
+        summary = post.summary()
         rows.append({
             "temperature_sampled": temperature,
             "accuracy_sampled": stats.accuracy_se(f, y_test),
@@ -204,8 +206,10 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
             "U_theory": scan.theory(N).U,
             "rhat_U": _max_rhat(draws["U"]),
             "ess_U": _min_ess(draws["U"]),
-            "divergences": int(post.tree["sample_stats"]["diverging"].sum()),
-            "mean_steps": float(post.tree["sample_stats"]["n_steps"].mean()),
+            "divergences": summary.divergences,
+            "mean_steps": summary.mean_steps,
+            "pareto_k": summary.pareto_k,
+            "sampler_used": post.sampler,
             "sampling_seconds": seconds,
         })
         if progress_bar:
@@ -225,6 +229,8 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
             "ess_U": (("sample_width",), np.array([r["ess_U"] for r in rows], float)),
             "divergences": (("sample_width",), np.array([r["divergences"] for r in rows], int)),
             "mean_steps": (("sample_width",), np.array([r["mean_steps"] for r in rows], float)),
+            "pareto_k": (("sample_width",), np.array([r["pareto_k"] for r in rows], float)),
+            "sampler_used": (("sample_width",), np.array([r["sampler_used"] for r in rows], str)),
             "sampling_seconds": (("sample_width",), np.array([r["sampling_seconds"] for r in rows], float)),
         },
         coords={"sample_width": sw, "path": labels, "path_": labels},

@@ -231,7 +231,7 @@ def _report(spec: Spec, net: Network, temperature: float, theory: Theory, post: 
             f"Hessian min eigenvalue = {theory.hessian_min_eigenvalue:.3g}, Ua = {theory.Ua:.4g}, "
             f"S/N = {theory.action:.6g}.",
             "",
-            f"Sampler: {post.sampler} (NUTS), {post.tree['posterior'].sizes['chain']} chains × "
+            f"Sampler: {post.method()}, {post.tree['posterior'].sizes['chain']} chains × "
             f"{post.tree['posterior'].sizes['draw']} draws, {post.tree.attrs['seconds']:.1f} s.",
             "",
             comparison_report(comp),

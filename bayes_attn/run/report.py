@@ -80,7 +80,7 @@ def comparison_report(comp: Comparison) -> str:
         [
             f"# Theory vs sampling (N = {comp.width})",
             "",
-            f"Sampled with the `{comp.sampler}` sampler (NUTS).",
+            f"Sampled with {comp.provenance.get('method', f'the `{comp.sampler}` sampler')}.",
             "",
             f"**Verdict: {_verdict_text(comp)}** "
             f"(a check fails only when the relative error exceeds its tolerance and its excess over the "

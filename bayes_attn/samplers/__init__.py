@@ -9,8 +9,14 @@ afterwards). Adding a sampler is one module plus one entry in :data:`SAMPLERS`.
 ``full``        all weights; ``f`` summed over paths
 ``full-token``  all weights; the network run over tokens (the paper's form)
 ``collapsed``   upper weights, ``V0`` integrated out
-``wishart``     order parameters only: Bartlett factors of the Wishart chain (§7)
+``wishart``     order parameters only: Bartlett factors of the Wishart chain (§7),
+                started at the expansion's mode with its metric (§9)
+``laplace-is``  importance sampling from the finite-width expansion, resampled (§9)
+``laplace-mh``  independence Metropolis–Hastings with the same proposal (§9)
 ==============  ==============================================================
+
+``"auto"`` (a settings value, handled by :func:`bayes_attn.sample_posterior`)
+tries ``laplace-is``, ``laplace-mh`` and ``wishart`` in turn.
 """
 
 from __future__ import annotations
@@ -22,13 +28,13 @@ import lazy_loader
 from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMPLER_NAMES, SamplerSettings
 
 if TYPE_CHECKING:
-    from . import collapsed, full, full_token, wishart  # noqa: F401
+    from . import collapsed, full, full_token, laplace, wishart  # noqa: F401
     from .base import Options, Sampler, SamplerInputs, conditional_outputs, prepare  # noqa: F401
 
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
 __getattr__, _, _ = lazy_loader.attach(
     __name__,
-    submodules=["base", "collapsed", "full", "full_token", "memory", "nuts", "registry", "wishart"],
+    submodules=["base", "collapsed", "full", "full_token", "laplace", "memory", "nuts", "registry", "wishart"],
     submod_attrs={"base": ["Options", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
                   "registry": ["SAMPLERS"]},
 )

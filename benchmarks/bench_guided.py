@@ -1,0 +1,198 @@
+"""Benchmark: the samplers guided by the finite-width expansion against NUTS, side by side (docs/theory.md §9).
+
+Problem: the Fig. 2c network (``markov.fig2c``: 4 paths, P = 100, temperature 0.01, float64) at N = 10, 100
+and 1000, ``--n-test`` test inputs (default 100: ``f_test`` is drawn for every kept draw). In one process,
+each sampler is called twice through :func:`bayes_attn.sample_posterior` (the second call with another seed,
+after compilation), in this order:
+
+- ``laplace-is``: 4 × 5000 proposals, resampled;
+- ``laplace-mh``: 4 × (200 + 5000);
+- ``auto``: 4 × 5000 (``laplace-is`` first; falls back as it says);
+- ``wishart``: 4 × (500 + 2000), starting at the expansion's mode with its metric (the default);
+- ``wishart`` with ``start="prior"``: 4 × (500 + 2000), NumPyro's adapted diagonal metric (the sampler before);
+- ``collapsed``: 2 × (300 + 300) at N = 10 and 100 (it needs minutes per call beyond).
+
+Measured per call: wall time of ``sample_posterior`` (the expansion, proposals, draws of ``f``; compilation on
+the first call), the smallest bulk ESS over the entries of ``U`` (ArviZ) and over all observables, ESS/s on
+``U``, the sampler's own diagnostics (``k̂``, IS ESS, acceptance), and the posterior mean of ``U[1-1, 1-1]``
+with its MCSE. Ratios printed: ESS/s of ``laplace-is`` over ``wishart`` (both starts) at every width, first and
+second call; wall time of ``wishart`` (prior start) over ``auto`` at N = 10; the largest |z| between each
+sampler's and ``wishart``'s means of ``U`` (combined MCSE).
+
+``--busy`` repeats the N = 100 ``laplace-is`` / ``wishart`` pair beside one CPU-bound process per core.
+``--image`` adds the image scale (the landed Fig. 3 model of ``inference/results/fig3``: 16 paths, P = 600,
+float32, its validation-chosen temperature): ``laplace-is`` (4 × 500) at N = 100 and N = 10, and ``wishart``
+from the expansion, 2 × (100 + 200), at N = 10.
+
+Run alone (~25 min on 2 quiet cores, ~15 more with ``--image``)::
+
+    .venv/bin/python benchmarks/bench_guided.py [--widths 10 100 1000] [--busy] [--image] [--quick]
+
+Output: a printed table and ``benchmarks/results/guided.json`` (``--quick``: a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+import bayes_attn as ba  # noqa: E402
+from bayes_attn import markov  # noqa: E402
+from record import write_record  # noqa: E402  (benchmarks/record.py)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BURNER = "import time\nend = time.time() + {limit}\nx = 0\nwhile time.time() < end:\n    for i in range(100000):\n        x += i\n"
+
+
+def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
+    """``(label, sampler, settings)`` of every sampler at width ``N``."""
+    q = (lambda n: max(20, n // 50)) if quick else (lambda n: n)  # noqa: E731
+    out = [("laplace-is", "laplace-is", dict(num_chains=4, num_samples=q(5000))),
+           ("laplace-mh", "laplace-mh", dict(num_chains=4, num_warmup=q(200), num_samples=q(5000))),
+           ("auto", "auto", dict(num_chains=4, num_warmup=q(500), num_samples=q(5000))),
+           ("wishart", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000))),
+           ("wishart-prior", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000), start="prior"))]
+    if N <= 100:
+        out.append(("collapsed", "collapsed", dict(num_chains=2, num_warmup=q(300), num_samples=q(300))))
+    return out
+
+
+def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, seed: int, dtype: str = "float64") -> dict:
+    """One call of ``sample_posterior``, timed, with its diagnostics."""
+    t0 = time.perf_counter()
+    post = ba.sample_posterior(net, x, y, temperature=temperature, x_test=xt, sampler=sampler, seed=seed,
+                               dtype=dtype, progress_bar=False, **settings)
+    wall = time.perf_counter() - t0
+    s = post.summary()
+    u = s.table[s.table.index.str.startswith("U[")]
+    ess_u = float(u["ess_bulk"].min())
+    return {"wall_seconds": wall, "min_ess_U": ess_u, "ess_per_second_U": ess_u / wall,
+            "min_ess_all": float(s.table["ess_bulk"].min()), "max_rhat": s.max_rhat, "failures": s.failures(),
+            "pareto_k": s.pareto_k, "is_ess": s.is_ess, "acceptance": s.acceptance_rate, "used": post.sampler,
+            "auto": json.loads(post.tree.attrs.get("auto", "[]")), "U_mean": post.order_parameter().tolist(),
+            "U_mcse": u["mcse_mean"].to_numpy().reshape(net.D, net.D).tolist(), "seed": seed}
+
+
+def show(N, label, call, r) -> None:
+    own = (f"k {r['pareto_k']:.2f} IS-ESS {r['is_ess']:.0f}" if np.isfinite(r["pareto_k"])
+           else f"acc {r['acceptance']:.2f}")
+    print(f"N={N:5d} {label:14s} call {call}: {r['wall_seconds']:7.1f} s  ESS(U) {r['min_ess_U']:7.0f}  "
+          f"ESS/s {r['ess_per_second_U']:7.1f}  R-hat {r['max_rhat']:.4f}  {own}  used {r['used']}  "
+          f"{'; '.join(r['failures'])}", flush=True)
+
+
+def max_z(a: dict, b: dict) -> float:
+    ma, mb = np.asarray(a["U_mean"]), np.asarray(b["U_mean"])
+    sa, sb = np.asarray(a["U_mcse"]), np.asarray(b["U_mcse"])
+    return float(np.max(np.abs(ma - mb) / np.sqrt(sa**2 + sb**2)))
+
+
+def fig2c(widths, n_test: int, quick: bool) -> dict:
+    out = {}
+    for N in widths:
+        task, net = markov.fig2c(width=N)
+        x, y, xt, _ = task.generate()
+        xt = xt[:n_test]
+        res = {}
+        for label, sampler, settings in runs(N, quick):
+            res[label] = []
+            for call, seed in enumerate((0, 1), start=1):
+                r = measure(net, x, y, xt, 0.01, sampler, settings, seed)
+                show(N, label, call, r)
+                res[label].append(r)
+        ratios = {}
+        for ref in ("wishart", "wishart-prior"):
+            for call in (0, 1):
+                ratios[f"laplace-is/{ref} ESS/s, call {call + 1}"] = (
+                    res["laplace-is"][call]["ess_per_second_U"] / res[ref][call]["ess_per_second_U"])
+        ratios["wishart-prior/auto wall, call 2"] = res["wishart-prior"][1]["wall_seconds"] / res["auto"][1]["wall_seconds"]
+        ratios["max |z| of U vs wishart (call 2)"] = {k: max_z(v[1], res["wishart"][1]) for k, v in res.items()}
+        for k, v in ratios.items():
+            print(f"N={N:5d} {k}: {v if isinstance(v, dict) else round(v, 2)}", flush=True)
+        out[str(N)] = {"runs": res, "ratios": ratios, "load": os.getloadavg()}
+    return out
+
+
+def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
+    """The N = 100 ``laplace-is`` / ``wishart`` pair (second calls) beside one CPU-bound process per core."""
+    task, net = markov.fig2c(width=100)
+    x, y, xt, _ = task.generate()
+    xt = xt[:n_test]
+    pair = [r for r in runs(100, quick) if r[0] in ("laplace-is", "wishart")]
+    for _, sampler, settings in pair:  # compiled before the burners start
+        measure(net, x, y, xt, 0.01, sampler, settings, 0)
+    burners = [subprocess.Popen([sys.executable, "-c", BURNER.format(limit=limit)]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(2.0)
+        res = {label: measure(net, x, y, xt, 0.01, sampler, settings, 1) for label, sampler, settings in pair}
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    for label, r in res.items():
+        show(100, label + " (busy)", 2, r)
+    ratio = res["laplace-is"]["ess_per_second_U"] / res["wishart"]["ess_per_second_U"]
+    print(f"busy: laplace-is/wishart ESS/s {ratio:.2f}", flush=True)
+    return {"runs": res, "ratio": ratio, "burners": len(burners), "load": os.getloadavg()}
+
+
+def image(quick: bool) -> dict:
+    """The image scale on the landed Fig. 3 model (``inference/results/fig3``)."""
+    from bayes_attn.oneshot import model as gd_model
+    from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
+    from bayes_attn.oneshot.spec import load_oneshot_spec
+
+    root = Path(__file__).resolve().parents[1]
+    run = root / "inference/results/fig3"
+    spec = load_oneshot_spec(root / "models/omniglot_oneshot.toml")
+    chosen = json.loads((run / "pruning.json").read_text())["temperatures"]["finite_width"]
+    sets = datasets(spec, None)
+    ev = evaluation_episodes(spec, sets)
+    model = train_model(spec, run, sets=sets, evaluation=ev)
+    net, _ = gd_model.to_network(model.params, model.config, width=10, variances=1.0)
+    tr, te = ev["theory_train"], ev["test"]
+    xt = te.x[:200]
+    n = 20 if quick else None
+    out = {}
+    for label, N, sampler, settings in (
+            ("laplace-is", 100, "laplace-is", dict(num_chains=4, num_samples=n or 500)),
+            ("laplace-is", 10, "laplace-is", dict(num_chains=4, num_samples=n or 500)),
+            ("wishart", 10, "wishart", dict(num_chains=2, num_warmup=n or 100, num_samples=n or 200))):
+        r = measure(net.with_width(N), tr.x, tr.y, xt, chosen[str(N)], sampler, settings, 0, dtype="float32")
+        show(N, label + " (image)", 1, r)
+        out[f"{label} N={N}"] = r
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--widths", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--n-test", type=int, default=100)
+    ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--image", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="every code path at tiny sizes, output to a temporary folder")
+    a = ap.parse_args(argv)
+    record = {"settings": vars(a), "load_before": os.getloadavg()}
+    record["fig2c"] = fig2c(a.widths, a.n_test, a.quick)
+    if a.busy:
+        record["busy"] = busy(a.n_test, a.quick)
+    if a.image:
+        record["image"] = image(a.quick)
+    folder = Path(tempfile.mkdtemp()) if a.quick else RESULTS
+    write_record(folder / "guided.json", record)
+
+
+if __name__ == "__main__":
+    main()
