@@ -7,23 +7,25 @@ entries of every factor ``A_k``), ``p(θ) ∝ exp(−S(θ))`` with the ``S`` of 
 network at any width, valid also where a level is singular. The Laplace
 expansion of §8 gives its mode ``θ̂`` and the curvature ``H = S''(θ̂)``
 (:func:`bayes_attn.theory.correction.find_mode`, from the leading-order
-solution of §4). Both samplers draw from the proposal
+solution of §4). Both samplers draw from the defensive mixture
 
-    q(θ) = Student-t_ν(θ; θ̂, H⁻¹),      ν = PROPOSAL_DF,
+    q(θ) = (1 − m) N(θ; θ̂, H⁻¹) + m t_ν(θ; θ̂, H⁻¹),      m = PROPOSAL_MIX, ν = PROPOSAL_DF,
 
-(``θ = θ̂ + L⁻ᵀ ε · sqrt(ν / g)``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``g ~ χ²(ν)``),
-whose tails are heavier than the posterior's in every direction the expansion
-describes, and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
+(``θ = θ̂ + L⁻ᵀ ε · s``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``s = 1`` or ``sqrt(ν / g)``
+with ``g ~ χ²(ν)``): the normal where the expansion is right, the t's
+polynomial tails where the posterior's are heavier (chosen by measurement,
+docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
 (one ``S`` evaluation per draw: one ``P × P`` Cholesky; draws batched with
 ``vmap``, :data:`BATCH_BYTES` at a time).
 
 - ``laplace-is`` (importance sampling): the log weights of all
   ``chains × samples`` draws are Pareto-smoothed (PSIS, arviz-stats'
   ``psislw``); its ``k̂`` says whether the estimate can be trusted
-  (``k̂ ≤`` :data:`MAX_KHAT`). Each chain (an independent batch of ``samples``
-  draws) is then resampled multinomially to ``samples`` equally weighted draws,
-  **kept in the order of the proposals**, so a draw copied ``k`` times appears
-  as a run of ``k`` equal draws. The run-length autocorrelation this leaves is
+  (``k̂ ≤ 0.7``, :data:`bayes_attn.posterior.MAX_KHAT`; Vehtari et al. 2024).
+  Each chain (an independent batch of ``samples`` draws) is then resampled
+  multinomially to ``samples`` equally weighted draws, **kept in the order of
+  the proposals**, so a draw copied ``k`` times appears as a run of ``k``
+  equal draws. The run-length autocorrelation this leaves is
   exactly the importance-sampling error: for the mean of ``g`` the variance of
   the resampled estimate is ``Σ_i E[k_i²] (g_i − ḡ)² / M²`` with
   ``E[k_i²] = M w̄_i + M² w̄_i²``, i.e. the delta-method IS variance
@@ -42,11 +44,12 @@ describes, and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
 ``wishart`` (:func:`bayes_attn.samplers.base.conditional_outputs`).
 
 Stored besides the observables: ``sample_stats`` ``log_weight`` (the raw
-log weight of proposal ``draw`` of chain ``chain``; for ``laplace-mh`` of the
-state at that iteration), ``source`` (for ``laplace-is``: the proposal each
-draw copies), ``accepted`` and ``acceptance_rate`` (for ``laplace-mh``);
-attributes ``pareto_k``, ``is_ess`` (``1 / Σ w̄²`` of the smoothed weights,
-all chains), ``proposal``, ``mode_converged``, ``mode_seconds``.
+log weight of the proposal each kept draw is: for ``laplace-is`` the one it
+copies, for ``laplace-mh`` the chain's state), ``source`` (``laplace-is``: the
+index of that proposal in its chain), ``accepted`` and ``acceptance_rate``
+(``laplace-mh``: the move and its probability ``min(1, w'/w)``); attributes
+``pareto_k``, ``is_ess`` (``1 / Σ w̄²`` of the smoothed weights, all chains) or
+``acceptance``, and ``proposal``, ``mode_converged``, ``mode_seconds``.
 """
 
 from __future__ import annotations
@@ -72,12 +75,9 @@ from .base import Options, Sampler, SamplerInputs, conditional_outputs, order_pa
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
 PROPOSAL_DF = 4.0
-"""Degrees of freedom ``ν`` of the Student-t proposal (chosen by measurement: docs/theory.md §9)."""
+"""Degrees of freedom ``ν`` of the proposal's Student t (chosen by measurement: docs/theory.md §9)."""
 PROPOSAL_MIX = 0.5
 """Weight of the Student t in a defensive mixture with the normal of the same scale (1: the t alone)."""
-
-MAX_KHAT = 0.7
-"""Largest Pareto ``k̂`` at which an importance-sampling estimate is trusted (Vehtari et al. 2024)."""
 
 MIN_CURVATURE = 1e-6
 """Smallest eigenvalue of the proposal's ``H``, relative to its largest (:func:`guide`)."""
@@ -211,7 +211,8 @@ class GuidedDraws(NamedTuple):
 
 
 def _guide_attrs(g: Guide) -> dict:
-    return {"proposal": f"student-t (nu={PROPOSAL_DF:g}) at the mode of S, scale H^-1 (docs/theory.md §9)",
+    return {"proposal": f"{1 - PROPOSAL_MIX:g} normal + {PROPOSAL_MIX:g} Student t (nu={PROPOSAL_DF:g}) at the mode "
+                        "of S, covariance H^-1 (docs/theory.md §9)",
             "mode_converged": int(g.mode.converged), "mode_seconds": float(g.mode.seconds),
             "mode_message": g.mode.message}
 
@@ -250,7 +251,7 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> G
     theta = np.asarray(theta).reshape(C, S, -1)
     kept = jnp.asarray(np.take_along_axis(theta, source[..., None], axis=1), inputs.dtype)
     return GuidedDraws(observables_of(g, kept),
-                       {"log_weight": log_w, "source": source.astype(np.int64)},
+                       {"log_weight": np.take_along_axis(log_w, source, axis=1), "source": source.astype(np.int64)},
                        _guide_attrs(g) | {"pareto_k": khat, "is_ess": is_ess})
 
 

@@ -278,10 +278,12 @@ def start(inputs: SamplerInputs) -> Start:
     """The chains' start at the mode ``θ̂`` of the finite-width expansion, and the dense inverse mass matrix
     ``H⁻¹`` over the sites ``(t, z)`` (docs/theory.md §9). The expansion's coordinates are the same Bartlett
     sites with ``log c`` in place of ``t``: ``t = (log c − E log c) / sd(log c)``, so
-    ``H⁻¹`` is rescaled by ``1 / sd`` on the diagonal sites. Raises ``ValueError`` where ``H`` is not positive
-    definite."""
+    ``H⁻¹`` is rescaled by ``1 / sd`` on the diagonal sites. Raises ``ValueError`` where the Newton solve for
+    the mode did not converge or ``S`` is not finite there (then the chains start as ``"prior"``)."""
     net = inputs.net
     g = guide(inputs)
+    if not g.mode.converged:  # a fixed metric from a point that is not the mode could be poor: adapt instead
+        raise ValueError(f"the expansion's mode was not found ({g.mode.message})")
     diag = diagonal_distribution(net.heads, net.widths, inputs.dtype)
     r = diag.batch_shape[0]
     theta = g.theta

@@ -105,7 +105,7 @@ from .. import _checks
 from ..bartlett import assemble, factor_shapes, lower_indices, order_parameters_from_factors
 from ..precision import float64
 from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
-from .newton import newton_direction
+from .newton import damped_newton
 from .objective import Problem, data_derivatives, data_term, make_problem
 from .result import LaplaceExpansion, Theory
 
@@ -501,7 +501,8 @@ def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, c
 
     Stops when the Newton decrement ``sqrt(S'ᵀ H⁻¹ S')`` (the step in units
     of the posterior spread) is at most ``tol``, or when it stalls at the
-    rounding level (converged if then below ``1e-6``).
+    rounding level of ``S`` (converged if then below ``1e-6``): the driver
+    of the leading-order solve, :func:`~bayes_attn.theory.newton.damped_newton`.
     """
     _check_coordinates(net, coordinates)
     tol = _checks.positive("tol", tol)
@@ -511,51 +512,17 @@ def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, c
     x = start_point(Us0, Ua0, net, coordinates)
 
     def vgh(p):
-        nonlocal data
-        f, g, H, *data = _call64(_value_grad_hess, p, problem, coordinates, shapes)
-        return float(f), np.asarray(g), np.asarray(H)
+        f, g, H, gd, Hd = _call64(_value_grad_hess, p, problem, coordinates, shapes)
+        return float(f), np.asarray(g), np.asarray(H), (gd, Hd)
 
     def value(p):
         return float(_call64(_value, p, problem, coordinates, shapes))
 
-    data = None
-    f, g, H = vgh(x)
-    it, converged, message, best, stalled = 0, False, "maximum number of iterations reached", np.inf, 0
-    decrement = float("nan")
-    if not np.isfinite(f):
-        message = "S not finite at the start point"
-    while np.isfinite(f):
-        d = newton_direction(g, H)
-        decrement = math.sqrt(max(-float(g @ d), 0.0))
-        if decrement <= tol:
-            converged, message = True, "Newton decrement below tol"
-            break
-        stalled = stalled + 1 if decrement >= 0.5 * best else 0
-        best = min(best, decrement)
-        if stalled >= 3:
-            converged = decrement <= 1e-6
-            message = f"stalled at the rounding level of S (Newton decrement {decrement:.3g})"
-            break
-        if it >= max_iter:
-            break
-        gd = float(g @ d)
-        slack = 64 * np.finfo(float).eps * max(abs(f), 1.0)
-        t, accepted = 1.0, False
-        for _ in range(60):
-            f_new = value(x + t * d)
-            if np.isfinite(f_new) and f_new <= f + 1e-4 * t * gd + slack:
-                accepted = True
-                break
-            t *= 0.5
-        it += 1
-        if not accepted:
-            message = f"line search failed (Newton decrement {decrement:.3g})"
-            break
-        x = x + t * d
-        f, g, H = vgh(x)
-    gd, Hd = (np.asarray(a) for a in data)
-    return Mode(coordinates, shapes, x, float(f), g, H, gd, Hd, decrement, bool(converged), it, message,
-                time.perf_counter() - t0)
+    run = damped_newton(x, vgh, value, lambda g, H, d, aux: math.sqrt(max(-float(g @ d), 0.0)), tol=tol,
+                        max_iter=max_iter, stalled_converged=1e-6, measure="Newton decrement")
+    gd, Hd = (np.asarray(a) for a in run.aux)
+    return Mode(coordinates, shapes, run.x, float(run.value), run.grad, run.hess, gd, Hd, run.measure,
+                bool(run.converged), run.iterations, run.message, time.perf_counter() - t0)
 
 
 def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",

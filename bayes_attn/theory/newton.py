@@ -31,7 +31,7 @@ from .objective import (
 )
 from .coordinates import log_cholesky, pack, vech_weights
 
-__all__ = ["COORDINATES", "NewtonResult", "NewtonSolver", "newton_direction"]
+__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "damped_newton", "newton_direction"]
 
 COORDINATES = ("log_cholesky", "vech")
 
@@ -151,38 +151,80 @@ class NewtonSolver:
     def _minimise(self, Us0, problem: Problem) -> NewtonResult:
         weights = vech_weights(problem.heads)
         x, to_theta, vgh, value_at = self._coordinates(Us0, problem)
-        f, g, H, gt, Ht = vgh(x)
-        if not np.isfinite(f):
-            return NewtonResult(to_theta(x), f, gt, Ht, False, 0, "action not finite at the initial point")
-        it, message, stalled = 0, "maximum number of iterations reached", 0
-        while True:
-            gmax = np.max(np.abs(gt / weights))
-            if gmax <= self.tol:
-                return NewtonResult(to_theta(x), f, gt, Ht, True, it, "gradient below tol")
-            if it >= self.max_iter:
+
+        def step(p):
+            f, g, H, gt, Ht = vgh(p)
+            return f, g, H, (gt, Ht)
+
+        run = damped_newton(x, step, value_at, lambda g, H, d, aux: float(np.max(np.abs(aux[0] / weights))),
+                            tol=self.tol, max_iter=self.max_iter, armijo=self.armijo, backtrack=self.backtrack,
+                            max_backtracks=self.max_backtracks, slack_ulps=self.slack_ulps,
+                            stall_steps=self.stall_steps, stall_ratio=self.stall_ratio, measure="max gradient")
+        gt, Ht = run.aux
+        message = "gradient below tol" if run.converged else run.message
+        return NewtonResult(to_theta(run.x), run.value, gt, Ht, run.converged, run.iterations, message)
+
+
+class NewtonRun(NamedTuple):
+    """Where :func:`damped_newton` stopped: the point ``x``, ``f``, ``g``, ``H`` and the extra values ``aux`` of its
+    ``vgh`` there, whether the convergence measure reached ``tol``, the steps taken, the stopping reason and the
+    measure's last value."""
+
+    x: np.ndarray
+    value: float
+    grad: np.ndarray
+    hess: np.ndarray
+    aux: object
+    converged: bool
+    iterations: int
+    message: str
+    measure: float
+
+
+def damped_newton(x: np.ndarray, vgh: Callable, value: Callable, size: Callable, *, tol: float, max_iter: int,
+                  armijo: float = 1e-4, backtrack: float = 0.5, max_backtracks: int = 60, slack_ulps: float = 64.0,
+                  stall_steps: int = 5, stall_ratio: float = 0.5, stalled_converged: float = 0.0,
+                  measure: str = "measure") -> NewtonRun:
+    """Damped Newton with a backtracking Armijo line search: the one driver of the leading-order solve (§4,
+    :class:`NewtonSolver`) and of the expansion's mode (§8, :func:`~bayes_attn.theory.correction.find_mode`).
+
+    ``vgh(x) -> (f, g, H, aux)``; ``value(x) -> f``; ``size(g, H, d, aux)``: the convergence measure at a point
+    with Newton direction ``d`` (:func:`newton_direction`), converged when at most ``tol``. The Armijo test
+    allows ``slack_ulps · eps · max(|f|, 1)`` of rounding; a direction that is not a descent direction falls
+    back to steepest descent. Stops as stalled after ``stall_steps`` consecutive steps that neither lower ``f``
+    beyond that slack nor shrink the measure below ``stall_ratio`` times its previous value (the rounding floor
+    of ``f``); a stalled run whose measure is at most ``stalled_converged`` counts as converged. ``measure``
+    names the measure in messages.
+    """
+    f, g, H, aux = vgh(x)
+    if not np.isfinite(f):
+        return NewtonRun(x, f, g, H, aux, False, 0, "action not finite at the initial point", float("nan"))
+    it, stalled, previous, f_old = 0, 0, None, None
+    while True:
+        d = newton_direction(g, H)
+        gd = float(g @ d)
+        if not gd < 0:  # safety: fall back to steepest descent
+            d, gd = -g, -float(g @ g)
+        size_now = size(g, H, d, aux)
+        if size_now <= tol:
+            return NewtonRun(x, f, g, H, aux, True, it, f"{measure} below tol", size_now)
+        slack = slack_ulps * np.finfo(float).eps * max(abs(f), 1.0)
+        if previous is not None:
+            stalled = stalled + 1 if (f >= f_old - slack and size_now >= stall_ratio * previous) else 0
+            if stalled >= stall_steps:
+                return NewtonRun(x, f, g, H, aux, size_now <= stalled_converged, it,
+                                 f"stalled at the rounding level of S ({measure} {size_now:.3g})", size_now)
+        if it >= max_iter:
+            return NewtonRun(x, f, g, H, aux, False, it, "maximum number of iterations reached", size_now)
+        t, accepted = 1.0, False
+        for _ in range(max_backtracks):
+            f_new = value(x + t * d)
+            if np.isfinite(f_new) and f_new <= f + armijo * t * gd + slack:
+                accepted = True
                 break
-            d = newton_direction(g, H)
-            gd = float(g @ d)
-            if not gd < 0:  # safety: fall back to steepest descent
-                d, gd = -g, -float(g @ g)
-            slack = self.slack_ulps * np.finfo(float).eps * max(abs(f), 1.0)
-            t, accepted = 1.0, False
-            for _ in range(self.max_backtracks):
-                f_new = value_at(x + t * d)
-                if np.isfinite(f_new) and f_new <= f + self.armijo * t * gd + slack:
-                    accepted = True
-                    break
-                t *= self.backtrack
-            it += 1
-            if not accepted:
-                message = f"line search failed (max gradient {gmax:.3g})"
-                break
-            x = x + t * d
-            f_old = f
-            f, g, H, gt, Ht = vgh(x)
-            gnew = np.max(np.abs(gt / weights))
-            stalled = stalled + 1 if (f >= f_old - slack and gnew >= self.stall_ratio * gmax) else 0
-            if stalled >= self.stall_steps:
-                message = f"stalled at the rounding level of S (max gradient {gnew:.3g})"
-                break
-        return NewtonResult(to_theta(x), f, gt, Ht, False, it, message)
+            t *= backtrack
+        it += 1
+        if not accepted:
+            return NewtonRun(x, f, g, H, aux, False, it, f"line search failed ({measure} {size_now:.3g})", size_now)
+        x, f_old, previous = x + t * d, f, size_now
+        f, g, H, aux = vgh(x)

@@ -203,6 +203,22 @@ def _wishart_chain_log_density(net, x, y, T, Us, Ua):
 
 
 @pytest.mark.slow
+def test_mode_from_the_prior_means_is_the_mode_from_the_leading_order():
+    """The expansion's Newton solve (the one damped-Newton driver, ``newton.damped_newton``) reaches the same
+    ``θ̂`` from the prior means as from the leading-order solution, at a width where the start is far from the
+    mode (N = 4: before the one driver, its stall rule stopped at the first slow damped steps, 'stalled' with a
+    Newton decrement of 5-18). The gradient there vanishes (at the rounding level of ``S``)."""
+    net, x, y = _markov_problem(4, p=16)
+    problem = th.objective.make_problem(net, x, y, 0.1)
+    lead = th.solve_theory(net, x, y, temperature=0.1)
+    from_lead = cr.find_mode(net, problem, lead.order_parameters, lead.Ua)
+    from_prior = cr.find_mode(net, problem, *th.gp_order_parameters(net))
+    assert from_lead.converged and from_prior.converged, (from_lead.message, from_prior.message)
+    assert from_prior.iterations > from_lead.iterations
+    np.testing.assert_allclose(from_prior.theta, from_lead.theta, atol=1e-7)
+    assert np.max(np.abs(from_prior.gradient)) < 1e-6
+
+
 def test_log_cholesky_action_is_the_exact_density():
     """``S(θ) + log p(U(θ)) + log |∂U/∂θ|`` is constant (SciPy densities, Jacobian by autodiff)."""
     net, x, y = _markov_problem(12, p=20)
