@@ -77,7 +77,7 @@ def test_run_writes_everything(tmp_path):
     assert "leading order (§4): " in report and "corrected (Laplace, §8): " in report
     assert xr.load_dataset(tmp_path / "run" / "comparison.nc").attrs["correction"] == "laplace"
     assert res.theory.converged
-    assert res.posterior.sampler == "collapsed" and "`collapsed` sampler" in report
+    assert res.posterior.sampler == "collapsed" and "Sampled with `collapsed` (NUTS" in report
     # overrides in the folder's spec.toml: test_cli_run_correction_picks_the_headline
 
 
