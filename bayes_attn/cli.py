@@ -66,6 +66,8 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, help="number of chains")
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
+    p.add_argument("--guided-samples", type=int,
+                   help="draws per chain of laplace-is and laplace-mh (also within auto; default: --samples)")
     p.add_argument("--seed", type=int, help="random seed of the sampler (0 to 2**32 - 1)")
     p.add_argument("--sampler", choices=list(SAMPLER_DESCRIPTIONS), help="the sampler: "
                    + "; ".join(f"{k}: {v}" for k, v in SAMPLER_DESCRIPTIONS.items()))
@@ -190,6 +192,7 @@ def _settings(spec: Spec, args) -> SamplerSettings:
     return spec.sampler.replace(
         num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples, seed=args.seed,
         name=args.sampler, dtype=args.dtype, chain_method=args.chain_method,
+        guided_samples=getattr(args, "guided_samples", None),
     )
 
 

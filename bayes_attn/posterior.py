@@ -121,6 +121,8 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
+            memory.check_memory(memory.guided_bytes(inputs, cfg), memory.available_bytes(),
+                                f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
             t0 = time.perf_counter()
             guided = smp.draw(inputs, cfg, key_mcmc)
             draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
@@ -173,7 +175,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
                            requested_sampler=AUTO)
-        except ValueError as err:  # no proposal (the expansion's Hessian is not positive definite)
+        except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
             tried.append({"sampler": name, "seconds": time.perf_counter() - t0, "left_because": str(err)})
             continue
         failures = post.summary().failures()

@@ -19,7 +19,7 @@ docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log
 ``vmap``, :data:`BATCH_BYTES` at a time).
 
 - ``laplace-is`` (importance sampling): the log weights of all
-  ``chains × samples`` draws are Pareto-smoothed (PSIS, arviz-stats'
+  ``chains × samples`` draws (``samples``: ``SamplerSettings.guided_draws``) are Pareto-smoothed (PSIS, arviz-stats'
   ``psislw``); its ``k̂`` says whether the estimate can be trusted
   (``k̂ ≤ 0.7``, :data:`bayes_attn.posterior.MAX_KHAT`; Vehtari et al. 2024).
   Each chain (an independent batch of ``samples`` draws) is then resampled
@@ -35,7 +35,7 @@ docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log
   sampler's, with honest error bars. (Shuffled copies would hide the
   duplicates and overstate the ESS.)
 - ``laplace-mh`` (independence Metropolis–Hastings): ``num_warmup + samples``
-  proposals per chain, accepted with probability ``min(1, w(θ') / w(θ))``
+  proposals per chain (``samples``: ``SamplerSettings.guided_draws``), accepted with probability ``min(1, w(θ') / w(θ))``
   (raw weights); exact MCMC whose R-hat and ESS ArviZ computes as for NUTS.
   Each chain starts at its first proposal; the first ``num_warmup`` iterations
   are dropped.
@@ -233,10 +233,11 @@ def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
-    """``laplace-is``: ``num_chains × num_samples`` proposals, PSIS, and per chain a multinomial resample of
-    ``num_samples`` draws kept in the proposals' order (module docstring), of which every ``thinning``-th is kept."""
+    """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
+    chain a multinomial resample of as many draws kept in the proposals' order (module docstring), of which
+    every ``thinning``-th is kept."""
     g = guide(inputs)
-    C, S = cfg.num_chains, cfg.num_samples
+    C, S = cfg.num_chains, cfg.guided_draws
     k_prop, k_res = jax.random.split(key)
     theta, log_w = propose(g, k_prop, C * S)
     log_w = np.asarray(log_w, np.float64).reshape(C, S)
@@ -275,7 +276,7 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
 def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
     """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring)."""
     g = guide(inputs)
-    C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.num_samples, cfg.thinning
+    C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
     k_prop, k_u = jax.random.split(key)
     theta, log_w = propose(g, k_prop, C * T)

@@ -81,3 +81,16 @@ def check_memory(need: int, available: int | None, what: str) -> None:
             "use a smaller width, fewer chains or draws, thinning, float32, or the 'wishart' sampler "
             "(its cost does not grow with width)"
         )
+
+
+def guided_bytes(inputs: SamplerInputs, cfg: SamplerSettings) -> int:
+    """Bytes a guided sampler (``laplace-is``, ``laplace-mh``) needs: per proposal its coordinates (at most
+    ``D² + D`` for every level, a generous bound), its weight and the stored observables (``U`` and the levels
+    above, ``f_train``, ``f_test``), twice (proposals and kept draws), plus the data."""
+    item = np.dtype(cfg.dtype).itemsize
+    P, D = inputs.y.shape[0], inputs.xi.shape[1]
+    P_test = 0 if inputs.xi_test is None else inputs.xi_test.shape[0]
+    per_draw = 2 * (D * D + D) * inputs.net.L + 1 + P + P_test
+    draws = cfg.num_chains * (cfg.num_warmup + cfg.guided_draws)
+    data = inputs.xi.size + (0 if inputs.xi_test is None else inputs.xi_test.size)
+    return item * (2 * draws * per_draw + data)

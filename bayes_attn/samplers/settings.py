@@ -62,6 +62,9 @@ class SamplerSettings:
             its dense metric ``H⁻¹`` (warm-up adapts the step size only; docs/theory.md §9), falling back to
             ``"prior"`` with a warning where the expansion gives none; ``"prior"``: the sampler's own start and
             NumPyro's adapted diagonal metric. The other NUTS samplers always start as ``"prior"``.
+        guided_samples: draws per chain of ``laplace-is`` and ``laplace-mh`` (also when ``auto`` tries them),
+            default ``num_samples``: one of their draws costs one evaluation of the likelihood, one of NUTS a
+            trajectory of several gradients, so ``auto`` can give them more draws for the same time.
     """
 
     name: str = DEFAULT_SAMPLER
@@ -75,6 +78,7 @@ class SamplerSettings:
     target_accept: float = 0.8
     max_tree_depth: int = 10
     start: str = "expansion"
+    guided_samples: int | None = None
 
     def __post_init__(self):
         _checks.choice("sampler", self.name, SAMPLER_NAMES)
@@ -92,6 +96,15 @@ class SamplerSettings:
         _checks.choice("dtype", self.dtype, DTYPES)
         _checks.choice("chain_method", self.chain_method, CHAIN_METHODS)
         _checks.choice("start", self.start, STARTS)
+        if self.guided_samples is not None:
+            _checks.positive_int("guided_samples", self.guided_samples)
+            if self.thinning > self.guided_samples:
+                raise ValueError(f"thinning must be at most guided_samples={self.guided_samples}, got {self.thinning}")
+
+    @property
+    def guided_draws(self) -> int:
+        """Draws per chain of the guided samplers: ``guided_samples``, else ``num_samples``."""
+        return self.num_samples if self.guided_samples is None else self.guided_samples
 
     @property
     def max_leapfrog_steps(self) -> int:

@@ -129,7 +129,8 @@ def test_resampled_draws_carry_the_importance_sampling_error(record_property):
     means, ses = np.array(means), np.array(ses)
     stat = (((means - means.mean(0)) / ses) ** 2).sum(0)
     lo, hi = scipy.stats.chi2.ppf([0.5e-3 / 16, 1 - 0.5e-3 / 16], R - 1)
-    record_property("sd_ratio_range", [float(np.sqrt(stat.min() / (R - 1))), float(np.sqrt(stat.max() / (R - 1)))])
+    record_property("min_sd_ratio", float(np.sqrt(stat.min() / (R - 1))))
+    record_property("max_sd_ratio", float(np.sqrt(stat.max() / (R - 1))))
     assert np.all((lo < stat) & (stat < hi)), np.round(np.sqrt(stat / (R - 1)), 2)
 
 
@@ -187,11 +188,12 @@ Z_FIG2C = z_bound(14, 1e-3, df=MIN_ESS)  # 10 entries of U, 3 of U_2, Ua: false 
 @pytest.mark.parametrize("N", [pytest.param(10, marks=pytest.mark.xdist_group("fig2c_10")),
                                pytest.param(100, marks=pytest.mark.xdist_group("fig2c_100"))])
 def test_auto_agrees_with_wishart_on_fig2c(N, record_property):
-    """Fig. 2c (P = 100, T = 0.01): ``auto`` keeps ``laplace-is`` (its diagnostics pass: k̂ 0.36-0.58 at N = 10,
-    below 0.2 at N = 100, measured), and its means of every entry of ``U``, ``U_2``, ``Ua`` agree with
-    ``wishart``'s within ``Z_FIG2C`` combined MCSEs (Student t at the ESS precondition: false failures <= 1e-3;
-    at N = 10 the reported MCSE of ``laplace-is`` was 8 % below the spread over 60 runs, which the bound's
-    margin covers). Precondition margins recorded."""
+    """Fig. 2c (P = 100, T = 0.01): ``auto`` keeps a guided sampler whose diagnostics pass, ``laplace-is`` at
+    N = 100 (k̂ 0.05-0.15 at offsets 0-4); at N = 10 (k̂ 0.46-0.55) the R-hat of its 4 × 5000 resampled draws was
+    1.02 at offsets 3 and 4, and ``auto`` moved on to ``laplace-mh`` with that reason recorded. The kept draws'
+    means of every entry of ``U``, ``U_2``, ``Ua`` agree with ``wishart``'s within ``Z_FIG2C`` combined MCSEs
+    (Student t at the ESS precondition: false failures <= 1e-3; at N = 10 the reported MCSE of ``laplace-is``
+    was 8 % below the spread over 60 runs, which the bound's margin covers). Margins recorded."""
     net, x, y, xt, exact = fig2c_wishart(N)
     post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, sampler="auto", num_chains=4,
                                num_samples=5000, seed=seed_of(7), progress_bar=False)
@@ -199,8 +201,10 @@ def test_auto_agrees_with_wishart_on_fig2c(N, record_property):
     tried = json.loads(post.tree.attrs["auto"])
     record_property("pareto_k", s.pareto_k)
     record_property("min_ess", s.min_ess)
-    assert post.sampler == "laplace-is" and [t["sampler"] for t in tried] == ["laplace-is"], tried
-    assert post.tree.attrs["requested_sampler"] == "auto"
+    record_property("tried", len(tried))
+    assert post.tree.attrs["requested_sampler"] == "auto" and tried[-1]["sampler"] == post.sampler
+    assert post.sampler == "laplace-is" if N == 100 else post.sampler in ("laplace-is", "laplace-mh"), tried
+    assert all(t["left_because"] for t in tried[:-1]) and not tried[-1]["left_because"], tried
     assert s.failures() == [] and s.min_ess > MIN_ESS
     _agree(post, exact, Z_FIG2C, record_property)
 
@@ -228,10 +232,13 @@ def test_metropolis_agrees_with_wishart_on_three_layers(record_property):
 
 
 @pytest.mark.slow
-def test_singular_levels_are_flagged_and_auto_falls_back():
+@pytest.mark.stochastic
+def test_singular_levels_are_flagged_and_auto_falls_back(record_property):
     """Three layers with two singular levels (widths (3, 3, 2, 4) < paths): the expansion's proposal does not
-    fit (k̂ 1.2-2.1, acceptance below 0.02 measured), and the samplers say so: ``laplace-is``'s diagnostics fail
-    on k̂, ``laplace-mh``'s on R-hat or ESS, and ``auto`` records both reasons and ends with ``wishart``."""
+    fit (k̂ 1.2-2.1, acceptance below 0.02 measured with 2 × 2000 draws at three seeds), and the samplers say so:
+    ``laplace-is``'s diagnostics fail on k̂, ``laplace-mh``'s on R-hat or ESS, and ``auto`` records both reasons
+    and ends with ``wishart``. A false failure needs k̂ below 0.7 on this network, far outside what was seen;
+    the margins are recorded for tests/robustness.py."""
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20, seed=seed_of(0))
     net = task.network((("same_token", "random"), ("uniform", "random"), ("uniform", "random")),
                        width=(3, 3, 2, 4), variances=[1.0, 0.7, 1.3, 0.8, 1.5], random_seed=seed_of(1))
@@ -239,6 +246,7 @@ def test_singular_levels_are_flagged_and_auto_falls_back():
     post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="auto", num_chains=2,
                                num_warmup=200, num_samples=500, seed=seed_of(2), progress_bar=False)
     tried = json.loads(post.tree.attrs["auto"])
+    record_property("tried", len(tried))
     assert [t["sampler"] for t in tried] == ["laplace-is", "laplace-mh", "wishart"], tried
     assert "Pareto k-hat" in tried[0]["left_because"]
     assert "R-hat" in tried[1]["left_because"] or "ESS" in tried[1]["left_because"]
