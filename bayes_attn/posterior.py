@@ -166,11 +166,17 @@ def _start(smp, cfg: SamplerSettings, inputs, attrs: dict) -> tuple:
 def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Options,
                  progress_bar: bool) -> Posterior:
     """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
-    diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). What was tried, its cost
-    and why it was left go into the attribute ``auto`` (JSON); the last sampler's draws are returned whatever
-    their diagnostics (the verdict then says so)."""
+    diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). ``laplace-mh`` is not
+    tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
+    docs/theory.md §9). What was tried, its cost and why it was left go into the attribute ``auto`` (JSON); the
+    last sampler's draws are returned whatever their diagnostics (the verdict then says so)."""
     tried = []
     for i, name in enumerate(AUTO_ORDER):
+        if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
+            tried.append({"sampler": name, "seconds": 0.0, "left_because": "not tried: laplace-is's k-hat "
+                          f"{tried[-1]['pareto_k']:.2g} > 1 (weights without a finite mean: an independence chain "
+                          "on this proposal sticks)"})
+            continue
         t0 = time.perf_counter()
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
@@ -178,9 +184,11 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
         except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
             tried.append({"sampler": name, "seconds": time.perf_counter() - t0, "left_because": str(err)})
             continue
-        failures = post.summary().failures()
+        summary = post.summary()
+        failures = summary.failures()
         tried.append({"sampler": name, "seconds": time.perf_counter() - t0,
-                      "left_because": "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else ""})
+                      "left_because": "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else ""}
+                     | ({"pareto_k": summary.pareto_k} if np.isfinite(summary.pareto_k) else {}))
         if not failures or i + 1 == len(AUTO_ORDER):
             post.tree.attrs["auto"] = json.dumps(tried)
             return post

@@ -236,8 +236,8 @@ def test_metropolis_agrees_with_wishart_on_three_layers(record_property):
 def test_singular_levels_are_flagged_and_auto_falls_back(record_property):
     """Three layers with two singular levels (widths (3, 3, 2, 4) < paths): the expansion's proposal does not
     fit (k̂ 1.2-2.1, acceptance below 0.02 measured with 2 × 2000 draws at three seeds), and the samplers say so:
-    ``laplace-is``'s diagnostics fail on k̂, ``laplace-mh``'s on R-hat or ESS, and ``auto`` records both reasons
-    and ends with ``wishart``. A false failure needs k̂ below 0.7 on this network, far outside what was seen;
+    ``laplace-is``'s diagnostics fail on k̂; ``laplace-mh``'s on R-hat or ESS, or, after a k̂ above 1, ``auto``
+    does not try it; ``auto`` records both reasons and ends with ``wishart``. A false failure needs k̂ below 0.7 on this network, far outside what was seen;
     the margins are recorded for tests/robustness.py."""
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20, seed=seed_of(0))
     net = task.network((("same_token", "random"), ("uniform", "random"), ("uniform", "random")),
@@ -249,7 +249,10 @@ def test_singular_levels_are_flagged_and_auto_falls_back(record_property):
     record_property("tried", len(tried))
     assert [t["sampler"] for t in tried] == ["laplace-is", "laplace-mh", "wishart"], tried
     assert "Pareto k-hat" in tried[0]["left_because"]
-    assert "R-hat" in tried[1]["left_because"] or "ESS" in tried[1]["left_because"]
+    if tried[0]["pareto_k"] > 1:  # an independence chain on weights without a finite mean sticks: not tried
+        assert tried[1]["left_because"].startswith("not tried") and tried[1]["seconds"] == 0
+    else:
+        assert "R-hat" in tried[1]["left_because"] or "ESS" in tried[1]["left_because"]
     assert post.sampler == "wishart" and post.tree.attrs["start"] == "expansion"
     assert post.summary().pareto_k != post.summary().pareto_k  # NaN: the kept draws are NUTS's
 
