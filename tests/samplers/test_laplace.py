@@ -103,6 +103,7 @@ def test_start_maps_the_mode_to_the_wishart_sites():
     assert np.linalg.eigvalsh(np.asarray(start.inverse_mass_matrix))[0] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.stochastic
 def test_resampled_draws_carry_the_importance_sampling_error(record_property):
     """The MCSE ArviZ reads from ``laplace-is``'s resampled draws (copies kept in the proposals' order) is the
@@ -255,6 +256,29 @@ def test_singular_levels_are_flagged_and_auto_falls_back(record_property):
         assert "R-hat" in tried[1]["left_because"] or "ESS" in tried[1]["left_because"]
     assert post.sampler == "wishart" and post.tree.attrs["start"] == "expansion"
     assert post.summary().pareto_k != post.summary().pareto_k  # NaN: the kept draws are NUTS's
+
+
+def test_guided_posterior_round_trips_and_says_how_it_was_made(tmp_path):
+    """A ``laplace-is`` posterior saved to netCDF loads with its method, ``k̂``, IS ESS and sample statistics; its
+    summary and the ``laplace-mh`` one report their own diagnostics (no NUTS fields); thinning keeps every
+    ``thinning``-th resampled draw with its weight and source."""
+    net, x, xt = calibration.random_problem((2, 2), width=12, N0=4, T=3, P=8, P_test=2, seed=seed_of(0))
+    y = np.random.default_rng(seed_of(1)).normal(size=8)
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="laplace-is", num_chains=2,
+                               num_samples=400, guided_samples=600, thinning=3, seed=seed_of(2), progress_bar=False)
+    assert post.tree["posterior"].sizes["draw"] == 200 and post.tree["sample_stats"].sizes["draw"] == 200
+    src = post.tree["sample_stats"]["source"].values
+    assert np.all(np.diff(src, axis=1) >= 0) and src.max() < 600  # copies kept in the proposals' order
+    post.save(tmp_path / "p.nc")
+    back = ba.load_posterior(tmp_path / "p.nc")
+    s, b = post.summary(), back.summary()
+    assert back.sampler == "laplace-is" and b.pareto_k == s.pareto_k and b.is_ess == s.is_ess
+    assert np.isnan(b.mean_steps) and b.divergences == 0 and len(b.bfmi) == 0
+    assert "importance sampling" in back.method() and "k-hat" in back.method() and "k-hat" in str(b)
+    assert np.array_equal(back.tree["posterior"]["U"].values, post.tree["posterior"]["U"].values)
+    mh = ba.sample_posterior(net, x, y, temperature=0.1, sampler="laplace-mh", num_chains=2, num_warmup=50,
+                             num_samples=200, seed=seed_of(3), progress_bar=False).summary()
+    assert 0 < mh.acceptance_rate <= 1 and "pareto_k" not in mh.diagnostics() and "acceptance" in str(mh)
 
 
 def test_guided_settings_and_errors():
