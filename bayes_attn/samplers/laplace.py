@@ -23,14 +23,16 @@ docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log
   ``psislw``); its ``k̂`` says whether the estimate can be trusted
   (``k̂ ≤ 0.7``, :data:`bayes_attn.posterior.MAX_KHAT`; Vehtari et al. 2024).
   Each chain (an independent batch of ``samples`` draws) is then resampled
-  multinomially to ``samples`` equally weighted draws, **kept in the order of
+  (residual resampling: ``floor(M w̄_i)`` copies, the rest multinomial on the
+  residuals) to ``samples`` equally weighted draws, **kept in the order of
   the proposals**, so a draw copied ``k`` times appears as a run of ``k``
-  equal draws. The run-length autocorrelation this leaves is
-  exactly the importance-sampling error: for the mean of ``g`` the variance of
-  the resampled estimate is ``Σ_i E[k_i²] (g_i − ḡ)² / M²`` with
-  ``E[k_i²] = M w̄_i + M² w̄_i²``, i.e. the delta-method IS variance
-  ``Σ w̄_i² (g_i − ḡ)²`` plus the resampling variance, and ArviZ's
-  autocorrelation-based ESS and MCSE measure that sum from the draws. So
+  equal draws. The run-length autocorrelation this leaves is the
+  importance-sampling error: ArviZ's autocorrelation-based variance of the
+  mean of ``g`` measures ``Σ_i k_i² (g_i − ḡ)² / M²``, whose expectation
+  ``Σ_i (M² w̄_i² + Var k_i) (g_i − ḡ)² / M²`` is the delta-method IS
+  variance ``Σ w̄_i² (g_i − ḡ)²`` plus the resampling variance (exactly so for
+  multinomial resampling; for residual resampling up to the residuals'
+  small cross term), and its ESS and MCSE follow from the draws. So
   ``compare``, ``az.summary`` and the verdict read the draws like any other
   sampler's, with honest error bars. (Shuffled copies would hide the
   duplicates and overstate the ESS.)
@@ -247,13 +249,25 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> G
     pooled = np.exp(smoothed - smoothed.max())
     is_ess = float(pooled.sum() ** 2 / (pooled**2).sum())
     rng = np.random.default_rng(np.asarray(jax.random.key_data(k_res)).ravel().astype(np.uint32))
-    source = np.stack([np.sort(rng.choice(S, size=S, p=w[c])) for c in range(C)])  # in the proposals' order
+    source = np.stack([residual_resample(w[c], S, rng) for c in range(C)])
     source = source[:, cfg.thinning - 1 :: cfg.thinning]
     theta = np.asarray(theta).reshape(C, S, -1)
     kept = jnp.asarray(np.take_along_axis(theta, source[..., None], axis=1), inputs.dtype)
     return GuidedDraws(observables_of(g, kept),
                        {"log_weight": np.take_along_axis(log_w, source, axis=1), "source": source.astype(np.int64)},
                        _guide_attrs(g) | {"pareto_k": khat, "is_ess": is_ess})
+
+
+def residual_resample(w: np.ndarray, M: int, rng: np.random.Generator) -> np.ndarray:
+    """``M`` indices drawn by residual resampling from normalised weights ``w`` ``[n]``, sorted (copies of one
+    proposal adjacent, in the proposals' order): ``floor(M w_i)`` copies of proposal ``i``, the other draws
+    multinomial on the residuals. Unbiased, with less resampling variance than a plain multinomial draw."""
+    m = M * np.asarray(w, np.float64)
+    counts = np.floor(m).astype(np.int64)
+    rest = M - int(counts.sum())
+    if rest:
+        counts += rng.multinomial(rest, (m - counts) / (m - counts).sum())
+    return np.repeat(np.arange(len(m)), counts)
 
 
 @jax.jit
