@@ -110,8 +110,9 @@ def test_resampled_draws_carry_the_importance_sampling_error(record_property):
     error of the estimate: over 60 independent runs the spread of the posterior means of every entry of ``U``
     matches the reported MCSE. Per entry, ``Σ_r (m_r − m̄)² / mcse_r²`` is χ²(59) under honest error bars; the
     bounds are its two-sided 1e-3 / 16 quantiles (about ±35 % in the ratio of standard deviations), so false
-    failures <= 1e-3. Power: shuffled copies would hide the duplicates, overstating the ESS by
-    ``1 + N / ESS_IS`` ≈ 2 (ratio ≈ 1.45)."""
+    failures <= 1e-3. Power is modest: shuffled copies would hide the duplicates and give a ratio of about
+    ``sqrt(M / ESS_IS + 0.4)``, 1.3 where ``ESS_IS = 0.8 M``, near the upper bound; the test guards gross errors
+    (a missing resample, weights ignored), the derivation in ``samplers/laplace.py`` the rest."""
     import arviz_stats as azs
 
     net, x, xt = calibration.random_problem((2, 2), width=12, N0=4, T=3, P=8, P_test=1, seed=seed_of(0))
