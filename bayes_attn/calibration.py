@@ -221,7 +221,7 @@ def _expansion_starts(smp, inputs, y: jax.Array, sites: list[str]) -> tuple[tupl
             found.append(smp.start(inputs._replace(y=yr)))
         except ValueError:
             found.append(None)
-    ok = next(s for s in found if s is not None) if any(s is not None for s in found) else None
+    ok = next((s for s in found if s is not None), None)
     if ok is None:
         raise ValueError("no replication's expansion gives a start: use start='prior'")
     if tuple(ok.block) != tuple(sites):
