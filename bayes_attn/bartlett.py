@@ -113,6 +113,29 @@ def factor_chain(A_list: Sequence[jax.Array], heads: Sequence[int], widths: Sequ
     return Fs
 
 
-# ----------------------------------------------------------------------------
-# the standardised log chi-square
-# ----------------------------------------------------------------------------
+def sites_of_order_parameters(Us: Sequence[np.ndarray], Ua: float, heads: Sequence[int], widths: Sequence[int],
+                              variances: Sequence[float]) -> np.ndarray:
+    """Bartlett sites ``θ`` (the logs of every level's chi-square diagonals, then its lower entries) of positive
+    definite ``[U_1, ..., U_L]`` and ``Ua`` (NumPy float64).
+
+    Level by level from the top, ``F_k = (s_k/√n_k)(I ⊗ F_{k+1}) A_k`` with ``A_k`` the first ``r_k`` columns
+    of the Cholesky factor of ``M⁺ U_k M⁺ᵀ``, ``M = (s_k/√n_k)(I ⊗ F_{k+1})``: exactly ``U_k`` where the level
+    has full rank, its projection onto rank ``r_k`` where it is singular.
+    """
+    var = variances
+    shapes = factor_shapes(heads, widths)
+    hs = (*heads, 1)
+    mats = [*(np.asarray(U, np.float64) for U in Us), np.array([[float(Ua)]])]
+    F = np.ones((1, 1))
+    logc, low = [None] * len(shapes), [None] * len(shapes)
+    for k in reversed(range(len(shapes))):
+        m, r = shapes[k]
+        M = math.sqrt(var[k + 1] / widths[k]) * np.kron(np.eye(hs[k]), F)
+        Mp = np.linalg.pinv(M)
+        B = Mp @ mats[k] @ Mp.T
+        A = np.linalg.cholesky(0.5 * (B + B.T))[:, :r]
+        rows, cols = lower_indices(m, r)
+        logc[k] = 2.0 * np.log(np.diag(A))
+        low[k] = A[rows, cols]
+        F = M @ A
+    return np.concatenate(logc + low)

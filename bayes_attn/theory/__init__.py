@@ -25,9 +25,10 @@ Modules:
 - :mod:`.result`: :class:`Theory` (order parameters, predictor mean and
   variance, kernel–task alignment, head scores, netCDF) and :func:`load_theory`;
 - :mod:`.solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`;
-- :mod:`.correction`: the finite-width correction of docs/theory.md §8 (Laplace
-  expansion of the exact posterior of the order parameters):
-  :func:`laplace_correction`, used by ``solve_theory(..., correction="laplace")``.
+- :mod:`.correction`: the exact ``S(θ)`` of the order parameters' posterior, its
+  mode and its Laplace expansion (docs/theory.md §8); :mod:`.corrected`: the
+  corrected theory, :func:`laplace_correction`, used by
+  ``solve_theory(..., correction="laplace")``.
 
 All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
 whatever the caller's JAX default; results are NumPy float64.
@@ -36,7 +37,7 @@ whatever the caller's JAX default; results are NumPy float64.
 from .objective import Problem, action, action_gradient, gp_order_parameters, make_problem
 from .newton import NewtonResult, NewtonSolver
 from .result import LaplaceExpansion, Theory, head_scores, load_theory
-from .correction import laplace_correction
+from .corrected import laplace_correction
 from .solve import gp_limit, solve_theory
 
 __all__ = [

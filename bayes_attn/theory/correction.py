@@ -51,27 +51,9 @@ Coordinates (:data:`COORDINATES`):
   and widths (20, 30, 15), the error of the corrected ``E[U_1]`` is 0.3 %
   in Bartlett sites and 15 % in log-Cholesky coordinates.
 
-Accuracy. On the Fig. 2c network (temperature 0.01) the relative distance
-of ``U`` from the posterior mean of the exact sampler goes from 0.100 to
-0.006 at ``N = 10`` and from 0.012 to 0.0013 at ``N = 100``
-(``benchmarks/results/correction_accuracy.json``). The standard deviations
-``sqrt(g'ᵀ Σ g')`` are leading order: their relative error is ``O(1/N)``,
-small for entries that hang on one chi-square per level (1 % for
-``U[1-1, 1-1]`` at ``N = 10``), larger for diagonal entries whose Bartlett
-factors hold several normal entries, whose squares enter at the next order
-(up to ~30 % at ``N ≈ 10`` for the last diagonal entry of a 4 × 4 ``U_1``).
-
-Cost, Fig. 2c network at N = 10, 100, 1000 on a 2-core machine
-(``benchmarks/results/correction.json``): after compilation the corrected
-solve takes 1.3 times the leading one (about 0.1 s against 0.08 s; 2–4
-Newton steps from the leading solution); the first call in a process,
-compilation included, 2.3 times (about 11 s against 5 s).
-
-Unreliable results are not silent: a Newton solve that does not converge,
-an ``H`` that is not positive definite, or a corrected mean of some ``U_l``
-that is not positive semi-definite (then the next-order terms are as large
-as the leading ones) give a ``RuntimeWarning`` and a note in
-``LaplaceExpansion.message``.
+Accuracy and cost: ``benchmarks/bench_correction.py`` (``results/correction*.json``; the README). The
+standard deviations ``sqrt(g'ᵀ Σ g')`` are leading order: their relative error is ``O(1/N)``, larger for
+diagonal entries whose Bartlett factors hold several normal entries, whose squares enter at the next order.
 
 The predictor mean ``k*ᵀ G⁻¹ Y`` and variance ``k** − k*ᵀ G⁻¹ k*`` depend
 on ``θ`` only through ``U_1``; :meth:`Theory.predict` expands them around
@@ -92,7 +74,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from collections.abc import Sequence
 from functools import partial
 
@@ -102,26 +83,24 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .. import _checks
-from ..bartlett import assemble, factor_shapes, lower_indices, order_parameters_from_factors
+from ..bartlett import assemble, factor_shapes, order_parameters_from_factors, sites_of_order_parameters
 from ..precision import float64
 from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
 from .newton import damped_newton
-from .objective import Problem, data_derivatives, data_term, make_problem
-from .result import LaplaceExpansion, Theory
+from .objective import Problem, data_derivatives, data_term
 
 __all__ = [
     "COORDINATES",
     "CORRECTIONS",
     "THEORY_NAMES",
     "ExpansionResult",
+    "check_coordinates",
     "action_at",
     "action_function",
-    "corrected_theory",
     "derivatives",
     "exact_action",
     "expand",
     "find_mode",
-    "laplace_correction",
     "Mode",
     "observables",
     "order_parameters_at",
@@ -392,33 +371,12 @@ def _shapes_for(problem: Problem, coordinates: str):
 # the start point: the leading-order solution in the chosen coordinates
 # ----------------------------------------------------------------------------
 def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "bartlett") -> np.ndarray:
-    """Coordinates ``θ`` of positive definite ``[U_1, ..., U_L]`` and ``Ua`` (NumPy).
-
-    Bartlett sites: level by level from the top, ``F_k = (s_k/√n_k)(I ⊗ F_{k+1}) A_k``
-    with ``A_k`` the first ``r_k`` columns of the Cholesky factor of
-    ``M⁺ U_k M⁺ᵀ``, ``M = (s_k/√n_k)(I ⊗ F_{k+1})``: exactly ``U_k`` where the
-    level has full rank, its projection onto rank ``r_k`` where it is singular.
-    """
+    """Coordinates ``θ`` of positive definite ``[U_1, ..., U_L]`` and ``Ua`` (NumPy); Bartlett sites by
+    :func:`bayes_attn.bartlett.sites_of_order_parameters`."""
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
         return np.concatenate([log_cholesky(Us), [math.log(Ua)]])
-    heads, widths, var = net.heads, net.widths, net.variances
-    shapes = factor_shapes(heads, widths)
-    hs = (*heads, 1)
-    mats = [*(np.asarray(U, np.float64) for U in Us), np.array([[float(Ua)]])]
-    F = np.ones((1, 1))
-    logc, low = [None] * len(shapes), [None] * len(shapes)
-    for k in reversed(range(len(shapes))):
-        m, r = shapes[k]
-        M = math.sqrt(var[k + 1] / widths[k]) * np.kron(np.eye(hs[k]), F)
-        Mp = np.linalg.pinv(M)
-        B = Mp @ mats[k] @ Mp.T
-        A = np.linalg.cholesky(0.5 * (B + B.T))[:, :r]
-        rows, cols = lower_indices(m, r)
-        logc[k] = 2.0 * np.log(np.diag(A))
-        low[k] = A[rows, cols]
-        F = M @ A
-    return np.concatenate(logc + low)
+    return sites_of_order_parameters(Us, Ua, net.heads, net.widths, net.variances)
 
 
 # ----------------------------------------------------------------------------
@@ -455,7 +413,8 @@ class ExpansionResult:
     seconds: float
 
 
-def _check_coordinates(net, coordinates: str) -> None:
+def check_coordinates(net, coordinates: str) -> None:
+    """``ValueError`` unless ``coordinates`` is one of :data:`COORDINATES` and valid for ``net``'s widths."""
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
         for l, (D, N) in enumerate(zip(sizes(net.heads), net.widths), start=1):
@@ -504,7 +463,7 @@ def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, c
     rounding level of ``S`` (converged if then below ``1e-6``): the driver
     of the leading-order solve, :func:`~bayes_attn.theory.newton.damped_newton`.
     """
-    _check_coordinates(net, coordinates)
+    check_coordinates(net, coordinates)
     tol = _checks.positive("tol", tol)
     max_iter = _checks.positive_int("max_iter", max_iter, minimum=0)
     t0 = time.perf_counter()
@@ -537,111 +496,3 @@ def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coor
     return ExpansionResult(coordinates, mode.theta, g0, mean, 0.5 * (cov + cov.T), mode.hessian, v, mode.action,
                            mode.newton_decrement, mode.converged, mode.iterations, mode.message,
                            mode.seconds + time.perf_counter() - t0)
-
-
-# ----------------------------------------------------------------------------
-# the corrected Theory
-# ----------------------------------------------------------------------------
-def _split(vec, heads):
-    """Vech of every ``U_l`` then ``Ua`` -> ``([U_1..U_L], Ua)`` (NumPy)."""
-    n = sum(m * (m + 1) // 2 for m in sizes(heads))
-    return [np.asarray(U) for U in unpack(np.asarray(vec[:n]), heads)], float(vec[n])
-
-
-def _covariance_tensor(cov: np.ndarray, D: int) -> np.ndarray:
-    """Covariance of the vech entries of ``U_1`` -> ``Cov(U_ij, U_kl)`` ``[D, D, D, D]``."""
-    idx = np.empty((D, D), dtype=np.intp)
-    i, j = np.triu_indices(D)
-    idx[i, j] = idx[j, i] = np.arange(len(i))
-    return cov[np.ix_(idx.ravel(), idx.ravel())].reshape(D, D, D, D)
-
-
-def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: float = 1e-9,
-                       max_iter: int = 50) -> Theory:
-    """The finite-width corrected theory (docs/theory.md §8) from a leading-order one.
-
-    ``theory`` must come from :func:`~bayes_attn.theory.solve_theory` without
-    correction (its order parameters are the start of the Newton solve for
-    ``θ̂``). Returns a new :class:`Theory` with ``correction="laplace"``:
-    ``U``, ``order_parameters``, ``Ua`` the corrected posterior means; the
-    leading values in ``U_leading``, ``order_parameters_leading``,
-    ``Ua_leading``; posterior standard deviations ``U_sd``,
-    ``order_parameter_sds``, ``Ua_sd``; the expansion in ``laplace``
-    (:class:`~bayes_attn.theory.result.LaplaceExpansion`), which
-    :meth:`Theory.predict` uses for the corrected predictor.
-
-    Warns (``RuntimeWarning``, and says so in ``laplace.message``) when the
-    Newton solve for ``θ̂`` does not converge, ``H`` is not positive definite
-    there, or a corrected mean of some ``U_l`` is not positive semi-definite
-    (then the next-order terms are as large as the leading ones: the widths
-    are too small for the expansion).
-    """
-    if not isinstance(theory, Theory):
-        raise ValueError(f"theory must be a Theory, got {type(theory).__name__}")
-    if theory.correction != "none" or theory.limit != "finite_width":
-        raise ValueError("theory must be a leading-order finite-width Theory (solve_theory without correction)")
-    _check_coordinates(theory.net, coordinates)
-    problem = make_problem(theory.net, theory.x_train, theory.y_train, theory.temperature)
-    return corrected_theory(theory, problem, coordinates=coordinates, tol=tol, max_iter=max_iter)
-
-
-def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "bartlett", tol: float = 1e-9,
-                     max_iter: int = 50) -> Theory:
-    """:func:`laplace_correction` with the :class:`Problem` of ``theory`` already built (arguments not checked)."""
-    net = theory.net
-    res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
-                 max_iter=max_iter)
-    hmin = float(np.linalg.eigvalsh(res.hessian)[0]) if np.all(np.isfinite(res.hessian)) else float("nan")
-    heads = net.heads
-    point_Us, point_Ua = _split(res.point, heads)
-    mean_Us, mean_Ua = _split(res.mean, heads)
-    sd_Us, sd_Ua = _split(np.sqrt(np.clip(np.diag(res.covariance), 0.0, None)), heads)
-    problems = []
-    if not res.converged:
-        problems.append(res.message)
-    if not hmin > 0:
-        problems.append(f"the Hessian of S at the expansion point is not positive definite (min eigenvalue {hmin:.3g})")
-    if not np.all(np.isfinite(res.mean)):
-        problems.append("the corrected means are not finite")
-    else:
-        # a posterior mean of positive semi-definite matrices is one: a negative eigenvalue means the next-order
-        # terms are as large as the leading ones (widths too small for the expansion)
-        low = [float(np.linalg.eigvalsh(U)[0]) / max(np.abs(U).max(), 1e-300) for U in mean_Us] + [np.sign(mean_Ua)]
-        bad = [f"U_{l}" if l <= net.L else "Ua" for l, e in enumerate(low, start=1) if e < -1e-9]
-        if bad:
-            problems.append(f"the corrected mean of {', '.join(bad)} is not positive semi-definite: "
-                            "the widths are too small for the expansion")
-    message = res.message if not problems else "; ".join(dict.fromkeys([res.message, *problems]))
-    if problems:
-        warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=3)
-    n1 = net.D * (net.D + 1) // 2
-    expansion = LaplaceExpansion(
-        coordinates=coordinates,
-        dimension=int(res.theta.shape[0]),
-        order_parameters=tuple(point_Us),
-        Ua=point_Ua,
-        U_covariance=_covariance_tensor(res.covariance[:n1, :n1], net.D),
-        action=res.action,
-        newton_decrement=res.newton_decrement,
-        hessian_min_eigenvalue=hmin,
-        converged=bool(res.converged),
-        iterations=res.iterations,
-        message=message,
-        seconds=res.seconds,
-        problems=tuple(problems),
-    )
-    return dataclasses.replace(
-        theory,
-        U=mean_Us[0],
-        order_parameters=tuple(mean_Us),
-        Ua=mean_Ua,
-        correction="laplace",
-        U_leading=theory.U,
-        order_parameters_leading=theory.order_parameters,
-        Ua_leading=theory.Ua,
-        U_sd=sd_Us[0],
-        order_parameter_sds=tuple(sd_Us),
-        Ua_sd=sd_Ua,
-        laplace=expansion,
-        solve_seconds=theory.solve_seconds + res.seconds,
-    )

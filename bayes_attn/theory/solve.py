@@ -23,7 +23,8 @@ from .objective import (
 )
 from .coordinates import matrix_gradients, pack, unpack
 from .newton import NewtonResult, NewtonSolver
-from .correction import CORRECTIONS, corrected_theory
+from .corrected import corrected_theory
+from .correction import CORRECTIONS
 from .result import Theory
 
 __all__ = ["solve_theory", "gp_limit"]
@@ -44,7 +45,7 @@ def solve_theory(
     """Minimise ``S`` (docs/theory.md §4) over all ``U_l``; ``Ua`` by its closed form.
 
     With ``correction="laplace"`` the result is then corrected to next order
-    in ``1/N`` (docs/theory.md §8, :func:`~bayes_attn.theory.correction.laplace_correction`):
+    in ``1/N`` (docs/theory.md §8, :func:`~bayes_attn.theory.corrected.laplace_correction`):
     corrected posterior means of every order parameter and of the predictor,
     the leading-order values beside them, and posterior standard deviations.
 
@@ -64,7 +65,7 @@ def solve_theory(
     Warns (``RuntimeWarning``) when it does not converge or stops where the
     Hessian is not positive definite (then ``Theory.is_minimum`` is False),
     and, with ``correction="laplace"``, when the correction is unreliable
-    (see :func:`~bayes_attn.theory.correction.laplace_correction`).
+    (see :func:`~bayes_attn.theory.corrected.laplace_correction`).
     """
     x, y, temperature = check_problem(net, x, y, temperature)
     correction = _checks.choice("correction", "none" if correction is None else correction, CORRECTIONS)

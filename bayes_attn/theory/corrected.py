@@ -1,0 +1,120 @@
+"""The corrected :class:`Theory` (docs/theory.md §8): the expansion of :mod:`.correction` put into a theory."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from .coordinates import sizes, unpack
+from .correction import check_coordinates, expand
+from .objective import Problem, make_problem
+from .result import LaplaceExpansion, Theory
+
+__all__ = ["laplace_correction", "corrected_theory"]
+
+
+def _split(vec, heads):
+    """Vech of every ``U_l`` then ``Ua`` -> ``([U_1..U_L], Ua)`` (NumPy)."""
+    n = sum(m * (m + 1) // 2 for m in sizes(heads))
+    return [np.asarray(U) for U in unpack(np.asarray(vec[:n]), heads)], float(vec[n])
+
+
+def _covariance_tensor(cov: np.ndarray, D: int) -> np.ndarray:
+    """Covariance of the vech entries of ``U_1`` -> ``Cov(U_ij, U_kl)`` ``[D, D, D, D]``."""
+    idx = np.empty((D, D), dtype=np.intp)
+    i, j = np.triu_indices(D)
+    idx[i, j] = idx[j, i] = np.arange(len(i))
+    return cov[np.ix_(idx.ravel(), idx.ravel())].reshape(D, D, D, D)
+
+
+def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: float = 1e-9,
+                       max_iter: int = 50) -> Theory:
+    """The finite-width corrected theory (docs/theory.md §8) from a leading-order one.
+
+    ``theory`` must come from :func:`~bayes_attn.theory.solve_theory` without
+    correction (its order parameters are the start of the Newton solve for
+    ``θ̂``). Returns a new :class:`Theory` with ``correction="laplace"``:
+    ``U``, ``order_parameters``, ``Ua`` the corrected posterior means; the
+    leading values in ``U_leading``, ``order_parameters_leading``,
+    ``Ua_leading``; posterior standard deviations ``U_sd``,
+    ``order_parameter_sds``, ``Ua_sd``; the expansion in ``laplace``
+    (:class:`~bayes_attn.theory.result.LaplaceExpansion`), which
+    :meth:`Theory.predict` uses for the corrected predictor.
+
+    Warns (``RuntimeWarning``, and says so in ``laplace.message``) when the
+    Newton solve for ``θ̂`` does not converge, ``H`` is not positive definite
+    there, or a corrected mean of some ``U_l`` is not positive semi-definite
+    (then the next-order terms are as large as the leading ones: the widths
+    are too small for the expansion).
+    """
+    if not isinstance(theory, Theory):
+        raise ValueError(f"theory must be a Theory, got {type(theory).__name__}")
+    if theory.correction != "none" or theory.limit != "finite_width":
+        raise ValueError("theory must be a leading-order finite-width Theory (solve_theory without correction)")
+    check_coordinates(theory.net, coordinates)
+    problem = make_problem(theory.net, theory.x_train, theory.y_train, theory.temperature)
+    return corrected_theory(theory, problem, coordinates=coordinates, tol=tol, max_iter=max_iter)
+
+
+def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "bartlett", tol: float = 1e-9,
+                     max_iter: int = 50) -> Theory:
+    """:func:`laplace_correction` with the :class:`Problem` of ``theory`` already built (arguments not checked)."""
+    net = theory.net
+    res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
+                 max_iter=max_iter)
+    hmin = float(np.linalg.eigvalsh(res.hessian)[0]) if np.all(np.isfinite(res.hessian)) else float("nan")
+    heads = net.heads
+    point_Us, point_Ua = _split(res.point, heads)
+    mean_Us, mean_Ua = _split(res.mean, heads)
+    sd_Us, sd_Ua = _split(np.sqrt(np.clip(np.diag(res.covariance), 0.0, None)), heads)
+    problems = []
+    if not res.converged:
+        problems.append(res.message)
+    if not hmin > 0:
+        problems.append(f"the Hessian of S at the expansion point is not positive definite (min eigenvalue {hmin:.3g})")
+    if not np.all(np.isfinite(res.mean)):
+        problems.append("the corrected means are not finite")
+    else:
+        # a posterior mean of positive semi-definite matrices is one: a negative eigenvalue means the next-order
+        # terms are as large as the leading ones (widths too small for the expansion)
+        low = [float(np.linalg.eigvalsh(U)[0]) / max(np.abs(U).max(), 1e-300) for U in mean_Us] + [np.sign(mean_Ua)]
+        bad = [f"U_{l}" if l <= net.L else "Ua" for l, e in enumerate(low, start=1) if e < -1e-9]
+        if bad:
+            problems.append(f"the corrected mean of {', '.join(bad)} is not positive semi-definite: "
+                            "the widths are too small for the expansion")
+    message = res.message if not problems else "; ".join(dict.fromkeys([res.message, *problems]))
+    if problems:
+        warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=3)
+    n1 = net.D * (net.D + 1) // 2
+    expansion = LaplaceExpansion(
+        coordinates=coordinates,
+        dimension=int(res.theta.shape[0]),
+        order_parameters=tuple(point_Us),
+        Ua=point_Ua,
+        U_covariance=_covariance_tensor(res.covariance[:n1, :n1], net.D),
+        action=res.action,
+        newton_decrement=res.newton_decrement,
+        hessian_min_eigenvalue=hmin,
+        converged=bool(res.converged),
+        iterations=res.iterations,
+        message=message,
+        seconds=res.seconds,
+        problems=tuple(problems),
+    )
+    return dataclasses.replace(
+        theory,
+        U=mean_Us[0],
+        order_parameters=tuple(mean_Us),
+        Ua=mean_Ua,
+        correction="laplace",
+        U_leading=theory.U,
+        order_parameters_leading=theory.order_parameters,
+        Ua_leading=theory.Ua,
+        U_sd=sd_Us[0],
+        order_parameter_sds=tuple(sd_Us),
+        Ua_sd=sd_Ua,
+        laplace=expansion,
+        solve_seconds=theory.solve_seconds + res.seconds,
+    )
