@@ -38,10 +38,9 @@ from .posterior import (  # noqa: F401  (the verdict's thresholds, defined with 
     MIN_BFMI,
     MIN_ESS,
     Posterior,
-    data_fingerprint,
     diagnostic_failures,
-    fingerprint,
 )
+from .fingerprints import data_fingerprint, fingerprint
 from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)

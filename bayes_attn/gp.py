@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from .network import kernel_from_xi
+from .kernels import kernel_from_xi
 
 
 def covariance(K: jax.Array, temperature: float) -> jax.Array:

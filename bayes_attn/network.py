@@ -1,4 +1,5 @@
-"""The network of docs/theory.md §1 and its attention paths (§2) and kernels (§3).
+"""The network of docs/theory.md §1, its attention paths (§2) and weights; the kernels' arithmetic is in
+:mod:`bayes_attn.kernels`.
 
 Attention is fixed and computed from the bare input ``x`` at every layer, so
 the network is linear in its learned weights ``V0``, ``V[l][h]`` and ``a``.
@@ -10,12 +11,10 @@ are ``D = H_1 ... H_L`` of them. Path labels are 1-based, e.g. ``"1-2"``.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
 from collections.abc import Iterator, Sequence
-from functools import partial
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -23,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
+from . import _checks, kernels
+from .kernels import kernel_from_xi, path_kernel_from_xi
 
 READOUTS = ("last", "first", "mean")
 
@@ -186,22 +186,14 @@ class Network:
         The last layer gives only its readout column ``omega[L][h]``: ``[P, H_L, T]``.
         """
         x = jnp.asarray(self.check_inputs(x))
-        return _attention(tuple(jnp.asarray(a) for a in self.attention), x, self.readout)
+        return kernels.omegas(tuple(jnp.asarray(a) for a in self.attention), x, self.readout)
 
     def xi(self, x) -> jax.Array:
         """Attentioned inputs ``xi_pi(x)`` of every path: ``[P, D, N0]``.
 
-        Inside :func:`memoized_xi`, equal inputs (and attention) give the result computed before.
         """
         x = self.check_inputs(x)
-        if not _XI_MEMO:
-            return _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
-        memo, key = _XI_MEMO[-1], (bool(jax.config.jax_enable_x64), self.readout)
-        xi = memo.get(key, x, self.attention)
-        if xi is None:
-            xi = _xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
-            memo.put(key, x, self.attention, xi)
-        return xi
+        return kernels.xi(tuple(jnp.asarray(a) for a in self.attention), jnp.asarray(x), self.readout)
 
     def xi_batches(self, x, batch_size: int) -> Iterator[tuple[jax.Array, int]]:
         """``xi`` of ``x`` ``[P, T, N0]`` in batches ``[B, D, N0]`` of one shape, ``B = min(batch_size, P)``,
@@ -261,114 +253,9 @@ class Network:
         x = jnp.asarray(self.check_inputs(x))
         att = tuple(jnp.asarray(a) for a in self.attention)
         if form == "token":
-            return forward_token(_attention(att, x, self.readout), x, weights, self.widths)
-        xi = _xi(att, x, self.readout)
+            return forward_token(kernels.omegas(att, x, self.readout), x, weights, self.widths)
+        xi = kernels.xi(att, x, self.readout)
         return forward_from_xi(xi, weights.V0, self.effective_weights(weights))
-
-
-class InputsMemo:
-    """Results kept by the value of what they were computed from: a key, inputs ``x`` and the attention.
-
-    Entries are found by comparing with copies kept here (so a caller changing its arrays in place
-    cannot hit a stale entry); at most ``size`` entries (the most recently used kept), none whose
-    inputs, attention and result together exceed ``max_bytes``.
-    """
-
-    def __init__(self, size: int | None = None, max_bytes: int | None = None):
-        self.size, self.max_bytes, self.entries = size, max_bytes, []
-
-    def get(self, key, x: np.ndarray, attention):
-        """The result kept for ``key``, ``x`` and ``attention`` (``None`` if none)."""
-        key = (key, x.shape, tuple(a.shape for a in attention))
-        for k, (kk, xc, att, value) in enumerate(self.entries):
-            if kk == key and np.array_equal(xc, x) and all(np.array_equal(a, b) for a, b in zip(att, attention)):
-                self.entries.append(self.entries.pop(k))
-                return value
-        return None
-
-    def put(self, key, x: np.ndarray, attention, value) -> None:
-        """Keep ``value`` (unless over ``max_bytes``), dropping the least recently used beyond ``size``."""
-        if self.max_bytes is not None and x.nbytes + sum(a.nbytes for a in attention) + value.nbytes > self.max_bytes:
-            return
-        self.entries.append(((key, x.shape, tuple(a.shape for a in attention)), x.copy(),
-                             tuple(np.array(a, copy=True) for a in attention), value))
-        if self.size is not None:
-            del self.entries[:-self.size]
-
-    def clear(self) -> None:
-        self.entries.clear()
-
-
-_XI_MEMO: list[InputsMemo] = []  # one per active memoized_xi()
-
-
-@contextlib.contextmanager
-def memoized_xi() -> Iterator[None]:
-    """Context in which :meth:`Network.xi` keeps what it computes, for the duration only.
-
-    ``xi`` depends on the inputs and the attention, not on the widths or the
-    order parameters: a run that predicts with several theories of one network
-    (the theory, the GP limit, GP limits on some paths) computes the ``xi`` of
-    each batch once. Results are reused when the inputs, the attention, the
-    readout and JAX's precision mode are equal (compared by value with copies
-    kept here); everything kept is dropped on exit.
-    """
-    _XI_MEMO.append(InputsMemo())
-    try:
-        yield
-    finally:
-        _XI_MEMO.pop()
-
-
-@partial(jax.jit, static_argnames="readout")
-def _attention(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> list[jax.Array]:
-    out = []
-    for l, W in enumerate(att):
-        if l == len(att) - 1 and readout in ("last", "first"):
-            # only the readout query's column: its scores, softmax over keys (the other queries are not used)
-            q = x[:, -1 if readout == "last" else 0]  # [P, N0]
-            out.append(jax.nn.softmax(jnp.einsum("psi,hij,pj->phs", x, W, q), axis=2))
-            continue
-        score = jnp.einsum("psi,hij,ptj->phst", x, W, x)
-        omega = jax.nn.softmax(score, axis=2)
-        if l == len(att) - 1:
-            omega = {"last": omega[..., -1], "first": omega[..., 0], "mean": omega.mean(axis=-1)}[readout]
-        out.append(omega)
-    return out
-
-
-@partial(jax.jit, static_argnames="readout")
-def _xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
-    omegas = _attention(att, x, readout)
-    r = omegas[-1]  # [P, H_L, T]: the right-most factor of every path
-    for omega in reversed(omegas[:-1]):  # prepend h_l as the slowest index
-        P, H, T, _ = omega.shape
-        r = jnp.einsum("phst,pdt->phds", omega, r).reshape(P, H * r.shape[1], T)
-    return jnp.einsum("psi,pds->pdi", x, r)
-
-
-def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
-    """``C`` of §3 from path inputs ``[P, D, N0]`` and ``[P2, D, N0]``: ``[D, D, P, P2]``."""
-    D, N0 = xi1.shape[1], xi1.shape[2]
-    return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
-
-
-def kernel_from_C(U: jax.Array, C: jax.Array) -> jax.Array:
-    """``K = sum U[pi, pi'] C[pi, pi']`` from ``U`` ``[D, D]`` and ``C`` ``[D, D, ...]``: ``[...]``."""
-    return jnp.einsum("de,de...->...", U, C)
-
-
-def kernel_diag_from_xi(xi: jax.Array, s0sq: float) -> jax.Array:
-    """Diagonal ``C[pi, pi'](mu, mu)`` of the path kernel: ``[D, D, P]``."""
-    D, N0 = xi.shape[1], xi.shape[2]
-    return s0sq * jnp.einsum("pdi,pei->dep", xi, xi) / (N0 * D)
-
-
-@jax.jit
-def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
-    """``K = sum U C`` without forming ``C``: ``[P, P2]``."""
-    D, N0 = xi1.shape[1], xi1.shape[2]
-    return s0sq * jnp.einsum("adi,de,bei->ab", xi1, U, xi2, optimize="optimal") / (N0 * D)
 
 
 def partial_effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequence[int]) -> list[jax.Array]:
@@ -430,62 +317,3 @@ def forward_token(omegas: Sequence[jax.Array], x: jax.Array, weights: Weights, w
         else:
             z = jnp.einsum("hji,pis,phs->pj", Vl, z, omega) / math.sqrt(H * Nl)
     return z @ weights.a / math.sqrt(widths[-1])
-
-
-# ----------------------------------------------------------------------------
-# forms of the kernel K(U) = sum U C, chosen by shape
-# ----------------------------------------------------------------------------
-KERNEL_FORMS = ("tensor", "xi", "woodbury")
-"""Ways to evaluate ``K(U) = Σ U[π, π'] C[π, π']`` (and ``G = K + T I``) many times for one data set:
-
-- ``"tensor"``: contract ``U`` with the stored path kernel ``C`` ``[D, D, P, P]``
-  (``D² P²`` numbers read per evaluation: memory-bound, cheap for few paths);
-- ``"xi"``: from the path inputs, ``K = Φ Φᵀ`` with the features
-  ``Φ[μ, (k, i)] = sqrt(s0² / (N0 D)) Σ_π F[π, k] ξ_π(x_μ)_i`` for a factor
-  ``U = F Fᵀ`` (``F`` ``[D, r]``), or ``ξ (U ⊗ I) ξᵀ`` for a ``U`` of larger
-  rank: one matrix product of ``P² r N0`` flops, no ``[D, D, P, P]`` tensor;
-- ``"woodbury"``: ``G = T I + Φ Φᵀ`` is never formed; its log-determinant and
-  solves go through the ``r N0 × r N0`` capacitance ``I + Φᵀ Φ / T``
-  (possible only when ``r N0 < P``).
-
-All three are the same function of ``U`` in exact arithmetic
-(``tests/test_network.py`` checks it in float64). :func:`choose_kernel_form`
-picks the cheapest by the cost model :func:`kernel_form_costs`.
-"""
-
-TENSOR_READ_COST = 16.0
-"""Cost of reading one entry of ``C`` in the ``"tensor"`` form, in flops of a matrix product (the
-contraction is memory-bound). Any value from about 5 to 115 picks the faster form in every case of
-``benchmarks/bench_kernel_forms.py`` (``results/kernel_forms.json``)."""
-
-
-def kernel_form_costs(D: int, P: int, N0: int, rank: int | None = None) -> dict[str, float]:
-    """Estimated cost (flop-equivalents) of one evaluation of the likelihood ``Normal(Y | 0, G)`` per form.
-
-    ``rank`` is the number of columns ``r`` of the factor ``F`` of ``U`` (default ``D``);
-    ``"woodbury"`` is absent when ``r N0 >= P``. Counts the kernel and the
-    factorisation (Cholesky ``P³ / 3``, or the capacitance ``P m² + m³ / 3`` with ``m = r N0``).
-    """
-    r = D if rank is None else min(int(rank), D)
-    m = r * N0
-    chol = P**3 / 3
-    costs = {
-        "tensor": TENSOR_READ_COST * D * D * P * P + chol,
-        "xi": 2.0 * P * D * m + 2.0 * P * P * m + chol,
-    }
-    if m < P:
-        costs["woodbury"] = 2.0 * P * D * m + 2.0 * P * m * m + m**3 / 3
-    return costs
-
-
-def choose_kernel_form(D: int, P: int, N0: int, rank: int | None = None) -> str:
-    """The cheapest of :data:`KERNEL_FORMS` for ``D`` paths, ``P`` examples, ``N0`` features and ``U`` of ``rank``."""
-    costs = kernel_form_costs(D, P, N0, rank)
-    return min(costs, key=costs.get)
-
-
-def path_features(xi: jax.Array, F: jax.Array, s0sq: float) -> jax.Array:
-    """``Φ`` ``[P, r N0]`` with ``Φ Φᵀ = K(F Fᵀ)``, from path inputs ``xi`` ``[P, D, N0]`` and ``F`` ``[D, r]``."""
-    D, N0 = xi.shape[1], xi.shape[2]
-    phi = jnp.einsum("pdi,dk->pki", xi, F) * math.sqrt(s0sq / (N0 * D))
-    return phi.reshape(xi.shape[0], -1)

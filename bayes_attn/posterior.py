@@ -16,7 +16,6 @@ draw weights. The samplers themselves live in :mod:`bayes_attn.samplers`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -31,7 +30,9 @@ import pandas as pd
 import xarray as xr
 
 from . import _checks, _io, gp, threads
-from .network import Network, kernel_diag_from_xi, kernel_from_C, order_parameter_labels, path_kernel_from_xi
+from .fingerprints import fingerprint
+from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
+from .network import Network, order_parameter_labels
 from .precision import x64
 from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, nuts, prepare
 from .samplers.settings import AUTO, AUTO_ORDER
@@ -220,16 +221,6 @@ def resolve_chain_method(chain_method: str, num_chains: int) -> str:
     if jax.local_device_count() >= num_chains:
         return "parallel"
     return "sequential" if jax.default_backend() == "cpu" else "vectorized"
-
-
-def fingerprint(x: np.ndarray) -> str:
-    """Short hash of an input array, to check later which inputs draws belong to."""
-    return hashlib.sha1(np.ascontiguousarray(x, dtype=np.float64).tobytes()).hexdigest()[:16]
-
-
-def data_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
-    """Short hash of a data set: inputs ``[P, ...]`` and labels ``[P]`` together."""
-    return fingerprint(np.c_[np.reshape(x, (len(y), -1)), y])
 
 
 def sample_stats(extra: dict) -> dict[str, np.ndarray]:

@@ -3,11 +3,11 @@
 The likelihood ``Y ~ Normal(0, K(U_1) + T I)`` evaluated as the stored path-kernel
 tensor ``C`` ``[D, D, P, P]`` (the only form before the choice by shape), the
 ξ product ``Φ Φᵀ`` and the Woodbury form (where ``r N0 < P``); see
-:data:`bayes_attn.network.KERNEL_FORMS`. Per case: seconds per jitted
+:data:`bayes_attn.kernels.KERNEL_FORMS`. Per case: seconds per jitted
 ``value_and_grad`` of NumPyro's potential (the cost of one leapfrog step),
 median over rounds in which the forms take turns (so that a change of load
 hits all of them alike), float32 and float64; the form
-:func:`bayes_attn.network.choose_kernel_form` picks, and the bytes of the data
+:func:`bayes_attn.kernels.choose_kernel_form` picks, and the bytes of the data
 each form holds. The load average is recorded before every case.
 
 The likelihood's derivative, side by side in the same rounds: for the chosen
@@ -48,7 +48,7 @@ from numpyro.infer.util import initialize_model
 
 import bayes_attn as ba
 from bayes_attn import threads
-from bayes_attn.network import choose_kernel_form, kernel_form_costs
+from bayes_attn.kernels import choose_kernel_form, kernel_form_costs
 from bayes_attn.precision import x64
 from bayes_attn.samplers import prepare
 from bayes_attn.samplers.base import gram, likelihood_data

@@ -9,7 +9,8 @@ from conftest import random_data, random_network, rng_of, seed_of
 
 import bayes_attn as ba
 from bayes_attn.compare import Check
-from bayes_attn.posterior import Posterior, fingerprint, sample_stats
+from bayes_attn.fingerprints import fingerprint
+from bayes_attn.posterior import Posterior, sample_stats
 from bayes_attn.run.report import comparison_report
 
 

@@ -10,7 +10,7 @@ import scipy.stats
 from conftest import key_of, random_data, random_network, rng_of
 
 from bayes_attn import gp
-from bayes_attn.network import kernel_from_C, path_kernel_from_xi
+from bayes_attn.kernels import kernel_from_C, path_kernel_from_xi
 from bayes_attn.samplers.base import GramNormal
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from ..network import kernel_from_xi
+from ..kernels import kernel_from_xi
 from ..precision import float64
 from ..theory import Theory
 

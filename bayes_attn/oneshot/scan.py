@@ -29,7 +29,7 @@ from ..network import Network
 from .spec import OneShotSpec
 from ..posterior import Posterior, sample_posterior
 from ..precision import float64
-from ..theory import Theory, solve_theory
+from ..theory import Theory, kernel_basis, solve_theory
 
 log = logging.getLogger(__name__)
 
@@ -119,13 +119,14 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     converged, iterations, seconds = np.zeros((nW, nT), bool), np.zeros((nW, nT), int), np.zeros((nW, nT))
     U_scan = np.zeros((nW, nT, D, D))
     theories: dict[tuple[int, float], Theory] = {}
+    basis = kernel_basis(net, x)  # one basis for every width and temperature
     for i, N in enumerate(widths):
         net_N, init = net.with_width(N), "gp"
         for j in reversed(range(nT)):
             temp = temps[j]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                t = solve_theory(net_N, x, y, temperature=temp, init=init)
+                t = solve_theory(net_N, x, y, temperature=temp, init=init, basis=basis)
             ok = bool(t.converged and t.is_minimum)
             init = list(t.order_parameters) if ok else init
             theories[(N, temp)] = t

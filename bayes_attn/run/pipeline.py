@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from .. import _checks, _io, outputs
 from ..stats import accuracy
-from ..network import Network, memoized_xi
+from ..network import Network
 from ..spec import Spec
-from ..theory import Theory, gp_limit, solve_theory
+from ..theory import Theory, gp_limit, kernel_basis, solve_theory
 from ..theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
@@ -96,16 +96,16 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     correction = _checks.choice("correction", spec.compare.correction if correction is None else correction,
                                 CORRECTIONS)
     x, y, xt, yt = spec.data()
-    with memoized_xi():  # the xi of each batch once, for the theory's and the GP limits' predictions
-        with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
-            theory = solve_theory(net, x, y, temperature=temperature, correction=correction)
-            gp = gp_limit(net, x, y, temperature=temperature)
-            acc = theory_accuracy(theory, xt, yt, _even_batches(len(xt)))
-            ds = theory.to_file_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
-            ds["accuracy"] = acc
-            _io.save(ds, stage.path("theory.nc"))
-            stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())
-        return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
+    with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
+        basis = kernel_basis(net, x)  # once, for the theory and its GP limit
+        theory = solve_theory(net, x, y, temperature=temperature, correction=correction, basis=basis)
+        gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
+        acc = theory_accuracy(theory, xt, yt, _even_batches(len(xt)))
+        ds = theory.to_file_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
+        ds["accuracy"] = acc
+        _io.save(ds, stage.path("theory.nc"))
+        stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())
+    return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,8 +187,9 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
 
     x, y, xt, yt = spec.data()
     with outputs.output_folder(out, force=force, command="run", files=RUN_FILES) as stage:
-        theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")
-        gp = gp_limit(net, x, y, temperature=temperature)
+        basis = kernel_basis(net, x)
+        theory = solve_theory(net, x, y, temperature=temperature, correction="laplace", basis=basis)
+        gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
         post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
                                 sampler=settings)
         comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,

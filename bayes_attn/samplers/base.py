@@ -48,18 +48,8 @@ from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from .. import gp
-from ..network import (
-    KERNEL_FORMS,
-    Network,
-    choose_kernel_form,
-    forward_from_xi,
-    kernel_from_C,
-    kernel_from_xi,
-    path_features,
-    order_parameters_from_partial_weights,
-    partial_effective_weights,
-    path_kernel_from_xi,
-)
+from ..kernels import KERNEL_FORMS, choose_kernel_form, kernel_from_C, kernel_from_xi, path_features, path_kernel_from_xi
+from ..network import Network, forward_from_xi, order_parameters_from_partial_weights, partial_effective_weights
 
 
 class SamplerInputs(NamedTuple):
@@ -150,7 +140,7 @@ def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | Non
 # the likelihood Y ~ Normal(0, K(U) + temperature I) in the form chosen by shape
 # ----------------------------------------------------------------------------
 def likelihood_form(inputs: SamplerInputs, rank: int) -> str:
-    """The kernel form (:data:`bayes_attn.network.KERNEL_FORMS`) for ``U`` of ``rank`` on these inputs."""
+    """The kernel form (:data:`bayes_attn.kernels.KERNEL_FORMS`) for ``U`` of ``rank`` on these inputs."""
     P, D, N0 = inputs.xi.shape
     return choose_kernel_form(D, P, N0, rank)
 

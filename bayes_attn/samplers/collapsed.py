@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpyro
 
 from .. import gp
-from ..network import effective_weights, forward_from_xi, kernel_from_C, path_kernel_from_xi
+from ..kernels import kernel_from_C, path_kernel_from_xi
+from ..network import effective_weights, forward_from_xi
 
 from .settings import SAMPLER_DESCRIPTIONS
 from .base import (

@@ -55,7 +55,7 @@ once they exceed the path counts: 14 for the Fig. 2c network (heads (2, 2):
 ``A_a`` 1 + ``A_2`` 3 + ``A_1`` 10). Each gradient costs one ``P × P``
 Cholesky, or with ``r_1 N0 < P`` one ``r_1 N0 × r_1 N0`` (Woodbury). The
 likelihood's kernel form is chosen by shape
-(:func:`bayes_attn.network.choose_kernel_form`, rank ``r_1``): the stored
+(:func:`bayes_attn.kernels.choose_kernel_form`, rank ``r_1``): the stored
 path kernel ``C`` for few paths (Fig. 2c), the features ``Φ = ξ F_1`` with
 ``K = Φ Φᵀ`` for many (16 paths at ``P = 600``: no ``[D, D, P, P]`` tensor),
 Woodbury when ``r_1 N0 < P``. Per draw the stored observables are ``U`` (= ``U_1``, ``[D, D]``),

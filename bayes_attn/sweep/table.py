@@ -38,10 +38,11 @@ from ..compare import compare, headline_of
 from ..stats import accuracy, choose_temperature, power_law_slope
 from .executors import Executor, Job, job_seed, run_jobs
 from ..run.pipeline import gp_accuracies, theory_accuracy
-from ..posterior import data_fingerprint, sample_posterior
+from ..fingerprints import data_fingerprint
+from ..posterior import sample_posterior
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
-from ..theory import gp_limit, solve_theory
+from ..theory import gp_limit, kernel_basis, solve_theory
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,9 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     if _finished(path, key) is not None:
         return path
     net = spec.net(N)
-    theory = solve_theory(net, x, y, temperature=temperature, correction="laplace")  # both theories, side by side
-    gp = gp_limit(net, x, y, temperature=temperature)
+    basis = kernel_basis(net, x)
+    theory = solve_theory(net, x, y, temperature=temperature, correction="laplace", basis=basis)  # both theories
+    gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
     post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar, sampler=settings)
     post.save(folder / f"posterior-{_tag(N, temperature)}.nc")
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,

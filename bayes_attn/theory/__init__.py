@@ -34,7 +34,7 @@ All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
 whatever the caller's JAX default; results are NumPy float64.
 """
 
-from .objective import Problem, action, action_gradient, gp_order_parameters, make_problem
+from .objective import Problem, action, action_gradient, gp_order_parameters, kernel_basis, make_problem
 from .newton import NewtonResult, NewtonSolver
 from .result import LaplaceExpansion, Theory, head_scores, load_theory
 from .corrected import laplace_correction
@@ -54,5 +54,6 @@ __all__ = [
     "laplace_correction",
     "load_theory",
     "make_problem",
+    "kernel_basis",
     "solve_theory",
 ]

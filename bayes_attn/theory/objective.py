@@ -22,7 +22,6 @@ goes through a Cholesky factor.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,16 +32,15 @@ import numpy as np
 
 from .. import _checks, threads
 from ..compile_cache import exported_jit
-from ..network import InputsMemo, Network, _xi, path_kernel_from_xi
+from ..kernels import Basis, basis_array, inputs_key, make_basis
+from ..network import Network
 from ..precision import float64
 from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
 
 __all__ = [
-    "C_MAX_ENTRIES",
-    "FORMS",
     "Problem",
     "make_problem",
-    "clear_basis_cache",
+    "kernel_basis",
     "gp_order_parameters",
     "readout_closed_form",
     "kernel",
@@ -59,14 +57,6 @@ __all__ = [
     "action",
     "action_gradient",
 ]
-
-C_MAX_ENTRIES = 20_000_000
-"""Use the ``"C"`` form (``C`` folded onto the vech entries of ``U_1``,
-``[D(D+1)/2, P, P]``) when ``D² P²`` is at most this; else the ``"xi"`` form
-(``[P, D, N0]``)."""
-
-FORMS = ("C", "xi")
-
 
 # ----------------------------------------------------------------------------
 # the problem: everything S needs besides the order parameters
@@ -106,28 +96,32 @@ class Problem:
     scale: jax.Array
 
 
-def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float, *, form: str | None = None) -> Problem:
+def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float, *, form: str | None = None,
+                 basis: Basis | None = None) -> Problem:
     """The :class:`Problem` of ``net`` on training inputs ``x`` ``[P, T, N0]`` and labels ``y`` ``[P]``.
 
-    ``form`` defaults to ``"C"`` when ``D² P² <= C_MAX_ENTRIES``, else ``"xi"``.
-    Arguments are assumed checked (see :func:`check_problem`).
-
-    The kernel basis does not depend on the widths: the last one computed is
-    kept (with copies of its inputs, see :func:`clear_basis_cache`), so that
-    solving the same data at other widths does not compute it again.
+    ``basis``: the :func:`kernel_basis` of ``net`` on ``x``, computed before (it does not depend on the widths
+    or the temperature, so a caller solving one data set at many widths computes it once); checked against
+    ``x``, the attention, the readout and ``s0²`` (``ValueError`` if computed from others). ``form`` (when no
+    ``basis`` is given) defaults to :func:`bayes_attn.kernels.basis_form`. Arguments are assumed checked
+    (see :func:`check_problem`).
     """
     x = net.check_inputs(x)
-    P, D = x.shape[0], net.D
-    if form is None:
-        form = "C" if D * D * P * P <= C_MAX_ENTRIES else "xi"
-    _checks.choice("form", form, FORMS)
-    basis = _problem_basis(net, x, form)
+    if basis is None:  # for this problem only: no key (the inputs are hashed only to check a basis passed on)
+        form, array = basis_array(net.attention, x, net.readout, float(net.variances[0]), form)
+    else:
+        if not isinstance(basis, Basis):
+            raise ValueError(f"basis must be a bayes_attn.kernels.Basis, got {type(basis).__name__}")
+        basis.check("basis", inputs_key(x, net.attention, net.readout, float(net.variances[0])), net.heads)
+        if form is not None and form != basis.form:
+            raise ValueError(f"form={form!r} but the basis given is of form {basis.form!r}")
+        form, array = basis.form, basis.array
     with float64():
         f64 = partial(jnp.asarray, dtype=jnp.float64)
         return Problem(
             heads=tuple(net.heads),
             form=form,
-            basis=basis,
+            basis=array,
             y=f64(y),
             temperature=f64(temperature),
             widths=f64(net.widths),
@@ -136,48 +130,13 @@ def make_problem(net: Network, x: np.ndarray, y: np.ndarray, temperature: float,
         )
 
 
-_BASIS_CACHE = InputsMemo(size=2, max_bytes=64 * 2**20)  # inputs and basis larger than 64 MiB are not kept
-
-
-def clear_basis_cache() -> None:
-    """Forget the kernel bases :func:`make_problem` kept (and the copies of their inputs)."""
-    _BASIS_CACHE.clear()
-
-
-def _problem_basis(net: Network, x: np.ndarray, form: str) -> jax.Array:
-    """``Problem.basis`` of ``net`` on ``x`` (float64, on the device); from the cache when the inputs are equal."""
-    s0sq = float(net.variances[0])
-    key = (form, net.readout, s0sq)
-    basis = _BASIS_CACHE.get(key, x, net.attention)
-    if basis is not None:
-        return basis
-    D, N0 = net.D, net.N0
-    with float64(), threads.limits():
-        att = tuple(jnp.asarray(a, dtype=jnp.float64) for a in net.attention)
-        xj = jnp.asarray(x, dtype=jnp.float64)
-        if form == "C":
-            basis = _folded_path_kernel(att, xj, s0sq, readout=net.readout)
-        else:
-            basis = _scaled_xi(att, xj, math.sqrt(s0sq / (N0 * D)), readout=net.readout)
-        basis = jax.block_until_ready(basis)
-    _BASIS_CACHE.put(key, x, net.attention, basis)
-    return basis
-
-
-@partial(jax.jit, static_argnames="readout")
-def _folded_path_kernel(att: tuple[jax.Array, ...], x: jax.Array, s0sq: jax.Array, readout: str) -> jax.Array:
-    """The ``"C"`` basis: ``C`` ``[D, D, P, P]`` folded onto the vech entries of ``U_1``, ``[n_1, P, P]``, symmetrised."""
-    xi = _xi(att, x, readout)
-    C = path_kernel_from_xi(xi, xi, s0sq)  # [D, D, P, P]
-    i, j = np.triu_indices(xi.shape[1])
-    basis = jnp.where((i == j)[:, None, None], C[i, j], C[i, j] + C[j, i])  # [n_1, P, P]
-    return 0.5 * (basis + basis.transpose(0, 2, 1))
-
-
-@partial(jax.jit, static_argnames="readout")
-def _scaled_xi(att: tuple[jax.Array, ...], x: jax.Array, scale: jax.Array, readout: str) -> jax.Array:
-    """The ``"xi"`` basis: ``xi · sqrt(s0² / (N0 D))`` ``[P, D, N0]``."""
-    return _xi(att, x, readout) * scale
+def kernel_basis(net: Network, x, *, form: str | None = None) -> Basis:
+    """The kernel basis of ``net`` on inputs ``x`` ``[P, T, N0]`` (:class:`bayes_attn.kernels.Basis`), for
+    :func:`make_problem`, ``solve_theory(..., basis=)`` and ``gp_limit(..., basis=)`` at any width."""
+    if not isinstance(net, Network):
+        raise ValueError(f"net must be a bayes_attn.Network, got {type(net).__name__}")
+    x = net.check_inputs(x)
+    return make_basis(net.attention, x, net.readout, float(net.variances[0]), form)
 
 
 def check_problem(net, x, y, temperature) -> tuple[np.ndarray, np.ndarray, float]:

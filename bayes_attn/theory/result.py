@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _checks, _io, gp
-from ..network import Network, kernel_from_xi
+from ..kernels import kernel_from_xi
+from ..network import Network
 from ..precision import float64
 from .objective import gp_order_parameters
 

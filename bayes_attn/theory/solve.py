@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import _checks
+from ..kernels import Basis
 from ..network import Network
 from ..precision import float64
 from .objective import (
@@ -41,6 +42,7 @@ def solve_theory(
     max_iter: int | None = None,
     solver: NewtonSolver | None = None,
     correction: str | None = None,
+    basis: Basis | None = None,
 ) -> Theory:
     """Minimise ``S`` (docs/theory.md §4) over all ``U_l``; ``Ua`` by its closed form.
 
@@ -61,6 +63,8 @@ def solve_theory(
         correction: ``None`` or ``"none"`` (default: the theory of §4, unchanged)
             or ``"laplace"`` (§8; skipped, with a warning, when the leading order did not
             converge to a minimum: then ``Theory.correction`` is ``"none"``).
+        basis: the :func:`~bayes_attn.theory.kernel_basis` of ``net`` on ``x``, when it was computed
+            before (e.g. for another width); checked against ``x`` and the network.
 
     Warns (``RuntimeWarning``) when it does not converge or stops where the
     Hessian is not positive definite (then ``Theory.is_minimum`` is False),
@@ -82,7 +86,7 @@ def solve_theory(
     else:
         Us0 = check_order_parameters("init", init, net)
     t0 = time.perf_counter()
-    problem = make_problem(net, x, y, temperature)
+    problem = make_problem(net, x, y, temperature, basis=basis)
     try:
         res = solver.minimise(Us0, problem)
     except np.linalg.LinAlgError as err:  # a breakdown, not a bug: name the scales that cause it
@@ -114,16 +118,17 @@ def solve_theory(
     return theory
 
 
-def gp_limit(net: Network, x, y, *, temperature: float) -> Theory:
+def gp_limit(net: Network, x, y, *, temperature: float, basis: Basis | None = None) -> Theory:
     """The GP limit: every order parameter at its GP value (``U = net.gp_U``).
 
     ``action``, ``max_gradient`` and ``hessian_min_eigenvalue`` are those of the
     network's finite-width ``S / N_max`` evaluated at the GP point (they show how
-    far the GP point is from the finite-width solution); ``converged`` is True.
+    far the GP point is from the finite-width solution); ``converged`` is True. ``basis`` as in
+    :func:`solve_theory`.
     """
     x, y, temperature = check_problem(net, x, y, temperature)
     t0 = time.perf_counter()
-    problem = make_problem(net, x, y, temperature)
+    problem = make_problem(net, x, y, temperature, basis=basis)
     theta = pack(gp_order_parameters(net)[0])
     with float64():
         f, g, H = value_grad_hess(theta, problem)

@@ -38,7 +38,7 @@ import bayes_attn as ba
 import bayes_attn.theory.solve as solve_module
 from bayes_attn import Network, gp, markov
 from bayes_attn import theory as th
-from bayes_attn.network import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
+from bayes_attn.kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from bayes_attn.precision import x64
 from bayes_attn.samplers import get, prepare
 from bayes_attn.samplers.wishart import factor_shapes, site_sizes

@@ -20,9 +20,8 @@ import scipy.optimize
 from conftest import rng_of, seed_of
 
 import bayes_attn.theory.solve as solve_module
-from bayes_attn import Network, markov, precision
+from bayes_attn import Network, kernels, markov, precision
 from bayes_attn import theory as th
-from bayes_attn.theory import objective
 from bayes_attn.theory.objective import value_grad_hess
 from bayes_attn.theory.coordinates import (
     log_cholesky,
@@ -152,7 +151,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
 def test_kernel_form_follows_C_MAX_ENTRIES(monkeypatch):
     net, x, y = random_problem((2, 2), [6, 4, 9])
     assert th.make_problem(net, x, y, 0.1).form == "C"
-    monkeypatch.setattr(objective, "C_MAX_ENTRIES", net.D**2 * len(y) ** 2 - 1)
+    monkeypatch.setattr(kernels, "C_MAX_ENTRIES", net.D**2 * len(y) ** 2 - 1)
     assert th.make_problem(net, x, y, 0.1).form == "xi"
     with pytest.raises(ValueError, match="form"):
         th.make_problem(net, x, y, 0.1, form="K")
@@ -190,31 +189,37 @@ def test_problem_basis_matches_numpy(heads, readout, form):
     net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2], readout)
     x = rng.normal(size=(P, TOKENS, N0))
     y = np.where(rng.random(P) < 0.5, 1.0, -1.0)
-    objective.clear_basis_cache()
     basis = np.asarray(th.make_problem(net, x, y, 0.1, form=form).basis)
     expect = _numpy_basis(net, x, form)
     assert basis.dtype == np.float64 and basis.shape == expect.shape
     np.testing.assert_allclose(basis, expect, rtol=1e-12, atol=1e-12 * np.abs(expect).max())
 
 
-def test_problem_basis_is_kept_across_widths_and_recomputed_for_new_inputs():
+def test_basis_is_reused_at_other_widths_and_refused_for_other_inputs():
+    """A basis passed on serves the same data at any width and temperature (the same array); one computed from
+    other inputs (changed in place too), attention, readout or s0² is refused, naming the argument."""
     net, x, y = random_problem((2, 2), [6, 4, 9])
-    objective.clear_basis_cache()
-    b1 = th.make_problem(net, x, y, 0.1).basis
-    assert th.make_problem(net.with_width(50), x, y, 0.3).basis is b1  # the same data at another width
+    basis = th.kernel_basis(net, x)
+    assert th.make_problem(net.with_width(50), x, y, 0.3, basis=basis).basis is basis.array
+    np.testing.assert_allclose(np.asarray(basis.array), _numpy_basis(net, x, "C"), rtol=1e-12, atol=1e-12)
+    theory = th.solve_theory(net, x, y, temperature=0.1, basis=basis)
+    assert theory.U == pytest.approx(th.solve_theory(net, x, y, temperature=0.1).U, rel=1e-13, abs=1e-13)
     x2 = x.copy()
     x2[3, 1, 2] += 0.5  # other inputs, same shape
-    b2 = th.make_problem(net, x2, y, 0.1).basis
-    assert b2 is not b1
-    np.testing.assert_allclose(np.asarray(b2), _numpy_basis(net, x2, "C"), rtol=1e-12, atol=1e-12)
-    x[3, 1, 2] += 0.5  # the caller's array changed in place: not the stored copy
-    assert th.make_problem(net, x, y, 0.1).basis is b2
-    net3 = Network([a * 1.5 for a in net.attention], net.widths, net.variances)  # other attention
-    assert th.make_problem(net3, x, y, 0.1).basis is not b2
-    net4 = Network(net.attention, net.widths, [2.0, 1.0, 1.0, 1.0])  # another s0²
-    np.testing.assert_allclose(np.asarray(th.make_problem(net4, x, y, 0.1).basis), 2.0 * np.asarray(b2), rtol=1e-14)
-    objective.clear_basis_cache()
-    assert th.make_problem(net, x, y, 0.1).basis is not b2
+    others = [(net, x2), (Network([a * 1.5 for a in net.attention], net.widths, net.variances), x),
+              (Network(net.attention, net.widths, [2.0, 1.0, 1.0, 1.0]), x),
+              (Network(net.attention, net.widths, net.variances, readout="first"), x),
+              (random_problem((4,), [6, 9])[0], x)]
+    for other, xo in others:
+        with pytest.raises(ValueError, match="^basis was computed from other inputs"):
+            th.make_problem(other, xo, y, 0.1, basis=basis)
+    x[3, 1, 2] += 0.5  # the caller's array changed in place after the basis was computed
+    with pytest.raises(ValueError, match="^basis"):
+        th.solve_theory(net, x, y, temperature=0.1, basis=basis)
+    with pytest.raises(ValueError, match="^basis must be"):
+        th.gp_limit(net, x, y, temperature=0.1, basis=np.asarray(basis.array))
+    with pytest.raises(ValueError, match="form='xi'"):
+        th.make_problem(net, x2, y, 0.1, basis=th.kernel_basis(net, x2), form="xi")
 
 
 _TRACES: list[str] = []
