@@ -10,13 +10,11 @@ Pure NumPy; every job (run, sweep, one-shot) calls these and nothing else for th
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import _checks
 
-__all__ = ["accuracy", "accuracy_se", "choose_temperature", "correct", "power_law_slope", "proportion"]
+__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion"]
 
 
 def correct(f, y) -> np.ndarray:
@@ -32,7 +30,14 @@ def proportion(correct: np.ndarray) -> tuple[float, float]:
     if correct.size == 0:
         raise ValueError("accuracy needs at least one example")
     acc = float(np.mean(correct))
-    return acc, math.sqrt(acc * (1.0 - acc) / correct.size)
+    return acc, binomial_se(acc, correct.size)
+
+
+def binomial_se(accuracy, n: int):
+    """Binomial standard error ``sqrt(acc (1 - acc) / n)`` of an accuracy (float or array) over ``n`` examples."""
+    acc = np.asarray(accuracy, dtype=np.float64)
+    se = np.sqrt(acc * (1.0 - acc) / n)
+    return float(se) if se.ndim == 0 else se
 
 
 def accuracy(f, y) -> float:

@@ -217,10 +217,11 @@ def forbid_calls(monkeypatch, *names):
 @pytest.fixture
 def tiny():
     """Tiny problem: N=4, 2×2 heads (4 paths), P=20, 7 test inputs."""
-    return _tiny_problem()
+    return tiny_problem()
 
 
-def _tiny_problem():
+def tiny_problem():
+    """The problem of :func:`tiny`: ``(net, x, y, xt)``."""
     net = random_network((2, 2), width=4)
     x, y = random_data(20)
     xt, _ = random_data(7, seed=2)
@@ -231,7 +232,7 @@ def _tiny_problem():
 def tiny_full():
     """The problem of :func:`tiny` at temperature 0.1, sampled with ``full`` (2 chains × (300 + 300), effective
     weights kept): ``(net, x, y, xt, posterior)``."""
-    net, x, y, xt = _tiny_problem()
+    net, x, y, xt = tiny_problem()
     post = ba.sample_posterior(
         net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=seed_of(3),
         sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,

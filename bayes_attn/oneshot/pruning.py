@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.stats
 
-from .. import _checks
+from .. import _checks, stats
 from ..theory import head_scores  # noqa: F401  (re-exported: the one implementation lives with Theory)
 from .model import ModelConfig, Params, check_params, correct
 
@@ -134,8 +134,7 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
             acc[-1].append(float(c.mean()))
             drops[-1].append(float(diff.mean()))
             ses[-1].append(float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else None)
-    base = float(c0.mean())
-    return HeadDrops(base, math.sqrt(base * (1 - base) / n), acc, drops, ses)
+    return HeadDrops(*stats.proportion(c0.astype(bool)), acc, drops, ses)
 
 
 # ----- rank correlation -------------------------------------------------------
@@ -212,9 +211,7 @@ def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequenc
         raise ValueError("order lists a head more than once")
 
     def measure(removed):
-        c = correct(ablate(params, config, removed), x, y)
-        acc = float(c.mean())
-        return acc, math.sqrt(acc * (1 - acc) / c.size)
+        return stats.proportion(correct(ablate(params, config, removed), x, y))
 
     removed, skipped = [], []
     acc0, se0 = measure([])

@@ -8,11 +8,11 @@ and the predictor); the statistics, the verdict and the headline line
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
 
+from .. import stats
 from ..compare import THEORY_NAMES, Comparison
 
 __all__ = ["comparison_report"]
@@ -73,7 +73,7 @@ def comparison_report(comp: Comparison) -> str:
     ]
     n = len(comp.y_test)
     acc = [
-        f"| {k} | {v:.4f} | {math.sqrt(max(v * (1 - v), 1e-12) / n):.4f} |" for k, v in comp.accuracy.items()
+        f"| {k} | {v:.4f} | {stats.binomial_se(v, n):.4f} |" for k, v in comp.accuracy.items()
     ]
     diag = ", ".join(f"{k} = {v:.4g}" for k, v in comp.diagnostics.items())
     return "\n".join(

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import MIN_ESS, key_of, random_data, random_network, seed_of, z_bound
+from conftest import MIN_ESS, key_of, random_data, random_network, seed_of, tiny_problem, z_bound
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
@@ -35,17 +35,10 @@ TEMPERATURE = 0.1
 Z = z_bound(17, 1e-3, df=MIN_ESS)
 
 
-def _problem():
-    net = random_network((2, 2), width=4)
-    x, y = random_data(20)
-    xt, _ = random_data(7, seed=2)
-    return net, x, y, xt
-
-
 @pytest.fixture(scope="module")
 def runs():
     """Full (path form) and collapsed NUTS on the same tiny problem, 2 chains × 500 draws."""
-    net, x, y, xt = _problem()
+    net, x, y, xt = tiny_problem()
     common = dict(temperature=TEMPERATURE, x_test=xt, num_warmup=500, num_samples=500, num_chains=2, progress_bar=False)
     full = ba.sample_posterior(net, x, y, sampler="full", seed=seed_of(11), target_accept=0.9, **common)
     coll = ba.sample_posterior(net, x, y, sampler="collapsed", seed=seed_of(12), **common)
