@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import xarray as xr
 
 from .. import _checks, _io, outputs, stats
 from . import checkpoints, figures, model as gd_model, results, pruning, training
@@ -385,8 +386,6 @@ def run_oneshot(
             if (out / name).is_file() and not (out / name).is_symlink():
                 shutil.copy2(out / name, stage.staging / name)
         report = _run_oneshot(spec, stage.staging, data_dir, retrain, progress_bar)
-        report |= sampling_verdict(stage.staging / "oneshot.nc")
-        write_json(stage.staging / "pruning.json", report)
         stage.record.update(verdict=report["verdict"])
     return report
 
@@ -399,10 +398,11 @@ def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> 
         _checks.data_folder("data_dir", spec.data_path(data_dir), files)
 
 
-def sampling_verdict(path: str | os.PathLike) -> dict:
+def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> dict:
     """``{"verdict", "inconclusive_reasons"}`` from the R-hat, bulk ESS, divergences and Pareto ``k̂`` of ``U`` at
-    every sampled width in ``path`` (the rules of :func:`bayes_attn.posterior.diagnostic_failures`)."""
-    ds = _io.load_dataset(path)
+    every sampled width of the results ``ds`` (or the ``oneshot.nc`` at that path), by the rules of
+    :func:`bayes_attn.posterior.diagnostic_failures`."""
+    ds = ds if isinstance(ds, xr.Dataset) else _io.load_dataset(ds)
     if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
         return {"verdict": "not sampled", "inconclusive_reasons": []}
     names = {"rhat_U": "max_r_hat", "ess_U": "min_ess_bulk", "divergences": "divergences", "pareto_k": "pareto_k"}
@@ -460,15 +460,16 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
         "deviations": deviations(spec),
     }
     lap("head scores and pruning")
-    write_json(out / "pruning.json", report)
     U = {"score": score_theory.U, "trained": trained.U}
     attrs = {"name": spec.name, "gd_accuracy": model.metrics["test"]["accuracy"], "gd_se": model.metrics["test"]["se"],
              "gd_width": model.config.width, "nn_accuracy": model.metrics["nn_baseline"]["accuracy"],
              "nn_se": model.metrics["nn_baseline"]["se"], "score_width": th.score_width,
              "score_temperature": th.score_temperature, "training_hash": spec.training_hash()}
     ds = results.results_dataset(scan.dataset, sampled, report, U, model.config.heads, attrs)
+    report |= sampling_verdict(ds)
+    write_json(out / "pruning.json", report)
     results.save_dataset(ds, out / "oneshot.nc")
-    results.draw_figures(out)
+    results.figures_of(ds, report, out)
     gp = gp_limit(score_theory.net, tr.x, tr.y, temperature=th.score_temperature)
     figures.path_kernels(score_theory, gp, _top_paths(score_theory.U, score_theory.net.path_labels),
                                  out / "path_kernels.png", max_examples=120)

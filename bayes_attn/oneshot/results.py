@@ -77,8 +77,12 @@ def save_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
 def draw_figures(out: str | os.PathLike) -> list[Path]:
     """Figures (a)–(d) from ``out/oneshot.nc`` and ``out/pruning.json`` (no recomputation)."""
     out = Path(out)
-    ds = _io.load_dataset(out / "oneshot.nc")
-    report = json.loads((out / "pruning.json").read_text())
+    return figures_of(_io.load_dataset(out / "oneshot.nc"), json.loads((out / "pruning.json").read_text()), out)
+
+
+def figures_of(ds: xr.Dataset, report: Mapping, out: str | os.PathLike) -> list[Path]:
+    """Figures (a)–(d) of the results ``ds`` (:func:`results_dataset`) and ``report`` into the folder ``out``."""
+    out = Path(out)
     paths = [
         figures.accuracy_vs_width(ds, out / "accuracy_vs_width.png"),
         figures.score_vs_drop(report, out / "score_vs_drop.png"),
@@ -105,6 +109,10 @@ def _pm(d: Mapping | None, key: str = "accuracy", se: str = "se") -> str:
 def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping[str, float]) -> str:
     """``report.md``: the numbers of Fig. 3 in tables."""
     lines = [f"# One-shot image classification (paper Fig. 3): `{name}`", ""]
+    if "verdict" in report:
+        reasons = report.get("inconclusive_reasons") or []
+        lines += [f"Verdict of the sampling: **{report['verdict']}**" + (": " + "; ".join(reasons) if reasons else "")
+                  + ".", ""]
     m = report["model"]
     if "theory_accuracy" in report:
         lines += [

@@ -214,6 +214,9 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     assert [len(s) for s in saved["head_scores"]] == [2, 2]
     assert set(saved["cumulative"]) == {"ascending", "descending", "random"}
     assert load_oneshot_spec(out / "spec.toml") == TINY
+    # the verdict is in the returned report, the file and report.md alike
+    assert saved["verdict"] == report["verdict"] in ("diagnostics passed", "inconclusive", "not sampled")
+    assert f"Verdict of the sampling: **{saved['verdict']}**" in (out / "report.md").read_text()
     import xarray as xr
 
     with xr.open_dataset(out / "oneshot.nc") as ds:
