@@ -278,7 +278,8 @@ def train_model(
         checkpoints.save_model(out / "model.npz", params, config, spec.training, history)
         write_json(out / "model.json", {"training_hash": spec.training_hash(), "settings": spec.training_settings(),
                                         "history": history.to_dict(), "train_seconds": seconds})
-    metrics = {"train_seconds": seconds, "reused": saved is not None}
+    metrics = {"train_seconds": seconds, "reused": saved is not None, "epochs_run": len(history.loss),
+               "kept_epoch": history.kept_epoch}
     for name in ("test", "validation"):
         s = evaluation[name]
         metrics[name] = _accuracy_se(gd_model.correct(params, s.x, s.y))
@@ -447,7 +448,8 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
     report |= {
         "nn_baseline": model.metrics["nn_baseline"],
         "ood": model.metrics["ood"],
-        "model": {k: model.metrics[k] for k in ("test", "validation", "train_seconds", "reused")},
+        "model": {k: model.metrics[k] for k in ("test", "validation", "train_seconds", "reused", "epochs_run",
+                                                "kept_epoch")},
         "score_width": th.score_width,
         "score_temperature": th.score_temperature,
         "trained_head_scores": [s.tolist() for s in trained_scores],

@@ -129,8 +129,11 @@ def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping
             "", f"Theory's training episodes: classes of `{report['theory_classes']}`. Standard errors: "
             f"{report['se_method']}.", "",
         ]
+    kept = m.get("kept_epoch")
     lines += [
-        "## Gradient-descent model", "", BINOMIAL_NOTE, "",
+        "## Gradient-descent model", "", BINOMIAL_NOTE
+        + (f" Early stopping on validation: {m['epochs_run']} epochs run, the weights of epoch {kept + 1} kept."
+           if kept is not None else ""), "",
         "| set | model | pixel nearest neighbour |", "|---|---|---|",
         f"| test ({int(ds.attrs['n_test'])} episodes) | {_pm(m['test'])} | {_pm(report['nn_baseline'])} |",
         f"| validation | {_pm(m['validation'])} | |",

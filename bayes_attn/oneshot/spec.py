@@ -368,7 +368,7 @@ PAPER_RECIPE = {
     "task.channels": 3, "task.rotations": False, "task.shift": 0, "task.label_scale": 1.0,
     "model.width": 512, "model.d_qk": 128, "model.qk_scale": round(TORCH_QK_SCALE, 3),
     "training.optimizer": "adam", "training.lr": 3e-4, "training.weight_decay": 5e-5, "training.batch": 128,
-    "theory.score_width": 10, "theory.score_temperature": 0.5,
+    "training.patience": None, "theory.score_width": 10, "theory.score_temperature": 0.5,
 }
 """The authors' settings (docs/theory.md §6) that a spec sets; :func:`deviations` lists the others."""
 
@@ -388,7 +388,7 @@ def deviations(spec: OneShotSpec) -> list[str]:
             out.append(f"{key} = {got!r} (authors: {want!r})")
     steps = spec.training.epochs * -(-spec.task.n_gd_train // spec.training.batch)
     if steps < 0.9 * PAPER_STEPS:
-        out.append(f"{steps} optimiser steps (authors: ~{PAPER_STEPS})")
+        out.append(f"{'at most ' if spec.training.patience else ''}{steps} optimiser steps (authors: ~{PAPER_STEPS})")
     out += [
         "initialisation: normal with std qk_scale/sqrt(fan_in) for query/key and 1/sqrt(fan_in) for V0, the value "
         "maps and the readout (PyTorch's nn.Linear default: uniform, std 1/sqrt(3 fan_in)); no biases",

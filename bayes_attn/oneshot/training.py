@@ -43,6 +43,10 @@ class TrainConfig:
         epochs: passes over the training set (10).
         seed: seed of the initialisation and of the mini-batch permutations.
         optimizer: ``"adam"`` (default) or ``"adamw"``.
+        patience: ``None`` (default): train every epoch and keep the last weights. An integer ``k >= 1``:
+            early stopping on the validation set, which :func:`train` then needs: stop after ``k`` epochs
+            without a higher validation accuracy (``epochs`` is then the most) and keep the weights of the
+            epoch with the highest one (the earliest on ties).
     """
 
     lr: float = 3e-4
@@ -51,6 +55,7 @@ class TrainConfig:
     epochs: int = 10
     seed: int = 0
     optimizer: str = "adam"
+    patience: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _checks.positive("lr", self.lr))
@@ -62,10 +67,15 @@ class TrainConfig:
         object.__setattr__(self, "epochs", _checks.positive_int("epochs", self.epochs, minimum=0))
         object.__setattr__(self, "seed", _checks.positive_int("seed", self.seed, minimum=0))
         _checks.choice("optimizer", self.optimizer, OPTIMIZERS)
+        if self.patience is not None:
+            object.__setattr__(self, "patience", _checks.positive_int("patience", self.patience))
 
     def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return asdict(self)
+        """JSON-ready dict (``patience`` only when set, so that settings without it keep their hash)."""
+        d = asdict(self)
+        if d["patience"] is None:
+            del d["patience"]
+        return d
 
     def optax(self) -> optax.GradientTransformation:
         """The optimiser: Adam on the gradient plus ``weight_decay·θ`` (``"adam"``), or AdamW."""
@@ -81,20 +91,28 @@ class History:
     loss: mean training MSE over the epoch's mini-batches (weighted by batch
     size, measured while training); val_accuracy / val_se: accuracy on the
     validation set after the epoch (empty without one); seconds: wall time.
+    kept_epoch: with early stopping (``TrainConfig.patience``), the 0-based epoch whose weights were kept;
+    else ``None`` (the last).
     """
 
     loss: list[float] = field(default_factory=list)
     val_accuracy: list[float] = field(default_factory=list)
     val_se: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    kept_epoch: int | None = None
+
+    SERIES = ("loss", "val_accuracy", "val_se", "seconds")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return {k: [float(v) for v in vals] for k, vals in asdict(self).items()}
+        """JSON-ready dict (``kept_epoch`` only when set)."""
+        d = {k: [float(v) for v in getattr(self, k)] for k in self.SERIES}
+        return d if self.kept_epoch is None else d | {"kept_epoch": int(self.kept_epoch)}
 
     @classmethod
     def from_dict(cls, d: dict) -> History:
-        return cls(**{k: [float(v) for v in d.get(k, [])] for k in ("loss", "val_accuracy", "val_se", "seconds")})
+        kept = d.get("kept_epoch")
+        return cls(**{k: [float(v) for v in d.get(k, [])] for k in cls.SERIES},
+                   kept_epoch=None if kept is None else int(kept))
 
 
 # ----- training ---------------------------------------------------------------
@@ -152,6 +170,8 @@ def train(
     if x_val is not None:
         x_val = _checks.inputs("x_val", x_val, N0)
         y_val = _check_pm1("y_val", y_val, x_val.shape[0])
+    elif train_config.patience is not None:
+        raise ValueError("train_config.patience (early stopping) needs a validation set: give x_val and y_val")
 
     opt = train_config.optax()
     opt_state = opt.init(params)
@@ -168,7 +188,8 @@ def train(
         return optax.apply_updates(params, updates), opt_state, loss
 
     history = History()
-    E = train_config.epochs
+    E, patience = train_config.epochs, train_config.patience
+    best = None  # (validation accuracy, epoch, params) of the best epoch so far, with early stopping
     for epoch in range(E):
         t0 = time.perf_counter()
         rng = np.random.default_rng([train_config.seed, epoch])
@@ -198,6 +219,16 @@ def train(
         history.seconds.append(time.perf_counter() - t0)
         if progress_bar:
             log.info(line + f"  ({history.seconds[-1]:.1f} s)")
+        if patience is not None:
+            if best is None or history.val_accuracy[-1] > best[0]:
+                best = (history.val_accuracy[-1], epoch, params)
+            elif epoch - best[1] >= patience:
+                if progress_bar:
+                    log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
+                             f"epochs; keeping epoch {best[1] + 1} ({best[0]:.3f})")
+                break
+    if best is not None:
+        params, history.kept_epoch = best[2], best[1]
     return params, history
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -145,6 +146,37 @@ def test_augment_gives_each_epoch_a_fresh_set():
     assert seen == [0, 1, 2] and len(hist.loss) == 3
     with pytest.raises(ValueError, match="augment"):
         training.train(SMALL, None, None, tc, progress_bar=False, augment=lambda e, r: "no")
+
+
+@pytest.mark.slow
+def test_early_stopping_keeps_the_best_validation_epoch():
+    """With ``patience``: the weights kept are those of the first epoch with the highest validation accuracy, and
+    training stops ``patience`` epochs after it. From epoch 3 on the training labels are flipped, so the
+    validation accuracy falls and the stop comes well before the last epoch (it is asserted, not assumed)."""
+    config = ModelConfig(N0=10, width=16, d_qk=4, heads=(2, 2), qk_scale=0.1)
+    xv, yv = linear_task(300, 1)
+
+    def augment(epoch, rng):
+        x, y = linear_task(400, int(rng.integers(1 << 30)))
+        return x, (y if epoch < 3 else -y)
+
+    tc = TrainConfig(lr=1e-2, weight_decay=0.0, batch=64, epochs=20, seed=seed_of(0), patience=3)
+    params, hist = training.train(config, None, None, tc, x_val=xv, y_val=yv, progress_bar=False, augment=augment)
+    best = int(np.argmax(hist.val_accuracy))  # the first maximum
+    assert hist.kept_epoch == best
+    assert model.accuracy(params, xv, yv)[0] == hist.val_accuracy[best]
+    assert len(hist.loss) == best + tc.patience + 1 < tc.epochs
+    assert max(hist.val_accuracy[best + 1:]) <= hist.val_accuracy[best]
+    assert training.History.from_dict(json.loads(json.dumps(hist.to_dict()))) == hist
+    # without patience: every epoch, the last weights, nothing kept; the settings' dict (and hash) as before
+    _, plain = training.train(config, None, None, replace(tc, patience=None, epochs=2), x_val=xv, y_val=yv,
+                              progress_bar=False, augment=augment)
+    assert len(plain.loss) == 2 and plain.kept_epoch is None and "kept_epoch" not in plain.to_dict()
+    assert "patience" not in replace(tc, patience=None).to_dict() and tc.to_dict()["patience"] == 3
+    with pytest.raises(ValueError, match="patience .*needs a validation set"):
+        training.train(config, None, None, tc, progress_bar=False, augment=augment)
+    with pytest.raises(ValueError, match="patience"):
+        TrainConfig(patience=0)
 
 
 @pytest.mark.slow
