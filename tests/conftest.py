@@ -279,3 +279,19 @@ def three_layers_wishart():
     s = post.summary()
     assert s.max_rhat < 1.02 and s.min_ess > 400, s.by_variable()
     return net, x, y, post
+
+
+def users_folder(tmp_path):
+    """A folder of a user's own files (data, temporaries, a hidden folder): ``tmp_path / "mine"``."""
+    out = tmp_path / "mine"
+    (out / "data" / "raw").mkdir(parents=True)
+    (out / "data" / "raw" / "survey.csv.tmp").write_text("answers")
+    (out / "backup.tar.tmp").write_text("backup")
+    (out / ".staging-notes").mkdir()
+    (out / ".staging-notes" / "todo.txt").write_text("notes")
+    return out
+
+
+def snapshot_tree(folder):
+    """Every file below ``folder`` by relative path, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}

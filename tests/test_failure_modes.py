@@ -1,10 +1,11 @@
 """Trustworthy verdicts and files: what a hostile but realistic user runs into.
 
 One test (or more) per failure mode of README's "Reproducibility and failure
-modes": verdicts, provenance, one writer per folder, writability checks,
-labels, non-converged theory points, interrupted and corrupted runs, spec
-types, stale temporaries, seeds and chain methods, checksums, output names and
-memory estimates.
+modes" that spans modules: verdicts, provenance, labels, non-converged theory
+points, corrupted caches, seeds and chain methods, checksums and memory
+estimates. The output folders' modes (one writer, writability, interrupted and
+replaced runs, stale temporaries) are in ``test_outputs.py``, spec types in
+``test_spec.py``.
 """
 
 import json
@@ -15,7 +16,7 @@ import pytest
 import xarray as xr
 
 import bayes_attn as ba
-from bayes_attn import cli, outputs
+from bayes_attn import cli
 from bayes_attn.sweep import job_seed, table
 from bayes_attn.stats import accuracy
 from bayes_attn.samplers import memory
@@ -23,8 +24,6 @@ from bayes_attn.spec import load_spec, spec_from_dict
 from conftest import TINY, forbid_calls as _forbid, spec_file as _spec_file
 
 THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}
-
-
 
 
 # 1. verdict -----------------------------------------------------------------
@@ -76,31 +75,6 @@ def load_spec_text(text):
     return spec_from_dict(tomllib.loads(text))
 
 
-# 3. one writer per folder ---------------------------------------------------------------------------
-def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
-    path = _spec_file(tmp_path, THEORY_ONLY)
-    out = tmp_path / "sw"
-    _forbid(monkeypatch, (table, "solve_theory"), (table, "gp_limit"))
-    with outputs.hold(out):
-        assert cli.main(["sweep", str(path), "--out", str(out)]) == cli.EXIT_USAGE
-        err = capsys.readouterr().err
-        assert "is in use by another run" in err and "pid" in err
-    assert not (out / "sweep.nc").exists()
-
-
-# 4. outputs checked before computing ------------------------------------------------------------------
-@pytest.mark.parametrize("where", ["file", "under_file", "proc"])
-def test_unwritable_output_fails_before_sampling(tmp_path, capsys, monkeypatch, where):
-    path = _spec_file(tmp_path)
-    (tmp_path / "a_file").write_text("x")
-    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub", "proc": "/proc/bayes_attn_out"}[where]
-    _forbid(monkeypatch, (ba.posterior, "sample_posterior"))
-    for command in ("sample", "run"):
-        assert cli.main([command, str(path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
-        err = capsys.readouterr().err
-        assert "out" in err and ("existing file" in err or "cannot write" in err), err
-
-
 # 5. labels ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_classification_needs_plus_minus_one_labels(tiny_full):
@@ -129,39 +103,6 @@ def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatc
     assert "converged_theory" in xr.open_dataset(tmp_path / "sw" / "sweep.nc")
 
 
-# 7. an interrupted run leaves the previous run's files as they were --------------------------------------------
-def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
-    spec = spec_from_dict(THEORY_ONLY)
-    out = tmp_path / "sw"
-    table.sweep(spec, out, progress_bar=False)
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
-    assert json.loads((out / "manifest.json").read_text())["files"] == sorted(
-        n for n in before if n != "manifest.json")
-
-    def interrupt(*a, **k):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(table, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
-    with pytest.raises(KeyboardInterrupt):
-        table.sweep(spec, out, temperature=0.3, progress_bar=False)
-    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
-    assert after == before
-    assert not list(out.glob(outputs.STAGING_PREFIX + "*"))
-    assert (out / "widths" / "theory-N3-T0.3.nc").exists()  # the cache of the interrupted run may stay
-
-
-def test_replacing_run_removes_files_the_new_run_does_not_write(tmp_path):
-    out = tmp_path / "o"
-    with outputs.output_folder(out) as stage:
-        stage.path("a.txt").write_text("1")
-        stage.path("b.txt").write_text("1")
-    with outputs.output_folder(out) as stage:
-        stage.path("a.txt").write_text("2")
-    assert (out / "a.txt").read_text() == "2" and not (out / "b.txt").exists()
-    with pytest.raises(ValueError, match="plain file name"):
-        stage.path("../escape.txt")  # 13. output names cannot leave the folder
-
-
 # 8. a corrupt cache entry is recomputed ------------------------------------------------------------------
 def test_truncated_cache_file_is_recomputed_with_a_warning(tmp_path):
     spec = spec_from_dict(THEORY_ONLY)
@@ -171,37 +112,6 @@ def test_truncated_cache_file_is_recomputed_with_a_warning(tmp_path):
     with pytest.warns(RuntimeWarning, match="truncated or corrupted.*recomputing"):
         again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_allclose(again["U_theory"], first["U_theory"], rtol=1e-12)
-
-
-# 9. spec types, with the field's name -------------------------------------------------------------------------
-@pytest.mark.parametrize("change, match", [
-    ({"network": {"beta": "x"}}, "network.beta must be a number"),
-    ({"task": {"p_stay": 0.7}}, "task.p_stay must be a list of 2 numbers"),
-    ({"compare": {"widths": 10}}, "compare.widths must be a list of integers"),
-    ({"task": {"seed": 1.5}}, "task.seed must be an integer"),
-    ({"task": 5}, r"\[task\] must be a table"),
-    ({"network": {"random_seed": -5}}, r"\[network\] random_seed must be an integer >= 0"),
-    ({"sampler": {"seed": "0"}}, "sampler.seed must be an integer"),
-    ({"temperature": "hot"}, "temperature must be a number"),
-    ({"name": "../../escape"}, "name must be"),  # 13. names cannot leave the output folder
-    ({"name": ".hidden"}, "name must be"),
-])
-def test_spec_type_errors_name_the_field(change, match):
-    with pytest.raises(ValueError, match=match):
-        spec_from_dict(TINY | change)
-
-
-# 10. stale temporaries ----------------------------------------------------------------------------------------
-def test_stale_temporaries_are_removed(tmp_path, capsys):
-    out = tmp_path / "t"
-    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
-    (out / "widths").mkdir(parents=True)
-    (out / "widths" / ".bayes_attn-ab12.nc.tmp").write_bytes(b"\0" * 1000)
-    (out / ".bayes_attn-staging-xyz").mkdir()
-    (out / ".bayes_attn-staging-xyz" / "theory.nc").write_bytes(b"\0")
-    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
-    assert "removed 2 temporary" in capsys.readouterr().err
-    assert not list(out.rglob("*.tmp")) and not list(out.glob(".bayes_attn-staging-*"))
 
 
 # 11. same seed and chain method, same draws, from the library and the command ------------------------------------

@@ -1,0 +1,121 @@
+"""The bayes-attn command (bayes_attn.cli): default folders, usage errors and one-line failures, logging."""
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import xarray as xr
+
+from bayes_attn import cli, outputs
+from bayes_attn.spec import spec_from_dict
+from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
+
+FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
+
+
+
+def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypatch):
+    from bayes_attn.run import pipeline
+    from bayes_attn.sweep import table
+
+    path = _spec_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["theory", str(path)]) == 0
+    theory = tmp_path / "runs" / "tiny-N3-theory"
+    before = snapshot_tree(theory)
+    assert "theory.nc" in before
+    used = {}
+
+    def record(command):
+        def output_folder(folder, *a, **k):
+            used[command] = Path(folder)
+            raise ValueError("stop before computing")
+        return output_folder
+
+    for command, module in (("sample", pipeline), ("run", pipeline), ("sweep", table)):
+        monkeypatch.setattr(module.outputs, "output_folder", record(command))
+        assert cli.main([command, str(path), *FAST]) == cli.EXIT_USAGE
+    assert used == {"sample": Path("runs/tiny-N3-sample"), "run": Path("runs/tiny-N3"), "sweep": Path("runs/tiny-sweep")}
+    assert snapshot_tree(theory) == before
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "no_zip"])
+def test_prune_bad_data_dir_is_one_line(tmp_path, capsys, monkeypatch, case):
+    from bayes_attn.oneshot import pipeline
+
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    where = {"missing": tmp_path / "nope", "file": tmp_path / "a_file", "no_zip": tmp_path / "empty"}[case]
+    _forbid(monkeypatch, (pipeline, "datasets"))
+    assert cli.main(["prune", "--data-dir", str(where), "--out", str(tmp_path / "p")]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert "data_dir" in line and {"missing": "does not exist", "file": "is a file", "no_zip": "lacks"}[case] in line
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("change", [{"n_train": 10**8}, {"feature_dim": 10**7}])
+def test_huge_task_is_refused_before_allocating(tmp_path, capsys, change):
+    path = tmp_path / "big.toml"
+    path.write_text(spec_from_dict(TINY).to_toml().replace("n_train = 12", f"n_train = {change.get('n_train', 12)}")
+                    .replace("feature_dim = 8", f"feature_dim = {change.get('feature_dim', 8)}"))
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
+    assert "of memory" in _one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, match", [(["theory", "--width", str(10**23)], "--width must be an integer between"),
+                                         (["sample", "--seed", str(2**70)], "--seed must be an integer between"),
+                                         (["sweep", "--widths", "3", str(10**23)], "--widths must be an integer between")])
+def test_huge_width_or_seed_is_a_usage_error(capsys, monkeypatch, argv, match):
+    from bayes_attn import spec
+
+    _forbid(monkeypatch, (spec.Spec, "data"))
+    t0 = time.perf_counter()
+    assert cli.main(argv) == cli.EXIT_USAGE and time.perf_counter() - t0 < 5
+    assert match in _one_line(capsys.readouterr().err)
+    with pytest.raises(ValueError, match="sampler.seed must be an integer between"):
+        spec_from_dict(TINY | {"sampler": TINY["sampler"] | {"seed": 2**70}})
+
+
+def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):
+    def full(*a, **k):
+        raise RuntimeError("NetCDF: HDF error")
+
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", full)
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", full)  # how bayes_attn._io writes a Dataset in memory
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0))
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert "no space left" in line and "MiB free" in line
+    assert not list((tmp_path / "o").glob("*.nc"))
+
+
+def test_ctrl_c_is_one_line(tmp_path, capsys, monkeypatch):
+    from bayes_attn.run import pipeline
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "solve_theory", interrupt)
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_INTERRUPTED
+    assert "interrupted" in _one_line(capsys.readouterr().err)
+
+
+def test_messages_go_through_logging_quiet_or_verbose(tmp_path, capsys):
+    """Library messages use the ``logging`` module: shown at the command's default level, hidden by --no-progress."""
+    import logging
+
+    def stale_then_hold(level):
+        folder = tmp_path / f"o{level}"
+        folder.mkdir()
+        (folder / outputs.MARKER).touch()
+        (folder / ".bayes_attn-abc.nc.tmp").write_text("left by a killed run")
+        cli.configure_logging(level)
+        with outputs.output_folder(folder):
+            pass
+        return capsys.readouterr().err
+
+    assert "removed 1 temporary file(s)" in stale_then_hold(logging.INFO)
+    assert stale_then_hold(logging.WARNING) == ""
+    logging.getLogger("bayes_attn.cli").warning("look")
+    assert capsys.readouterr().err == "WARNING: look\n"

@@ -1,0 +1,154 @@
+"""Output folders (bayes_attn.outputs): whose files may be replaced, one writer, staging, interrupted and
+replaced runs, foreign manifests, linked locks and stale temporaries."""
+
+import json
+
+import pytest
+
+import bayes_attn as ba
+from bayes_attn import cli, outputs
+from bayes_attn.spec import spec_from_dict
+from bayes_attn.sweep import table
+from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file, users_folder
+
+THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}
+
+
+
+def test_out_on_a_users_folder_is_refused_and_force_deletes_nothing_of_theirs(tmp_path, capsys, monkeypatch):
+    path = _spec_file(tmp_path)
+    out = users_folder(tmp_path)
+    before = snapshot_tree(out)
+    with monkeypatch.context() as m:
+        _forbid(m, (ba.run.pipeline, "solve_theory"))
+        assert cli.main(["theory", str(path), "--out", str(out)]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert "did not write" in line and "--force" in line and "backup.tar.tmp" in line
+    assert snapshot_tree(out) == before
+    assert cli.main(["theory", str(path), "--out", str(out), "--force"]) == 0
+    assert "removed" not in capsys.readouterr().err
+    after = snapshot_tree(out)
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert "theory.nc" in after
+
+
+def test_foreign_manifest_is_not_replaced_and_its_list_not_deleted(tmp_path):
+    out = tmp_path / "site"
+    out.mkdir()
+    (out / "index.html").write_text("<html>")
+    (out / "app.js").write_text("js")
+    mine = json.dumps({"files": ["index.html", "app.js"], "name": "my app"})
+    (out / "manifest.json").write_text(mine)
+    with pytest.raises(outputs.ForeignFolderError, match="did not write"):
+        with outputs.output_folder(out):
+            pass
+    with pytest.raises(outputs.ClashError, match="holds manifest.json, which this package did not write"):
+        with outputs.output_folder(out, force=True):
+            pytest.fail("computing started although manifest.json would be replaced")
+    assert (out / "index.html").read_text() == "<html>" and (out / "app.js").read_text() == "js"
+    assert (out / "manifest.json").read_text() == mine
+    assert sorted(p.name for p in out.iterdir()) == ["app.js", "index.html", "manifest.json"]  # no lock left behind
+
+
+def test_own_manifest_removes_what_its_run_wrote_and_the_next_does_not(tmp_path):
+    out = tmp_path / "o"
+    with outputs.output_folder(out) as stage:
+        stage.path("a.txt").write_text("1")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == outputs.FORMAT and manifest["files"] == ["a.txt"] and len(manifest["run_id"]) == 32
+    (out / "index.html").write_text("<html>")  # the user's, added later
+    with outputs.output_folder(out) as stage:
+        stage.path("b.txt").write_text("2")
+    assert not (out / "a.txt").exists() and (out / "index.html").exists()
+
+
+def test_lock_symlink_is_refused_not_followed(tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "received"
+    out.mkdir()
+    (out / ".lock").symlink_to(victim)
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == cli.EXIT_USAGE
+    assert "not a plain file" in _one_line(capsys.readouterr().err)
+    assert victim.read_text() == "precious"
+
+
+def test_staging_symlink_is_neither_followed_nor_an_error(tmp_path, capsys):
+    path = _spec_file(tmp_path)
+    out = tmp_path / "o"
+    assert cli.main(["theory", str(path), "--out", str(out)]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep")
+    (out / ".bayes_attn-staging-evil").symlink_to(elsewhere)
+    (out / ".staging-evil").symlink_to(elsewhere)
+    (out / ".bayes_attn-abc.nc.tmp").symlink_to(elsewhere / "keep.txt")
+    assert cli.main(["theory", str(path), "--out", str(out)]) == 0
+    assert (elsewhere / "keep.txt").read_text() == "keep"
+
+
+def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
+    path = _spec_file(tmp_path, THEORY_ONLY)
+    out = tmp_path / "sw"
+    _forbid(monkeypatch, (table, "solve_theory"), (table, "gp_limit"))
+    with outputs.hold(out):
+        assert cli.main(["sweep", str(path), "--out", str(out)]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "is in use by another run" in err and "pid" in err
+    assert not (out / "sweep.nc").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "under_file", "proc"])
+def test_unwritable_output_fails_before_sampling(tmp_path, capsys, monkeypatch, where):
+    path = _spec_file(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub", "proc": "/proc/bayes_attn_out"}[where]
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"))
+    for command in ("sample", "run"):
+        assert cli.main([command, str(path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "out" in err and ("existing file" in err or "cannot write" in err), err
+
+
+def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
+    spec = spec_from_dict(THEORY_ONLY)
+    out = tmp_path / "sw"
+    table.sweep(spec, out, progress_bar=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
+    assert json.loads((out / "manifest.json").read_text())["files"] == sorted(
+        n for n in before if n != "manifest.json")
+
+    def interrupt(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(table, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
+    with pytest.raises(KeyboardInterrupt):
+        table.sweep(spec, out, temperature=0.3, progress_bar=False)
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
+    assert after == before
+    assert not list(out.glob(outputs.STAGING_PREFIX + "*"))
+    assert (out / "widths" / "theory-N3-T0.3.nc").exists()  # the cache of the interrupted run may stay
+
+
+def test_replacing_run_removes_files_the_new_run_does_not_write(tmp_path):
+    out = tmp_path / "o"
+    with outputs.output_folder(out) as stage:
+        stage.path("a.txt").write_text("1")
+        stage.path("b.txt").write_text("1")
+    with outputs.output_folder(out) as stage:
+        stage.path("a.txt").write_text("2")
+    assert (out / "a.txt").read_text() == "2" and not (out / "b.txt").exists()
+    with pytest.raises(ValueError, match="plain file name"):
+        stage.path("../escape.txt")  # 13. output names cannot leave the folder
+
+
+def test_stale_temporaries_are_removed(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
+    (out / "widths").mkdir(parents=True)
+    (out / "widths" / ".bayes_attn-ab12.nc.tmp").write_bytes(b"\0" * 1000)
+    (out / ".bayes_attn-staging-xyz").mkdir()
+    (out / ".bayes_attn-staging-xyz" / "theory.nc").write_bytes(b"\0")
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
+    assert "removed 2 temporary" in capsys.readouterr().err
+    assert not list(out.rglob("*.tmp")) and not list(out.glob(".bayes_attn-staging-*"))
