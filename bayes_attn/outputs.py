@@ -122,27 +122,26 @@ def check_writable(folder: str | os.PathLike, what: str = "out") -> Path:
     return folder
 
 
-def _plain_file(path: Path) -> bool:
-    """A regular file, not a symbolic link."""
+def _lstat_says(path: Path, test) -> bool:
+    """``test(os.lstat(path))`` (a symbolic link itself, not followed); False where ``path`` cannot be read."""
     try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
+        return bool(test(os.lstat(path)))
     except OSError:
         return False
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file, not a symbolic link."""
+    return _lstat_says(path, lambda st: stat.S_ISREG(st.st_mode))
 
 
 def _empty(path: Path) -> bool:
-    try:
-        return os.lstat(path).st_size == 0
-    except OSError:
-        return False
+    return _lstat_says(path, lambda st: st.st_size == 0)
 
 
 def _real_dir(path: Path) -> bool:
     """A folder, not a symbolic link."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
+    return _lstat_says(path, lambda st: stat.S_ISDIR(st.st_mode))
 
 
 def remove_stale(folder: Path) -> list[Path]:
