@@ -299,6 +299,11 @@ def order_parameter_labels(heads: Sequence[int], level: int) -> list[str]:
     return ["-".join(str(h + 1) for h in p) for p in itertools.product(*[range(H) for H in heads[level - 1 :]])]
 
 
+def head_labels(heads: Sequence[int]) -> list[str]:
+    """Labels of every head, layer by layer, 1-based: ``["L1H1", "L1H2", ..., "L2H1", ...]``."""
+    return [f"L{l + 1}H{h + 1}" for l, H in enumerate(heads) for h in range(H)]
+
+
 def forward_from_xi(xi: jax.Array, V0: jax.Array, w: jax.Array) -> jax.Array:
     """``f = sum_pi w_pi · V0 xi_pi / sqrt(N1 N0 D)`` from ``xi [P, D, N0]``, ``V0 [N1, N0]``, ``w [D, N1]``."""
     N1, N0 = V0.shape

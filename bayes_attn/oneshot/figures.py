@@ -17,6 +17,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 from ..kernels import kernel_from_xi
+from ..network import head_labels
 from ..precision import float64
 from ..theory import Theory
 
@@ -34,7 +35,7 @@ def _save(fig: Figure, path) -> Path:
 
 
 def _head_labels(scores: Sequence[Sequence[float]]) -> list[str]:
-    return [f"L{l + 1}H{h + 1}" for l, layer in enumerate(scores) for h in range(len(layer))]
+    return head_labels([len(layer) for layer in scores])
 
 
 # ----- (a) accuracy vs width ---------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 
 from .. import _io
+from ..network import head_labels
 from . import figures
 
 FIGURES = {
@@ -37,7 +38,7 @@ def results_dataset(scan: xr.Dataset, sampled: xr.Dataset, report: Mapping, U: M
     (``sampled`` may be absent); ``attrs``: scalars for the figures and the
     record (``gd_accuracy``, ``gd_width``, ``nn_accuracy``, …).
     """
-    head = [f"L{l + 1}H{h + 1}" for l, H in enumerate(heads) for h in range(H)]
+    head = head_labels(heads)
 
     def flat(per_layer):
         return np.array([np.nan if v is None else float(v) for layer in per_layer for v in layer])
@@ -174,12 +175,13 @@ def report_markdown(name: str, report: Mapping, ds: xr.Dataset, seconds: Mapping
               "| head | score (theory U) | score (trained U) | drop ± se (GD model) | drop (theory, paths out of U) |",
               "|---|---|---|---|---|"]
     ab = report.get("theory_ablation")
+    labels = iter(head_labels([len(layer) for layer in report["head_scores"]]))
     for l, layer in enumerate(report["head_scores"]):
         for h, s in enumerate(layer):
             d, se = report["accuracy_drops"][l][h], report["drop_se"][l][h]
             ds_ = "n/a" if d is None else f"{d:+.3f} ± {se:.3f}"
             td = "" if not ab or ab["drops"][l][h] is None else f"{ab['drops'][l][h]:+.3f}"
-            lines.append(f"| L{l + 1}H{h + 1} | {s:.3f} | {report['trained_head_scores'][l][h]:.3f} | {ds_} | {td} |")
+            lines.append(f"| {next(labels)} | {s:.3f} | {report['trained_head_scores'][l][h]:.3f} | {ds_} | {td} |")
     sp, tsp = report["spearman"], report["trained_spearman"]
     fmt = lambda r: "n/a" if r["rho"] is None else f"ρ = {r['rho']:.3f}, p = {r['p_value']:.3g} ({r['alternative']}, {r['method']})"
     cum = report["cumulative"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -17,7 +16,7 @@ import numpy as np
 
 from .. import _checks, _io, gp
 from ..kernels import kernel_from_xi
-from ..network import Network
+from ..network import Network, head_labels, order_parameter_labels
 from ..precision import float64
 from .objective import gp_order_parameters
 
@@ -282,7 +281,7 @@ class Theory:
         gpU = gp_order_parameters(net)[0][0]
         eig, cos = self.alignment()
         scores = self.head_scores()
-        head_labels = [f"L{l + 1}H{h + 1}" for l, H in enumerate(net.heads) for h in range(H)]
+        heads = head_labels(net.heads)
         ds = xr.Dataset(
             {
                 "U": (("path", "path_"), self.U),
@@ -302,7 +301,7 @@ class Theory:
                 "path": labels,
                 "path_": labels,
                 "pc": np.arange(1, len(eig) + 1),
-                "head": head_labels,
+                "head": heads,
                 "head_layer": ("head", [l + 1 for l, H in enumerate(net.heads) for _ in range(H)]),
                 "head_index": ("head", [h + 1 for H in net.heads for h in range(H)]),
             },
@@ -311,7 +310,7 @@ class Theory:
             ds = ds.assign_coords(head_name=("head", [n for layer in net.head_names for n in layer]))
         for l, U in enumerate(self.order_parameters, start=1):
             # index of U_l: (h_l, ..., h_L), h_l slowest, labels like the paths'
-            lab = ["-".join(str(h + 1) for h in p) for p in itertools.product(*[range(H) for H in net.heads[l - 1 :]])]
+            lab = order_parameter_labels(net.heads, l)
             ds[f"U_{l}"] = ((f"index_{l}", f"index_{l}_"), U)
             ds = ds.assign_coords({f"index_{l}": lab, f"index_{l}_": lab})
         ds.attrs.update(
