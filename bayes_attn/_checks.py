@@ -42,6 +42,14 @@ def positive(name: str, value) -> float:
     return v
 
 
+def nonnegative(name: str, value) -> float:
+    """Return ``value`` as a float, requiring a finite real number ``>= 0`` (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def positive_int(name: str, value, *, minimum: int = 1) -> int:
     """Return ``value`` as an int ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:

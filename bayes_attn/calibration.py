@@ -70,7 +70,7 @@ from numpyro.infer.util import initialize_model
 from . import _checks
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
 from .precision import DTYPES, x64
-from .samplers import Options, SamplerSettings, get, nuts, prepare
+from .samplers import Storage, SamplerSettings, get, nuts, prepare
 from .samplers.settings import STARTS
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
@@ -163,7 +163,7 @@ def batched_nuts(
         info.potential_fn, SamplerSettings(name=sampler, target_accept=target_accept, max_tree_depth=max_tree_depth,
                                            dtype=dtype))
     sites = sorted(info.param_info.z)
-    options = Options()
+    options = Storage()
     guided = start == "expansion" and smp.start is not None
     starts, prior_starts = _expansion_starts(smp, inputs, y, sites) if guided else (None, np.zeros(y.shape[0], bool))
 
@@ -252,7 +252,7 @@ def guided_draws(sampler: str, net: Network, x, x_test, y: jax.Array, *, tempera
         ir = inputs._replace(y=y[r])
         out = smp.draw(ir, cfg, keys[r, 0])
         draws = dict(out.draws)
-        draws |= smp.conditional(draws, keys[r, 1], ir, Options())
+        draws |= smp.conditional(draws, keys[r, 1], ir, Storage())
         obs.append(jax.tree.map(lambda v: np.asarray(v[0]), draws))
         khat.append(out.attrs.get("pareto_k", np.nan))
     stacked = {k: np.stack([o[k] for o in obs]) for k in obs[0]}

@@ -54,7 +54,7 @@ def headline_of(wanted: str, theory: Theory) -> str:
     return _checks.choice("headline", wanted, CORRECTIONS) if theory.correction == "laplace" else "none"
 
 
-def points_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:
+def diagnostics_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:
     """The three-valued verdict's sampler half over several sampled points (e.g. widths).
 
     ``diagnostics``: per point, the numbers of :func:`diagnostic_failures`

@@ -34,7 +34,7 @@ from .fingerprints import fingerprint
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .precision import x64
-from .samplers import SAMPLERS, Options, SamplerSettings, get, memory, nuts, prepare
+from .samplers import SAMPLERS, Storage, SamplerSettings, get, memory, nuts, prepare
 from .samplers.settings import AUTO, AUTO_ORDER
 
 MAX_RHAT = 1.01
@@ -100,13 +100,13 @@ def sample_posterior(
         cfg = sampler.replace(**settings)
     else:
         cfg = SamplerSettings().replace(name=sampler, **settings)
-    options = Options(bool(keep_weights), bool(keep_effective_weights))
+    options = Storage(bool(keep_weights), bool(keep_effective_weights))
     if cfg.name == AUTO:
         return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
     return _sample(net, x, y, temperature, x_test, cfg, options, progress_bar)
 
 
-def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Options,
+def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
             progress_bar: bool, **attrs) -> Posterior:
     """:func:`sample_posterior` with one registered sampler (arguments checked)."""
     smp = get(cfg.name)
@@ -164,7 +164,7 @@ def _start(smp, cfg: SamplerSettings, inputs, attrs: dict) -> tuple:
         return None, attrs | {"start": f"prior ({err})"}
 
 
-def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Options,
+def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
                  progress_bar: bool) -> Posterior:
     """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). ``laplace-mh`` is not

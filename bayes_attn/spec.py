@@ -54,9 +54,7 @@ class NetworkSpec:
         _checks.width("width", self.width)
         _checks.seed("random_seed", self.random_seed)
         for name in ("beta", "random_strength"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+            _checks.nonnegative(name, getattr(self, name))
         for i, v in enumerate(self.variances if isinstance(self.variances, tuple) else [self.variances]):
             _checks.positive(f"variances[{i}]" if isinstance(self.variances, tuple) else "variances", v)
 

@@ -14,14 +14,19 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion"]
+__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion", "sign"]
+
+
+def sign(f) -> np.ndarray:
+    """The predicted labels of outputs ``f``: ``+1`` where ``f >= 0``, else ``-1`` (float, the shape of ``f``)."""
+    return np.where(np.asarray(f) >= 0, 1.0, -1.0)
 
 
 def correct(f, y) -> np.ndarray:
     """Per-example correctness ``[P]`` (bool) of ``sign(f)`` (``f >= 0`` → +1) against labels ``y`` ±1 ``[P]``."""
     y = _checks.signs("y", y)
     f = _checks.array("f", f, shape=y.shape)
-    return np.where(f >= 0, 1.0, -1.0) == y
+    return sign(f) == y
 
 
 def proportion(correct: np.ndarray) -> tuple[float, float]:

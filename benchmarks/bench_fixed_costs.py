@@ -70,14 +70,14 @@ def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer, sampler: str = "w
     t0 = time.perf_counter()
     inputs = samplers.prepare(net, x, y, xt, a.temperature, "float64")
     model, args = smp.build(inputs)
-    mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Options(), chain_method="sequential",
+    mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Storage(), chain_method="sequential",
                      one_compile=(mode == "one-program"))
     k_mcmc, k_cond = jax.random.split(jax.random.key(a.seed))
     t1 = time.perf_counter()
     mcmc.run(k_mcmc, *args, extra_fields=EXTRA_FIELDS)
     draws = jax.block_until_ready(mcmc.get_samples(group_by_chain=True))
     t2 = time.perf_counter()
-    draws |= jax.block_until_ready(smp.conditional(draws, k_cond, inputs, samplers.Options()))
+    draws |= jax.block_until_ready(smp.conditional(draws, k_cond, inputs, samplers.Storage()))
     t3 = time.perf_counter()
     post = Posterior.from_draws(net, draws, sample_stats(mcmc.get_extra_fields(group_by_chain=True)), x, y,
                                 a.temperature)

@@ -205,7 +205,7 @@ def build(name: str, net, x, y, xt, a):
 def run_sampler(name: str, N: int, a, timer: CompileTimer) -> dict:
     """Set-up, warm-up, sampling and conditional draws timed separately; ESS, steps and gradient timings."""
     smp = samplers.get(name)
-    options = samplers.Options()
+    options = samplers.Storage()
     W, S = (a.token_warmup, a.token_draws) if name == "full-token" else (a.warmup, a.draws)
     net, x, y, xt = problem(N, a)
     t_set = time.perf_counter()

@@ -102,7 +102,7 @@ def diagnostics(U, f_test) -> dict:
 def run(name: str, N: int, a, timer: CompileTimer) -> dict:
     """One sampler at width ``N``: timings, ESS/s, R-hat, sampler statistics."""
     smp = samplers.get(name)
-    options = samplers.Options()
+    options = samplers.Storage()
     task, net = markov.fig2c(width=N, n_train=a.n_train, n_test=a.n_test, seed=a.seed)
     x, y, xt, _ = task.generate()
     with x64(a.dtype == "float64"):

@@ -62,10 +62,7 @@ class ModelConfig:
         if isinstance(heads, (int, np.integer)) or not isinstance(heads, Sequence) or len(heads) == 0:
             raise ValueError(f"heads must be a non-empty tuple of heads per layer, got {heads!r}")
         object.__setattr__(self, "heads", tuple(_checks.positive_int(f"heads[{i}]", h) for i, h in enumerate(heads)))
-        q = self.qk_scale
-        if isinstance(q, bool) or not isinstance(q, (int, float, np.integer, np.floating)) or not math.isfinite(q) or q < 0:
-            raise ValueError(f"qk_scale must be a finite number >= 0, got {q!r}")
-        object.__setattr__(self, "qk_scale", float(q))
+        object.__setattr__(self, "qk_scale", _checks.nonnegative("qk_scale", self.qk_scale))
 
     @property
     def L(self) -> int:

@@ -57,7 +57,7 @@ from . import checkpoints, figures, model as gd_model, results, pruning, trainin
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations, load_oneshot_spec
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
-from ..compare import points_verdict
+from ..compare import diagnostics_verdict
 from ..theory import gp_limit, head_scores, solve_theory
 from .model import ModelConfig, Params
 
@@ -315,7 +315,7 @@ def _uncertainty(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, s
 
     def acc_se(U, temperature):
         f = predictor_mean(U, temperature, xi_tr, tr.y, xi_te, s0sq=s0)
-        return pruning.bootstrap_accuracy(np.where(f >= 0, 1.0, -1.0) == te.y, boots)
+        return pruning.bootstrap_accuracy(stats.sign(f) == te.y, boots)
 
     temp_th, temp_gp = scan.best_temperature(th.score_width), float(scan.dataset["gp_best_temperature"])
     out["theory_accuracy"], out["theory_se"] = acc_se(scan.theory(th.score_width).U, temp_th)
@@ -410,7 +410,7 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> dict:
     per = {f"N={int(N)}": {key: float(ds[v][i]) for v, key in names.items()
                            if v in ds and np.isfinite(float(ds[v][i]))}
            for i, N in enumerate(ds["sample_width"].values)}
-    verdict, reasons = points_verdict(per)
+    verdict, reasons = diagnostics_verdict(per)
     return {"verdict": verdict, "inconclusive_reasons": reasons}
 
 

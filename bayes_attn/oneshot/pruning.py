@@ -326,7 +326,7 @@ def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test,
 
     def acc(Um):
         f = predictor_mean(Um, temperature, xi_train, y_train, xi_test, s0sq=s0sq)
-        return float(np.mean(np.where(f >= 0, 1.0, -1.0) == y_test))
+        return float(np.mean(stats.sign(f) == y_test))
 
     base = acc(U)
     without, drops = [], []

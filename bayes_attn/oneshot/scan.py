@@ -202,7 +202,7 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
         rows.append({
             "temperature_sampled": temperature,
             "accuracy_sampled": stats.accuracy_se(f, y_test),
-            "agreement": float(np.mean((f >= 0) == (theory_mean >= 0))),
+            "agreement": float(np.mean(stats.sign(f) == stats.sign(theory_mean))),
             "U_sampled": post.order_parameter(1),
             "U_theory": scan.theory(N).U,
             "rhat_U": float(u_rows["r_hat"].max()),

@@ -163,7 +163,7 @@ class TaskSpec:
         _checks.positive_int("task.shift", self.shift, minimum=0)
         if self.shift >= self.size:
             raise ValueError(f"task.shift must be smaller than task.size={self.size}, got {self.shift}")
-        _checks.positive_int("task.seed", self.seed, minimum=0)
+        _checks.seed("task.seed", self.seed)
         if isinstance(self.label_scale, bool) or not isinstance(self.label_scale, (int, float)) or self.label_scale < 0:
             raise ValueError(f"task.label_scale must be a number >= 0, got {self.label_scale!r}")
         if not isinstance(self.rotations, bool):
@@ -285,7 +285,7 @@ class PruningSpec:
         _checks.positive_int("pruning.n_random", self.n_random, minimum=2)
         _checks.positive_int("pruning.n_bootstrap", self.n_bootstrap, minimum=2)
         _checks.positive_int("pruning.spread_bootstrap", self.spread_bootstrap)
-        _checks.positive_int("pruning.seed", self.seed, minimum=0)
+        _checks.seed("pruning.seed", self.seed)
 
 
 SECTIONS = {"task": TaskSpec, "model": ModelSpec, "training": TrainConfig, "theory": TheorySpec,

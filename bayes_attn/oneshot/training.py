@@ -11,7 +11,6 @@ Array layout: inputs ``x`` are ``[P, T, N0]``, labels ``y`` are ``[P]`` in ±1.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -59,13 +58,10 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _checks.positive("lr", self.lr))
-        wd = self.weight_decay
-        if isinstance(wd, bool) or not isinstance(wd, (int, float, np.integer, np.floating)) or not math.isfinite(wd) or wd < 0:
-            raise ValueError(f"weight_decay must be a finite number >= 0, got {wd!r}")
-        object.__setattr__(self, "weight_decay", float(wd))
+        object.__setattr__(self, "weight_decay", _checks.nonnegative("weight_decay", self.weight_decay))
         object.__setattr__(self, "batch", _checks.positive_int("batch", self.batch))
         object.__setattr__(self, "epochs", _checks.positive_int("epochs", self.epochs, minimum=0))
-        object.__setattr__(self, "seed", _checks.positive_int("seed", self.seed, minimum=0))
+        object.__setattr__(self, "seed", _checks.seed("seed", self.seed))
         _checks.choice("optimizer", self.optimizer, OPTIMIZERS)
         if self.patience is not None:
             object.__setattr__(self, "patience", _checks.positive_int("patience", self.patience))

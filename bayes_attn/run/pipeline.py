@@ -101,10 +101,10 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         theory = solve_theory(net, x, y, temperature=temperature, correction=correction, basis=basis)
         gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
         acc = theory_accuracy(theory, xt, yt, _even_batches(len(xt)))
-        ds = theory.to_file_dataset().assign_attrs(spec=_ran(spec, net, temperature).to_toml())
+        ds = theory.to_file_dataset().assign_attrs(spec=_spec_as_run(spec, net, temperature).to_toml())
         ds["accuracy"] = acc
         _io.save(ds, stage.path("theory.nc"))
-        stage.path("spec.toml").write_text(_ran(spec, net, temperature).to_toml())
+        stage.path("spec.toml").write_text(_spec_as_run(spec, net, temperature).to_toml())
     return TheoryResult(theory, gp, acc, gp_accuracies(spec, gp, xt, yt), stage.folder / "theory.nc")
 
 
@@ -137,7 +137,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         post.save(stage.path("posterior.nc"))
         summary = post.summary()
         stage.path("summary.txt").write_text(str(summary) + "\n")
-        ran = _ran(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
+        ran = _spec_as_run(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         stage.path("spec.toml").write_text(ran.to_toml())
         failures = diagnostic_failures(summary.diagnostics())
         stage.record.update(verdict="inconclusive" if failures else "diagnostics passed",
@@ -145,7 +145,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     return SampleResult(post, summary, stage.folder)
 
 
-def _ran(spec: Spec, net: Network, temperature: float, settings: dict | None = None) -> Spec:
+def _spec_as_run(spec: Spec, net: Network, temperature: float, settings: dict | None = None) -> Spec:
     """The spec of the run as it was made: overrides applied, the chain method as resolved."""
     changes = {"temperature": temperature, "network": dataclasses.replace(spec.network, width=net.widths[0])}
     if settings is not None:
@@ -194,7 +194,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
                                 sampler=settings)
         comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
                        headline=headline_of(spec.compare.correction, theory))
-        ran = _ran(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
+        ran = _spec_as_run(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         theory.save(stage.path("theory.nc"))
         gp.save(stage.path("gp.nc"))
         post.save(stage.path("posterior.nc"))

@@ -29,13 +29,13 @@ from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMP
 
 if TYPE_CHECKING:
     from . import collapsed, full, full_token, laplace, wishart  # noqa: F401
-    from .base import Options, Sampler, SamplerInputs, conditional_outputs, prepare  # noqa: F401
+    from .base import Storage, Sampler, SamplerInputs, conditional_outputs, prepare  # noqa: F401
 
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
 __getattr__, _, _ = lazy_loader.attach(
     __name__,
     submodules=["base", "collapsed", "full", "full_token", "laplace", "memory", "nuts", "registry", "wishart"],
-    submod_attrs={"base": ["Options", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
+    submod_attrs={"base": ["Storage", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
                   "registry": ["SAMPLERS"]},
 )
 
@@ -56,4 +56,4 @@ __all__ = [
     "SAMPLER_NAMES",
     "SAMPLERS",
     "SamplerSettings",
-    "Options", "Sampler", "SamplerInputs", "conditional_outputs", "get", "prepare"]
+    "Storage", "Sampler", "SamplerInputs", "conditional_outputs", "get", "prepare"]

@@ -77,7 +77,7 @@ class SamplerInputs(NamedTuple):
         return dict(heads=n.heads, widths=n.widths, variances=n.variances, temperature=self.temperature)
 
 
-class Options(NamedTuple):
+class Storage(NamedTuple):
     """What to store besides the invariant observables."""
 
     keep_weights: bool = False
@@ -105,8 +105,8 @@ class Sampler(NamedTuple):
     draws_weights: bool
     model: Callable | None
     build: Callable[[SamplerInputs], tuple[Callable, tuple]] | None
-    observables: Callable[[dict, SamplerInputs, Options], dict] | None
-    conditional: Callable[[dict, jax.Array, SamplerInputs, Options], dict]
+    observables: Callable[[dict, SamplerInputs, Storage], dict] | None
+    conditional: Callable[[dict, jax.Array, SamplerInputs, Storage], dict]
     labels_arg: int
     """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
     init_strategy: Callable = init_to_sample
@@ -237,12 +237,12 @@ def order_parameter_observables(Us, Ua) -> dict:
     return {"U": Us[0], **{f"U_{l}": U for l, U in enumerate(Us[1:], start=2)}, "Ua": Ua}
 
 
-def weight_observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
+def weight_observables(z: dict, inputs: SamplerInputs, options: Storage) -> dict:
     """Order parameters from a draw of the upper weights (plus ``w`` and raw weights if asked)."""
     return _with_effective_weights(z, inputs, options)[0]
 
 
-def _with_effective_weights(z: dict, inputs: SamplerInputs, options: Options) -> tuple[dict, jax.Array]:
+def _with_effective_weights(z: dict, inputs: SamplerInputs, options: Storage) -> tuple[dict, jax.Array]:
     """:func:`weight_observables` and the effective weights ``w`` ``[D, N1]``, each computed once."""
     net = inputs.net
     V, a = upper(z, net.L)
@@ -255,7 +255,7 @@ def _with_effective_weights(z: dict, inputs: SamplerInputs, options: Options) ->
     return out, Ws[0]
 
 
-def full_observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
+def full_observables(z: dict, inputs: SamplerInputs, options: Storage) -> dict:
     """Order parameters and ``f_train``, ``f_test`` of one draw of all weights (``V0`` included)."""
     out, w = _with_effective_weights(z, inputs, options)
     out["f_train"] = forward_from_xi(inputs.xi, z["V0"], w)
@@ -264,7 +264,7 @@ def full_observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
     return out
 
 
-def no_conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+def no_conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
     """For samplers that draw every weight: nothing to add."""
     return {}
 

@@ -20,7 +20,7 @@ from ..network import effective_weights, forward_from_xi
 
 from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
-    Options,
+    Storage,
     Sampler,
     SamplerInputs,
     conditional_outputs,
@@ -78,12 +78,12 @@ def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Ar
     return out.reshape(*shape, N1, N0)
 
 
-def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
     """``f_train``, ``f_test`` given ``U``; with ``keep_weights``, ``V0`` given the upper weights and ``f`` from it."""
     if not options.keep_weights:
         return conditional_outputs(draws["U"], key, inputs)
     V0 = conditional_V0(draws, key, inputs)
-    with_V0 = jax.vmap(jax.vmap(lambda z: full_observables(z, inputs, Options())))(draws | {"V0": V0})
+    with_V0 = jax.vmap(jax.vmap(lambda z: full_observables(z, inputs, Storage())))(draws | {"V0": V0})
     return {"V0": V0, "f_train": with_V0["f_train"], **({"f_test": with_V0["f_test"]} if "f_test" in with_V0 else {})}
 
 

@@ -73,7 +73,7 @@ from ..theory.correction import Mode, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
-from .base import Options, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
+from .base import Storage, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
 PROPOSAL_DF = 4.0
@@ -307,7 +307,7 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> G
                        _guide_attrs(g) | {"acceptance": float(np.mean(prob))})
 
 
-def _conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+def _conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
     """``f_train``, ``f_test`` drawn exactly given ``U``."""
     return conditional_outputs(draws["U"], key, inputs)
 

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from numpyro import handlers
 
-from .base import Options, SamplerInputs
+from .base import Storage, SamplerInputs
 from .settings import SamplerSettings
 
 WORKING_COPIES = 30
@@ -29,7 +29,7 @@ HEADROOM = 0.8
 
 
 def latent_sizes(model: Callable, args: tuple, observables: Callable, inputs: SamplerInputs,
-                 options: Options) -> tuple[int, int]:
+                 options: Storage) -> tuple[int, int]:
     """``(latent, stored)``: numbers of sampled entries and of stored observables per draw (no allocation)."""
 
     def shapes(key):
@@ -42,7 +42,7 @@ def latent_sizes(model: Callable, args: tuple, observables: Callable, inputs: Sa
     return count(z), count(obs)
 
 
-def estimate_bytes(latent: int, stored: int, inputs: SamplerInputs, cfg: SamplerSettings, options: Options) -> int:
+def estimate_bytes(latent: int, stored: int, inputs: SamplerInputs, cfg: SamplerSettings, options: Storage) -> int:
     """Bytes a run needs: working copies and kept draws per chain, plus the data."""
     item = np.dtype(cfg.dtype).itemsize
     P = inputs.y.shape[0]

@@ -25,7 +25,7 @@ import jax
 from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.hmc import hmc
 
-from .base import Options, Sampler, SamplerInputs, Start
+from .base import Storage, Sampler, SamplerInputs, Start
 from .settings import SamplerSettings
 
 
@@ -40,7 +40,7 @@ def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, 
                 inverse_mass_matrix={start.block: start.inverse_mass_matrix}, adapt_mass_matrix=False)
 
 
-def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Options, *,
+def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Storage, *,
          chain_method: str, progress_bar: bool = False, one_compile: bool = True, start: Start | None = None) -> MCMC:
     """``MCMC`` with the warm-up, draws, chains and thinning of ``settings``; each kept draw goes through
     ``sampler.observables`` (``chain_method`` already resolved, e.g. by ``posterior.resolve_chain_method``);
@@ -67,7 +67,7 @@ def one_program(chain: Callable) -> Callable:
     return lambda inits: jax.lax.map(chain, inits)
 
 
-def _observables(observables: Callable, z: dict, *, inputs: SamplerInputs, options: Options) -> dict:
+def _observables(observables: Callable, z: dict, *, inputs: SamplerInputs, options: Storage) -> dict:
     return observables(z, inputs, options)
 
 

@@ -98,7 +98,7 @@ from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: 
 from .laplace import guide
 from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
-    Options,
+    Storage,
     Sampler,
     SamplerInputs,
     Start,
@@ -243,7 +243,7 @@ def build(inputs: SamplerInputs):
     return partial(model, form=form, **inputs.consts()), (likelihood_data(inputs, form), inputs.y)
 
 
-def observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
+def observables(z: dict, inputs: SamplerInputs, options: Storage) -> dict:
     """``U`` (= ``U_1``), ``U_2 .. U_L``, ``Ua`` of one draw of the factors (raw weights do not exist here)."""
     net = inputs.net
     Us, Ua = order_parameters_from_factors(factors_from_draw(z, net.heads, net.widths), net.heads, net.widths,
@@ -251,7 +251,7 @@ def observables(z: dict, inputs: SamplerInputs, options: Options) -> dict:
     return order_parameter_observables(Us, Ua)
 
 
-def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Options) -> dict:
+def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
     """``f_train``, ``f_test`` drawn exactly given ``U``."""
     return conditional_outputs(draws["U"], key, inputs)
 

@@ -9,7 +9,6 @@ embedding 0), ``y = −1`` when it has the class of support 1 (label embedding
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -92,7 +91,7 @@ def make_episodes(
     n = _checks.positive_int("n", n, minimum=2)
     if n % 2:
         raise ValueError(f"n must be even (half of the episodes per target), got {n}")
-    seed = _checks.positive_int("seed", seed, minimum=0)
+    seed = _checks.seed("seed", seed)
     shift = _checks.positive_int("shift", shift, minimum=0)
     if shift >= imageset.size:
         raise ValueError(f"shift must be smaller than the image size {imageset.size}, got {shift}")
@@ -182,10 +181,8 @@ class Tokenizer:
         if self.size % self.patch:
             raise ValueError(f"size ({self.size}) must be a multiple of patch ({self.patch})")
         _checks.positive_int("channels", self.channels)
-        ls = self.label_scale
-        if isinstance(ls, bool) or not isinstance(ls, (int, float, np.floating, np.integer)) or not math.isfinite(ls) or ls < 0:
-            raise ValueError(f"label_scale must be a finite number >= 0, got {ls!r}")
-        _checks.positive_int("seed", self.seed, minimum=0)
+        _checks.nonnegative("label_scale", self.label_scale)
+        _checks.seed("seed", self.seed)
 
     @property
     def N0(self) -> int:

@@ -229,7 +229,7 @@ def split_by_class(imageset: ImageSet, fractions: Mapping[str, float], seed: int
     C = imageset.n_classes
     if C < len(f):
         raise ValueError(f"imageset has {C} classes, fewer than the {len(f)} parts in fractions")
-    seed = _checks.positive_int("seed", seed, minimum=0)
+    seed = _checks.seed("seed", seed)
     counts = np.maximum(np.floor(f * C).astype(int), 1)
     while counts.sum() > C:  # the minimum of one class each overshot
         counts[np.argmax(counts)] -= 1

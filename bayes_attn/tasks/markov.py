@@ -54,9 +54,7 @@ class MarkovTask:
             raise ValueError(f"p_stay must be two probabilities in [0, 1], got {self.p_stay!r}")
         object.__setattr__(self, "p_stay", tuple(float(p) for p in self.p_stay))
         for name in ("noise_sum", "noise_diff", "noise_perp"):
-            v = getattr(self, name)
-            if not np.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+            _checks.nonnegative(name, getattr(self, name))
         _checks.positive_int("n_train", self.n_train, minimum=2)
         _checks.positive_int("n_test", self.n_test, minimum=2)
 

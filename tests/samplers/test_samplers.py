@@ -241,7 +241,7 @@ def test_sequential_chains_in_one_program_match_numpyro_loop():
         model, args = smp.build(inputs)
         U = {}
         for one in (True, False):
-            mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Options(), chain_method="sequential",
+            mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Storage(), chain_method="sequential",
                                       one_compile=one)
             mcmc.run(key_of(1), *args)
             U[one] = np.asarray(mcmc.get_samples(group_by_chain=True)["U"])

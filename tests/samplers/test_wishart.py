@@ -33,7 +33,7 @@ import bayes_attn as ba
 from bayes_attn import markov
 from bayes_attn.network import order_parameters_from_weights
 from bayes_attn.precision import x64
-from bayes_attn.samplers import Options, get, prepare
+from bayes_attn.samplers import Storage, get, prepare
 from bayes_attn.samplers.wishart import (
     factor_shapes,
     num_parameters,
@@ -340,7 +340,7 @@ def test_model_prior_predictive_is_the_wishart_chain():
     assert np.max(np.abs(_mean_z(t, 0.0))) < Z
     v, se = _var_and_se(t)
     assert np.max(np.abs((v - 1) / se)) < Z
-    obs = jax.vmap(lambda s: get("wishart").observables(s, inputs, Options()))({"t": draws["t"], "z": draws["z"]})
+    obs = jax.vmap(lambda s: get("wishart").observables(s, inputs, Storage()))({"t": draws["t"], "z": draws["z"]})
     _, Uf, uaf = _factor_draws(**cfg)
     a = np.concatenate([_upper(np.asarray(obs["U"])), _upper(np.asarray(obs["U_2"])), _upper(np.asarray(obs["U_3"])),
                         np.asarray(obs["Ua"])[:, None]], axis=1)
