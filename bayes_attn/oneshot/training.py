@@ -29,6 +29,10 @@ OPTIMIZERS = ("adam", "adamw")
 
 
 # ----- configuration ----------------------------------------------------------
+LEARNING_SIGMAS = 3.0
+"""Early stopping starts counting once a validation accuracy exceeds ``0.5 + LEARNING_SIGMAS · se``."""
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Training settings (defaults: the paper's, docs/theory.md §6).
@@ -45,7 +49,9 @@ class TrainConfig:
         patience: ``None`` (default): train every epoch and keep the last weights. An integer ``k >= 1``:
             early stopping on the validation set, which :func:`train` then needs: stop after ``k`` epochs
             without a higher validation accuracy (``epochs`` is then the most) and keep the weights of the
-            epoch with the highest one (the earliest on ties).
+            epoch with the highest one (the earliest on ties). Epochs are counted only once some epoch's
+            validation accuracy was :data:`LEARNING_SIGMAS` binomial errors above chance (0.5): the loss
+            plateau at the start of training, at chance for 10-20 epochs, does not stop it.
     """
 
     lr: float = 3e-4
@@ -186,6 +192,7 @@ def train(
     history = History()
     E, patience = train_config.epochs, train_config.patience
     best = None  # (validation accuracy, epoch, params) of the best epoch so far, with early stopping
+    learning = False  # some validation accuracy was LEARNING_SIGMAS errors above chance
     for epoch in range(E):
         t0 = time.perf_counter()
         rng = np.random.default_rng([train_config.seed, epoch])
@@ -216,9 +223,11 @@ def train(
         if progress_bar:
             log.info(line + f"  ({history.seconds[-1]:.1f} s)")
         if patience is not None:
-            if best is None or history.val_accuracy[-1] > best[0]:
-                best = (history.val_accuracy[-1], epoch, params)
-            elif epoch - best[1] >= patience:
+            acc = history.val_accuracy[-1]
+            learning = learning or acc - 0.5 > LEARNING_SIGMAS * history.val_se[-1]
+            if best is None or acc > best[0]:
+                best = (acc, epoch, params)
+            elif learning and epoch - best[1] >= patience:
                 if progress_bar:
                     log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
                              f"epochs; keeping epoch {best[1] + 1} ({best[0]:.3f})")

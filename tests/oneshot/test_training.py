@@ -151,8 +151,9 @@ def test_augment_gives_each_epoch_a_fresh_set():
 @pytest.mark.slow
 def test_early_stopping_keeps_the_best_validation_epoch():
     """With ``patience``: the weights kept are those of the first epoch with the highest validation accuracy, and
-    training stops ``patience`` epochs after it. From epoch 3 on the training labels are flipped, so the
-    validation accuracy falls and the stop comes well before the last epoch (it is asserted, not assumed)."""
+    training stops ``patience`` epochs after it, counted once the model learns. From epoch 3 on the training
+    labels are flipped, so the validation accuracy falls and the stop comes well before the last epoch (it is
+    asserted, not assumed)."""
     config = ModelConfig(N0=10, width=16, d_qk=4, heads=(2, 2), qk_scale=0.1)
     xv, yv = linear_task(300, 1)
 
@@ -173,6 +174,14 @@ def test_early_stopping_keeps_the_best_validation_epoch():
                               progress_bar=False, augment=augment)
     assert len(plain.loss) == 2 and plain.kept_epoch is None and "kept_epoch" not in plain.to_dict()
     assert "patience" not in replace(tc, patience=None).to_dict() and tc.to_dict()["patience"] == 3
+    # at chance (a learning rate too small to move the weights) the epochs are not counted and training runs
+    # to the end; the rule is asserted both ways, as the untrained model's accuracy decides it (it starts
+    # counting at once where that is already LEARNING_SIGMAS errors above 0.5: probability ~1e-3 per offset)
+    frozen = replace(tc, lr=1e-12, epochs=5, patience=2)
+    _, flat = training.train(config, *linear_task(400, 2), frozen, x_val=xv, y_val=yv, progress_bar=False)
+    learning = flat.val_accuracy[0] - 0.5 > training.LEARNING_SIGMAS * flat.val_se[0]
+    assert len(set(flat.val_accuracy)) == 1 and flat.kept_epoch == 0
+    assert len(flat.loss) == (frozen.patience + 1 if learning else frozen.epochs)
     with pytest.raises(ValueError, match="patience .*needs a validation set"):
         training.train(config, None, None, tc, progress_bar=False, augment=augment)
     with pytest.raises(ValueError, match="patience"):
