@@ -70,6 +70,7 @@ def xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
         r = jnp.einsum("phst,pdt->phds", omega, r).reshape(P, H * r.shape[1], T)
     return jnp.einsum("psi,pds->pdi", x, r)
 
+
 # ----------------------------------------------------------------------------
 # the path kernel C and K(U) = sum U C (§3)
 # ----------------------------------------------------------------------------
@@ -95,6 +96,7 @@ def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) ->
     """``K = sum U C`` without forming ``C``: ``[P, P2]``."""
     D, N0 = xi1.shape[1], xi1.shape[2]
     return s0sq * jnp.einsum("adi,de,bei->ab", xi1, U, xi2, optimize="optimal") / (N0 * D)
+
 
 # ----------------------------------------------------------------------------
 # forms of K(U) for the samplers, chosen by a cost model
@@ -153,6 +155,7 @@ def path_features(xi: jax.Array, F: jax.Array, s0sq: float) -> jax.Array:
     D, N0 = xi.shape[1], xi.shape[2]
     phi = jnp.einsum("pdi,dk->pki", xi, F) * math.sqrt(s0sq / (N0 * D))
     return phi.reshape(xi.shape[0], -1)
+
 
 # ----------------------------------------------------------------------------
 # the theory's kernel basis (docs/theory.md §4), chosen by its size
