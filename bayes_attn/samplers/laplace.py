@@ -236,8 +236,8 @@ def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
-    chain a multinomial resample of as many draws kept in the proposals' order (module docstring), of which
-    every ``thinning``-th is kept."""
+    chain a residual resample (:func:`residual_resample`) of as many draws kept in the proposals' order (module
+    docstring), of which every ``thinning``-th is kept."""
     g = guide(inputs)
     C, S = cfg.num_chains, cfg.guided_draws
     k_prop, k_res = jax.random.split(key)
