@@ -20,6 +20,7 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,8 +108,9 @@ def sample_posterior(
 
 
 def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
-            progress_bar: bool, **attrs) -> Posterior:
-    """:func:`sample_posterior` with one registered sampler (arguments checked)."""
+            progress_bar: bool, guide_of: Callable | None = None, **attrs) -> Posterior:
+    """:func:`sample_posterior` with one registered sampler (arguments checked); ``guide_of``: where the guided
+    samplers and the expansion's start take their proposal (default: computed afresh)."""
     smp = get(cfg.name)
     if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
         raise ValueError(
@@ -120,12 +122,13 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
     with x64(cfg.dtype == "float64"), threads.limits():
         thread_record = threads.record(chain_method)
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
+        given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
             memory.check_memory(memory.guided_bytes(inputs, cfg), memory.available_bytes(),
                                 f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
             t0 = time.perf_counter()
-            guided = smp.draw(inputs, cfg, key_mcmc)
+            guided = smp.draw(inputs, cfg, key_mcmc, **given)
             draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
         else:
             model, args = smp.build(inputs)
@@ -133,7 +136,7 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
                                 f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
             t0 = time.perf_counter()
-            start, attrs = _start(smp, cfg, inputs, attrs)
+            start, attrs = _start(smp, cfg, inputs, attrs, given)
             mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar,
                              start=start)
             mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
@@ -152,13 +155,13 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
     return Posterior(tree, net)
 
 
-def _start(smp, cfg: SamplerSettings, inputs, attrs: dict) -> tuple:
+def _start(smp, cfg: SamplerSettings, inputs, attrs: dict, given: dict) -> tuple:
     """The expansion's start of ``smp`` when ``cfg.start`` asks for it and the sampler has one, else ``None``;
-    ``attrs`` with ``start`` (what the chains started from) added."""
+    ``attrs`` with ``start`` (what the chains started from) added; ``given``: ``smp.start``'s keywords."""
     if cfg.start != "expansion" or smp.start is None:
         return None, attrs | {"start": "prior"}
     try:
-        return smp.start(inputs), attrs | {"start": "expansion"}
+        return smp.start(inputs, **given), attrs | {"start": "expansion"}
     except ValueError as err:
         warnings.warn(f"the chains start from the prior: {err}", RuntimeWarning, stacklevel=4)
         return None, attrs | {"start": f"prior ({err})"}
@@ -170,8 +173,12 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). ``laplace-mh`` is not
     tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
     docs/theory.md §9). What was tried, its cost and why it was left go into the attribute ``auto`` (JSON); the
-    last sampler's draws are returned whatever their diagnostics (the verdict then says so)."""
-    tried = []
+    last sampler's draws are returned whatever their diagnostics (the verdict then says so). The expansion's
+    proposal is computed once, by the first sampler that needs it (:class:`~bayes_attn.samplers.laplace.GuideOnce`;
+    its cost counts in that sampler's seconds), and shared by the others."""
+    from .samplers.laplace import GuideOnce
+
+    tried, guide_of = [], GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
             tried.append({"sampler": name, "seconds": 0.0, "left_because": "not tried: laplace-is's k-hat "
@@ -181,7 +188,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
         t0 = time.perf_counter()
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
-                           requested_sampler=AUTO)
+                           guide_of, requested_sampler=AUTO)
         except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
             tried.append({"sampler": name, "seconds": time.perf_counter() - t0, "left_because": str(err)})
             continue

@@ -111,12 +111,15 @@ class Sampler(NamedTuple):
     """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
     init_strategy: Callable = init_to_sample
     """Where every chain starts (a NumPyro init strategy)."""
-    start: Callable[[SamplerInputs], Start] | None = None
-    """The expansion's start and dense metric (``SamplerSettings.start = "expansion"``); ``None`` where the sampler's
-    sites are not the expansion's coordinates. Raises ``ValueError`` where the expansion gives none."""
+    start: Callable[..., Start] | None = None
+    """The expansion's start and dense metric (``SamplerSettings.start = "expansion"``): ``start(inputs[, guide_of])``;
+    ``None`` where the sampler's sites are not the expansion's coordinates. Raises ``ValueError`` where the
+    expansion gives none."""
     draw: Callable | None = None
     """A sampler with its own draw loop instead of NUTS (``laplace-is``, ``laplace-mh``):
-    ``draw(inputs, settings, key) -> GuidedDraws``; then ``model``, ``build`` and ``observables`` are ``None``."""
+    ``draw(inputs, settings, key[, guide_of]) -> GuidedDraws``; then ``model``, ``build`` and ``observables`` are
+    ``None``. ``guide_of(inputs)`` gives the expansion's proposal (default
+    :func:`bayes_attn.samplers.laplace.guide`; ``auto`` shares one :class:`~bayes_attn.samplers.laplace.GuideOnce`)."""
 
     def labels(self, args: tuple) -> jax.Array:
         """The labels among a model's positional arguments ``args`` (as ``build`` returns them)."""

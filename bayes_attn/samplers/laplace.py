@@ -128,6 +128,26 @@ def guide(inputs: SamplerInputs) -> Guide:
     return Guide(cast(mode.theta), cast(chol), jax.tree.map(cast, problem), mode)
 
 
+class GuideOnce:
+    """:func:`guide` computed at its first call and returned again at the next ones (or its ``ValueError`` raised
+    again): one problem's proposal shared by the samplers that ``sampler="auto"`` tries in turn, so that the
+    expansion (the dearest step at the image scale) is solved once per call. For the inputs of one problem
+    only: the data, network, temperature and dtype must not change between calls."""
+
+    def __init__(self) -> None:
+        self._result: Guide | ValueError | None = None
+
+    def __call__(self, inputs: SamplerInputs) -> Guide:
+        if self._result is None:
+            try:
+                self._result = guide(inputs)
+            except ValueError as err:
+                self._result = err
+        if isinstance(self._result, ValueError):
+            raise self._result
+        return self._result
+
+
 # ----------------------------------------------------------------------------
 # proposals and their exact log weights (one compiled program per shape)
 # ----------------------------------------------------------------------------
@@ -234,11 +254,13 @@ def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
     return np.asarray(smoothed.transpose("chain", "draw").values), float(khat)
 
 
-def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
+def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
+               guide_of: Callable[[SamplerInputs], Guide] = guide) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
     chain a residual resample (:func:`residual_resample`) of as many draws kept in the proposals' order (module
-    docstring), of which every ``thinning``-th is kept."""
-    g = guide(inputs)
+    docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
+    :class:`GuideOnce` shared with other samplers)."""
+    g = guide_of(inputs)
     C, S = cfg.num_chains, cfg.guided_draws
     k_prop, k_res = jax.random.split(key)
     theta, log_w = propose(g, k_prop, C * S)
@@ -287,9 +309,11 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
     return tuple(jnp.concatenate([jnp.asarray(v0)[None], v]) for v0, v in zip((0, True, 1.0), out))
 
 
-def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array) -> GuidedDraws:
-    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring)."""
-    g = guide(inputs)
+def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
+               guide_of: Callable[[SamplerInputs], Guide] = guide) -> GuidedDraws:
+    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of`` as
+    in :func:`importance`."""
+    g = guide_of(inputs)
     C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
     k_prop, k_u = jax.random.split(key)

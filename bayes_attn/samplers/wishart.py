@@ -72,7 +72,7 @@ the theory's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import jax
@@ -95,7 +95,7 @@ from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: 
     num_parameters,
     order_parameters_from_factors,
 )
-from .laplace import guide
+from .laplace import Guide, guide
 from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
     Storage,
@@ -274,14 +274,16 @@ def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], vari
     return factors_from_diagonals(jnp.sqrt(c), z, heads, widths)
 
 
-def start(inputs: SamplerInputs) -> Start:
+def start(inputs: SamplerInputs, guide_of: Callable[[SamplerInputs], Guide] = guide) -> Start:
     """The chains' start at the mode ``θ̂`` of the finite-width expansion, and the dense inverse mass matrix
     ``H⁻¹`` over the sites ``(t, z)`` (docs/theory.md §9). The expansion's coordinates are the same Bartlett
     sites with ``log c`` in place of ``t``: ``t = (log c − E log c) / sd(log c)``, so
     ``H⁻¹`` is rescaled by ``1 / sd`` on the diagonal sites. Raises ``ValueError`` where the Newton solve for
-    the mode did not converge or ``S`` is not finite there (then the chains start as ``"prior"``)."""
+    the mode did not converge or ``S`` is not finite there (then the chains start as ``"prior"``). ``guide_of``
+    gives the expansion (:func:`~bayes_attn.samplers.laplace.guide`, or a shared
+    :class:`~bayes_attn.samplers.laplace.GuideOnce`)."""
     net = inputs.net
-    g = guide(inputs)
+    g = guide_of(inputs)
     if not g.mode.converged:  # a fixed metric from a point that is not the mode could be poor: adapt instead
         raise ValueError(f"the expansion's mode was not found ({g.mode.message})")
     diag = diagonal_distribution(net.heads, net.widths, inputs.dtype)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import xarray as xr
-from conftest import MIN_ESS, fig2c_wishart, key_of, seed_of, three_layers_wishart, z_bound
+from conftest import MIN_ESS, fig2c_wishart, key_of, seed_of, three_layers_wishart, tiny_problem, z_bound
 
 import bayes_attn as ba
 from bayes_attn import calibration, markov
@@ -235,12 +235,16 @@ def test_metropolis_agrees_with_wishart_on_three_layers(record_property):
 
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_singular_levels_are_flagged_and_auto_falls_back(record_property):
+def test_singular_levels_are_flagged_and_auto_falls_back(record_property, monkeypatch):
     """Three layers with two singular levels (widths (3, 3, 2, 4) < paths): the expansion's proposal does not
     fit (k̂ 1.2-2.1, acceptance below 0.02 measured with 2 × 2000 draws at three seeds), and the samplers say so:
     ``laplace-is``'s diagnostics fail on k̂; ``laplace-mh``'s on R-hat or ESS, or, after a k̂ above 1, ``auto``
-    does not try it; ``auto`` records both reasons and ends with ``wishart``. A false failure needs k̂ below 0.7 on this network, far outside what was seen;
-    the margins are recorded for tests/robustness.py."""
+    does not try it; ``auto`` records both reasons and ends with ``wishart``, started at the expansion, which was
+    solved once for the three samplers. A false failure needs k̂ below 0.7 on this network, far outside what was
+    seen; the margins are recorded for tests/robustness.py."""
+    solved, real_guide = [], laplace.guide
+    for module in (laplace, wishart):  # wishart.start's default is its own reference to the guide
+        monkeypatch.setattr(module, "guide", lambda inputs: solved.append(1) or real_guide(inputs))
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20, seed=seed_of(0))
     net = task.network((("same_token", "random"), ("uniform", "random"), ("uniform", "random")),
                        width=(3, 3, 2, 4), variances=[1.0, 0.7, 1.3, 0.8, 1.5], random_seed=seed_of(1))
@@ -256,6 +260,7 @@ def test_singular_levels_are_flagged_and_auto_falls_back(record_property):
     else:
         assert "R-hat" in tried[1]["left_because"] or "ESS" in tried[1]["left_because"]
     assert post.sampler == "wishart" and post.tree.attrs["start"] == "expansion"
+    assert len(solved) == 1, "auto solved the expansion more than once"
     assert post.summary().pareto_k != post.summary().pareto_k  # NaN: the kept draws are NUTS's
 
 
@@ -294,3 +299,22 @@ def test_guided_settings_and_errors():
     with pytest.raises(ValueError, match="sampler must be one of"):
         get("auto")
     assert get("laplace-is").draw is not None and get("laplace-mh").model is None
+
+
+def test_guide_once_solves_once_and_repeats_its_error(monkeypatch):
+    """:class:`laplace.GuideOnce` (what ``auto`` shares between its samplers) returns the first guide again, and
+    a guide that failed fails again with the same error, without solving anew."""
+    net, x, y, _ = tiny_problem()
+    with x64(True):
+        inputs = prepare(net, x, y, None, 0.1, "float64")
+    solved, real_guide = [], laplace.guide
+    monkeypatch.setattr(laplace, "guide", lambda i: solved.append(1) or real_guide(i))
+    once = laplace.GuideOnce()
+    with x64(True):
+        assert once(inputs) is once(inputs) and len(solved) == 1
+    monkeypatch.setattr(laplace, "guide", lambda i: solved.append(1) or (_ for _ in ()).throw(ValueError("no mode")))
+    failing = laplace.GuideOnce()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="no mode"):
+            failing(inputs)
+    assert len(solved) == 2
