@@ -14,7 +14,8 @@ and ``RUN/pruning.json``; writes one ``RUN/sampling/N<width>.nc`` per width
 ``RUN/sampling/summary.md`` over every file there.
 
     python inference/fig3_sampling.py [--run inference/results/fig3] [--spec models/omniglot_oneshot.toml]
-        [--widths 100] [--warmup 300] [--samples 750] [--chains 4] [--max-tree-depth 3] [--data-dir DIR]
+        [--widths 100] [--warmup 300] [--samples 750] [--chains 4] [--max-tree-depth 3] [--sampler NAME]
+        [--data-dir DIR]
 
 Cost on the 2-core CPU: ~20 ms per gradient (float32), i.e. about
 chains × (warmup + samples) × leapfrog steps × 20 ms.
@@ -37,6 +38,7 @@ from bayes_attn.oneshot import model as gd_model
 from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
 from bayes_attn.oneshot.scan import Scan, sample_at_widths
 from bayes_attn.oneshot.spec import load_oneshot_spec
+from bayes_attn.samplers import SAMPLER_NAMES
 from bayes_attn.theory import solve_theory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,6 +75,8 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=750)
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--max-tree-depth", type=int, default=3)
+    p.add_argument("--sampler", choices=SAMPLER_NAMES, default=None,
+                   help="the sampler (default: the spec's)")
     p.add_argument("--data-dir", default=None, help="folder of the Omniglot zip files (default: the spec's)")
     a = p.parse_args()
     configure_logging(logging.INFO)
@@ -86,7 +90,7 @@ def main() -> None:
         raise SystemExit(f"--widths {missing}: no temperature chosen at these widths in {a.run}/pruning.json "
                          f"(scanned: {sorted(map(int, chosen))})")
     sampler = spec.sampler.replace(num_warmup=a.warmup, num_samples=a.samples, num_chains=a.chains,
-                                   max_tree_depth=a.max_tree_depth)
+                                   max_tree_depth=a.max_tree_depth, name=a.sampler or spec.sampler.name)
     sets = datasets(spec, a.data_dir)
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, a.run, sets=sets, evaluation=ev)
