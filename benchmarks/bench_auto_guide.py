@@ -37,6 +37,7 @@ import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
 from bayes_attn.precision import x64  # noqa: E402
 from bayes_attn.samplers import laplace, prepare, wishart  # noqa: E402
+from bench_guided import landed_fig3  # noqa: E402
 from record import write_record  # noqa: E402  (benchmarks/record.py)
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -61,19 +62,7 @@ class EveryTime(laplace.GuideOnce):
 
 
 def image_problem():
-    from bayes_attn.oneshot import model as gd_model
-    from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
-    from bayes_attn.oneshot.spec import load_oneshot_spec
-
-    root = Path(__file__).resolve().parents[1]
-    run = root / "inference/results/fig3"
-    spec = load_oneshot_spec(root / "models/omniglot_oneshot.toml")
-    chosen = json.loads((run / "pruning.json").read_text())["temperatures"]["finite_width"]
-    sets = datasets(spec, None)
-    ev = evaluation_episodes(spec, sets)
-    model = train_model(spec, run, sets=sets, evaluation=ev)
-    net, _ = gd_model.to_network(model.params, model.config, width=10, variances=1.0)
-    tr, te = ev["theory_train"], ev["test"]
+    net, tr, te, chosen = landed_fig3()
     return net, tr.x, tr.y, te.x[:100], float(chosen["10"]), "float32"
 
 

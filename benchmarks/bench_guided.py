@@ -148,8 +148,9 @@ def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
     return {"runs": res, "ratio": ratio, "burners": len(burners), "load": os.getloadavg()}
 
 
-def image(quick: bool) -> dict:
-    """The image scale on the landed Fig. 3 model (``inference/results/fig3``)."""
+def landed_fig3():
+    """The landed Fig. 3 model (``inference/results/fig3``; never retrained) as a network at N = 10, the theory's
+    training episodes, the test episodes and the validation-chosen temperature by width (``{"10": T, ...}``)."""
     from bayes_attn.oneshot import model as gd_model
     from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
     from bayes_attn.oneshot.spec import load_oneshot_spec
@@ -162,7 +163,12 @@ def image(quick: bool) -> dict:
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, run, sets=sets, evaluation=ev)
     net, _ = gd_model.to_network(model.params, model.config, width=10, variances=1.0)
-    tr, te = ev["theory_train"], ev["test"]
+    return net, ev["theory_train"], ev["test"], chosen
+
+
+def image(quick: bool) -> dict:
+    """The image scale on the landed Fig. 3 model (``inference/results/fig3``)."""
+    net, tr, te, chosen = landed_fig3()
     xt = te.x[:200]
     n = 20 if quick else None
     out = {}
