@@ -131,7 +131,7 @@ def guide(inputs: SamplerInputs) -> Guide:
 class GuideOnce:
     """:func:`guide` computed at its first call and returned again at the next ones (or its ``ValueError`` raised
     again): one problem's proposal shared by the samplers that ``sampler="auto"`` tries in turn, so that the
-    expansion (the dearest step at the image scale) is solved once per call. For the inputs of one problem
+    expansion (seconds at the image scale, docs/theory.md §9) is solved once per call. For the inputs of one problem
     only: the data, network, temperature and dtype must not change between calls."""
 
     def __init__(self) -> None:
