@@ -139,7 +139,7 @@ def test_resampled_draws_carry_the_importance_sampling_error(record_property):
 # ----------------------------------------------------------------------------
 # calibration
 # ----------------------------------------------------------------------------
-SBC_GUIDED = {"laplace-is": dict(num_warmup=0, thinning=20), "laplace-mh": dict(num_warmup=100, thinning=10)}
+SBC_GUIDED = {"laplace-is": dict(num_warmup=0, thinning=50), "laplace-mh": dict(num_warmup=100, thinning=10)}
 SBC_LEVEL = 1e-3
 
 
@@ -156,7 +156,10 @@ def _sbc_problem():
 def test_simulation_based_calibration(sampler, record_property):
     """Ranks of the true ``U``, ``U_2``, ``Ua``, ``f(x_test)``, ``f(x_train[0])`` among 19 kept draws are uniform
     over 100 replications (chi-square per observable, Bonferroni over 16): false failures <= 1e-3; and a
-    likelihood at ``T / 16`` is rejected (power; measured pooled p 1e-10 to 3e-7)."""
+    likelihood at ``T / 16`` is rejected (power). ``laplace-is`` resamples 19 × 50 proposals per replication: with
+    19 × 20 the self-normalised weights of so few proposals (k̂ median 0.56, above 0.7 in 17-28 of 100
+    replications) failed at offset 2 (pooled p 1.6e-4, ``U_2[1,2]``; 1.0 at offsets 3-6); with 19 × 50 the
+    pooled p was 0.14-1.0 over offsets 0-8 and the control's 3e-15 to 3e-7."""
     net, x, xt = _sbc_problem()
     res = calibration.sbc_ranks(net, x, xt, sampler=sampler, temperature=0.1, n_reps=100, num_draws=19,
                                 seed=seed_of(0), **SBC_GUIDED[sampler])
