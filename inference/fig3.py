@@ -1,19 +1,20 @@
 """Paper Fig. 3 with its uncertainty: two head counts, several gradient-descent seeds.
 
 For every variant (``2x4``: ``models/omniglot_oneshot.toml``; ``2x8``:
-``models/omniglot_oneshot_2x8.toml``) and every training seed, runs
+``models/omniglot_oneshot_2x8.toml``; ``rotations``: ``models/omniglot_oneshot_rotations.toml``, the 2x4 spec
+with what the validation alphabet chose) and every training seed, runs
 ``bayes_attn.oneshot.run_oneshot`` (train, theory scan on the frozen attention,
 sampling, head scores, pruning, the spread of ρ over draws of the theory's
 episodes × class bootstraps of the test episodes) into its own folder —
-``OUT`` for 2x4 seed 0 (the run the README quotes), ``OUT/<variant>/seed<k>``
-otherwise — and pools the results into ``OUT/summary.json`` and
+``OUT`` for 2x4 seed 0 and ``OUT/rotations`` for rotations seed 0 (the runs the README quotes),
+``OUT/<variant>/seed<k>`` otherwise — and pools the results into ``OUT/summary.json`` and
 ``OUT/summary.md``: per run the model, theory and GP test accuracy and ρ's
 median and 90 % interval; per variant ρ pooled over seeds (every value of
 every run's ``spearman_draws``). Runs already finished (their
 ``pruning.json`` made with the same training settings) are only read, so the
 script can be stopped and resumed.
 
-    python inference/fig3.py [--variants 2x4 2x8] [--seeds 0 1 2] [--out inference/results/fig3]
+    python inference/fig3.py [--variants 2x4 2x8 rotations] [--seeds 0 1 2] [--out inference/results/fig3]
                              [--data-dir DIR] [--summary-only]
 
 Cost on the shared 2-core CPU: one 2x4 run ~60 min at load 6-14 (training ~45 min
@@ -34,13 +35,19 @@ from bayes_attn.cli import configure_logging
 from bayes_attn.oneshot.pipeline import PAPER_SPEARMAN_RHO, load_oneshot_spec, run_oneshot
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {"2x4": ROOT / "models/omniglot_oneshot.toml", "2x8": ROOT / "models/omniglot_oneshot_2x8.toml"}
+VARIANTS = {"2x4": ROOT / "models/omniglot_oneshot.toml", "2x8": ROOT / "models/omniglot_oneshot_2x8.toml",
+            "rotations": ROOT / "models/omniglot_oneshot_rotations.toml"}
+SEED0_FOLDERS = {"2x4": "", "rotations": "rotations"}
+"""Where the seed-0 runs the README quotes live, relative to ``OUT`` (other runs: ``OUT/<variant>/seed<k>``)."""
 PAPER_BASE_ACCURACY = 0.838
 
 
 def run_folder(out: Path, variant: str, seed: int) -> Path:
-    """``OUT`` for the 2x4 seed-0 run, else ``OUT/<variant>/seed<seed>``."""
-    return out if (variant, seed) == ("2x4", 0) else out / variant / f"seed{seed}"
+    """``OUT`` for the 2x4 seed-0 run, ``OUT/rotations`` for the rotations seed-0 run, else
+    ``OUT/<variant>/seed<seed>``."""
+    if seed == 0 and variant in SEED0_FOLDERS:
+        return out / SEED0_FOLDERS[variant]
+    return out / variant / f"seed{seed}"
 
 
 def finished(folder: Path, spec) -> dict | None:
