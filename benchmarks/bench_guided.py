@@ -157,7 +157,7 @@ def landed_fig3():
 
     root = Path(__file__).resolve().parents[1]
     run = root / "inference/results/fig3"
-    spec = load_oneshot_spec(root / "models/omniglot_oneshot.toml")
+    spec = load_oneshot_spec(root / "models/omniglot_oneshot_plain.toml")  # the spec of that run
     chosen = json.loads((run / "pruning.json").read_text())["temperatures"]["finite_width"]
     sets = datasets(spec, None)
     ev = evaluation_episodes(spec, sets)

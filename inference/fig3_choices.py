@@ -1,6 +1,6 @@
 """Fig. 3's training choices compared on the validation alphabet only (never on test).
 
-Every variant starts from ``models/omniglot_oneshot.toml``, changes the fields listed in :data:`VARIANTS`, and
+Every variant starts from ``models/omniglot_oneshot_plain.toml`` (the spec shipped before this choice), changes the fields listed in :data:`VARIANTS`, and
 trains the gradient-descent transformer with early stopping on the validation episodes
 (``training.patience``; ``training.epochs`` is then the most). Nothing here evaluates anything on the test episodes.
 The patience (default 16 epochs of 100 steps) outlasts the loss plateau at the start of training (~11 epochs
@@ -35,18 +35,18 @@ from bayes_attn.oneshot import pipeline, training
 from bayes_attn.oneshot.pipeline import load_oneshot_spec, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = ROOT / "models/omniglot_oneshot.toml"
+SPEC = ROOT / "models/omniglot_oneshot_plain.toml"
 VARIANTS = {
     "shipped": {},
     "rotations": {"task.rotations": True},
     "rotations+shift": {"task.rotations": True, "task.shift": 2},
     "rotations+shift+wide": {"task.rotations": True, "task.shift": 2, "model.width": 256, "model.d_qk": 64},
 }
-"""Changes to the shipped spec, by field (``section.name``)."""
+"""Changes to the plain spec, by field (``section.name``)."""
 
 
 def variant_spec(changes: dict, patience: int, epochs: int):
-    """The shipped spec with ``changes``, early stopping after ``patience`` epochs, at most ``epochs``."""
+    """The plain spec with ``changes``, early stopping after ``patience`` epochs, at most ``epochs``."""
     table = tomllib.loads(load_oneshot_spec(SPEC).to_toml())
     for key, value in {**changes, "training.patience": patience, "training.epochs": epochs}.items():
         section, name = key.split(".")

@@ -1,6 +1,6 @@
 """Does the loss plateau at chance of the Fig. 3 training come from the query/key initialisation?
 
-Short runs of the CPU model of ``models/omniglot_oneshot.toml`` (Adam with L2
+Short runs of the CPU model of ``models/omniglot_oneshot_plain.toml`` (Adam with L2
 5e-5, batch 128, no augmentation, fresh episodes of the training classes every
 100 steps) at a given query/key scale and learning rate; prints the mean
 training loss and the validation accuracy (Tagalog, 1000 episodes) every 100
@@ -27,7 +27,7 @@ def main() -> None:
     qk = float(sys.argv[1])
     epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 6
     lr = float(sys.argv[3]) if len(sys.argv) > 3 else 3e-4
-    base = load_oneshot_spec(ROOT / "models/omniglot_oneshot.toml")
+    base = load_oneshot_spec(ROOT / "models/omniglot_oneshot_plain.toml")
     spec = dataclasses.replace(
         base,
         task=dataclasses.replace(base.task, n_gd_train=128 * 100),

@@ -13,7 +13,7 @@ and ``RUN/pruning.json``; writes one ``RUN/sampling/N<width>.nc`` per width
 (as ``oneshot.nc``'s sampling variables, plus ``accuracy_theory``) and
 ``RUN/sampling/summary.md`` over every file there.
 
-    python inference/fig3_sampling.py [--run inference/results/fig3] [--spec models/omniglot_oneshot.toml]
+    python inference/fig3_sampling.py [--run inference/results/fig3] [--spec models/omniglot_oneshot_plain.toml]
         [--widths 100] [--warmup 300] [--samples 750] [--chains 4] [--max-tree-depth 3] [--sampler NAME]
         [--data-dir DIR]
 
@@ -69,7 +69,7 @@ def summary_markdown(folder: Path) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", type=Path, default=ROOT / "inference/results/fig3", help="a finished prune folder")
-    p.add_argument("--spec", type=Path, default=ROOT / "models/omniglot_oneshot.toml")
+    p.add_argument("--spec", type=Path, default=ROOT / "models/omniglot_oneshot_plain.toml")
     p.add_argument("--widths", type=int, nargs="+", default=[100])
     p.add_argument("--warmup", type=int, default=300)
     p.add_argument("--samples", type=int, default=750)
