@@ -1,0 +1,163 @@
+"""Benchmark: how far the guided samplers are from their floor, the dense linear algebra every draw needs
+(docs/theory.md §9).
+
+Fig. 2c at N = 100 (``markov.fig2c``: 4 paths, P = 100, 100 test inputs, temperature 0.01, float64). A
+``laplace-is`` draw costs one evaluation of ``S`` (a ``P × P`` Cholesky factorisation of the kernel) and one
+exact draw of ``f`` given ``U`` (another ``P × P`` factorisation), so two factorisations per draw bound its
+speed from below. Measured in one process, in alternated rounds, after compilation:
+
+- ``propose``: 20 000 proposals and their exact log weights (``samplers.laplace.propose``), per draw;
+- ``conditional``: ``f_train``, ``f_test`` for 20 000 draws of ``U`` (``samplers.conditional_outputs``), per draw;
+- ``cholesky``: one batched ``P × P`` Cholesky factorisation (jitted, batches of 1024), per matrix;
+- ``laplace-is`` and ``wishart`` 4 × (500 + 2000) through ``sample_posterior`` (second calls), with their
+  ESS of ``U``.
+
+Printed: each phase per draw in Cholesky units, and the bound on ``laplace-is``'s ESS/s over ``wishart``'s if
+a draw cost exactly two factorisations and nothing else (same ESS per draw).
+
+The image scale (the landed Fig. 3 model's shapes: 16 paths, P = 600, N0 = 64, float32, N = 10) is bounded by
+the kernel itself: forming ``K(U) = Φ Φᵀ`` (``Φ`` ``[P, r N0]``, ``r = 10``: ``2 P² r N0`` flops) costs more
+than its factorisation. Measured: one ``Φ Φᵀ`` product and one ``P × P`` Cholesky, against one gradient of the
+``wishart`` potential (ξ form) on random inputs of those shapes (``benchmarks/bench_kernel_forms.py``'s
+``problem``), and the sampling time that gradient gives for ``prune``'s N = 10 setting (4 × (150 + 350) draws
+at 22 leapfrog steps per draw, as measured on the landed model).
+
+    .venv/bin/python benchmarks/bench_guided_floor.py [--rounds 3] [--quick]
+
+Output: ``benchmarks/results/guided_floor.json`` (``--quick``: a temporary folder). ~3 min on 2 quiet cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bayes_attn import markov  # noqa: E402
+from bayes_attn.samplers import conditional_outputs, prepare  # noqa: E402
+from bayes_attn.samplers import laplace  # noqa: E402
+from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
+from record import write_record  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NUTS_STEPS_PER_DRAW = 22.0
+"""Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` run on the landed Fig. 3 model (README, Fig. 3)."""
+
+
+def timed(fn, reps: int = 1) -> float:
+    """Median seconds of ``fn()`` (its result blocked on) over ``reps`` calls."""
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out))
+
+
+def spd_batch(n: int, P: int, dtype) -> jax.Array:
+    a = np.random.default_rng(0).normal(size=(n, P, P))
+    return jnp.asarray(a @ a.transpose(0, 2, 1) / P + np.eye(P), dtype)
+
+
+def fig2c(rounds: int, quick: bool) -> dict:
+    task, net = markov.fig2c(width=100)
+    x, y, xt, _ = task.generate()
+    inputs = prepare(net, x, y, xt[:100], 0.01, "float64")
+    g = laplace.guide(inputs)
+    count = 2000 if quick else 20000
+    chol = jax.jit(lambda a: jnp.linalg.cholesky(a))
+    mats = spd_batch(1024, y.shape[0], jnp.float64)
+    U = laplace.observables_of(g, laplace.propose(g, jax.random.key(0), count)[0].reshape(4, count // 4, -1))["U"]
+    phases = {"propose": lambda k: laplace.propose(g, k, count),
+              "conditional": lambda k: conditional_outputs(U, k, inputs),
+              "cholesky": lambda k: chol(mats)}
+    per = {"propose": count, "conditional": count, "cholesky": mats.shape[0]}
+    for name, fn in phases.items():  # compile
+        jax.block_until_ready(fn(jax.random.key(1)))
+    times = {name: [] for name in phases}
+    for r in range(rounds):
+        for name, fn in phases.items():
+            times[name].append(timed(lambda: fn(jax.random.key(2 + r))) / per[name])
+    sec = {k: float(np.median(v)) for k, v in times.items()}
+    settings = {"laplace-is": dict(num_chains=4, num_samples=count // 4),
+                "wishart": dict(num_chains=4, num_warmup=50 if quick else 500, num_samples=50 if quick else 2000)}
+    calls = {}
+    for name, kw in settings.items():
+        measure(net, x, y, xt[:100], 0.01, name, kw, 0)  # compiles
+        calls[name] = measure(net, x, y, xt[:100], 0.01, name, kw, 1)
+    lis, w = calls["laplace-is"], calls["wishart"]
+    ess_per_draw = lis["min_ess_U"] / count
+    bound = ess_per_draw / (2 * sec["cholesky"])
+    out = {"seconds_per_draw": sec, "in_cholesky_units": {k: v / sec["cholesky"] for k, v in sec.items()},
+           "laplace-is": {k: lis[k] for k in ("wall_seconds", "min_ess_U", "ess_per_second_U", "pareto_k")},
+           "wishart": {k: w[k] for k in ("wall_seconds", "min_ess_U", "ess_per_second_U", "max_rhat")},
+           "laplace-is seconds per draw, all in": lis["wall_seconds"] / count,
+           "ESS of U per laplace-is draw": ess_per_draw,
+           "bound: ESS/s at two Choleskys per draw": bound,
+           "ratio laplace-is/wishart ESS/s, measured": lis["ess_per_second_U"] / w["ess_per_second_U"],
+           "ratio laplace-is/wishart ESS/s, bound": bound / w["ess_per_second_U"],
+           "load": os.getloadavg()}
+    for k, v in out.items():
+        print(f"fig2c N=100 {k}: {v}", flush=True)
+    return out
+
+
+def image(rounds: int, quick: bool) -> dict:
+    from bench_kernel_forms import gradient_fn, problem  # benchmarks/bench_kernel_forms.py
+
+    from bayes_attn import threads
+    from bayes_attn.precision import x64
+    from bayes_attn.samplers.wishart import factor_shapes
+
+    cfg = dict(heads=(2, 2), P=120, N0=16, T=8, width=10) if quick else dict(heads=(4, 4), P=600, N0=64, T=8, width=10)
+    net, x, y = problem(**cfg)
+    P, N0, r = cfg["P"], cfg["N0"], factor_shapes(net.heads, net.widths)[0][1]
+    with x64(False), threads.limits():
+        inputs = prepare(net, x, y, None, 0.5, "float32")
+        grad = gradient_fn(inputs, "xi")[0]
+        phi = jnp.asarray(np.random.default_rng(0).normal(size=(P, r * N0)) / np.sqrt(r * N0), jnp.float32)
+        gram = jax.jit(lambda f: f @ f.T)
+        chol = jax.jit(lambda a: jnp.linalg.cholesky(a))
+        K = gram(phi) + jnp.eye(P, dtype=jnp.float32)
+        fns = {"gram": lambda: gram(phi), "cholesky": lambda: chol(K), "gradient": grad}
+        for fn in fns.values():
+            jax.block_until_ready(fn())
+        times = {k: [] for k in fns}
+        for _ in range(rounds):
+            for k, fn in fns.items():
+                times[k].append(timed(fn, reps=5))
+    sec = {k: float(np.median(v)) for k, v in times.items()}
+    gradients = 4 * (150 + 350) * NUTS_STEPS_PER_DRAW
+    out = {"shapes": {"P": P, "D": net.D, "N0": N0, "N": 10, "r": r}, "seconds": sec,
+           "gram GFLOP/s": 2 * P * P * r * N0 / sec["gram"] / 1e9,
+           "gradient in gram units": sec["gradient"] / sec["gram"],
+           "cholesky in gram units": sec["cholesky"] / sec["gram"],
+           "prune N=10 sampling at this gradient, seconds": gradients * sec["gradient"],
+           "load": os.getloadavg()}
+    for k, v in out.items():
+        print(f"image N=10 {k}: {v}", flush=True)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, output to a temporary folder")
+    a = ap.parse_args(argv)
+    record = {"settings": vars(a), "load_before": os.getloadavg()}
+    record["fig2c"] = fig2c(a.rounds, a.quick)
+    record["image"] = image(a.rounds, a.quick)
+    write_record((Path(tempfile.mkdtemp()) if a.quick else RESULTS) / "guided_floor.json", record)
+
+
+if __name__ == "__main__":
+    main()
