@@ -52,6 +52,20 @@ def test_prune_default_spec_is_the_shipped_toml(tmp_path, monkeypatch):
     assert seen["spec"] == shipped and seen["spec"].to_toml() == shipped.to_toml()
 
 
+def test_default_spec_trains_as_the_validation_alphabet_chose():
+    """The default spec trains exactly as the variant with the best validation accuracy in the recorded choice
+    (``inference/results/fig3/choices.json``, made by ``inference/fig3_choices.py`` on validation episodes only;
+    ties go to the variant with fewer changes): the two cannot drift apart unnoticed."""
+    choices = json.loads((ROOT / "inference/results/fig3/choices.json").read_text())
+    best = max(choices, key=lambda k: (round(choices[k]["best_validation"], 3), -len(choices[k]["changes"])))
+    assert best == "rotations" and choices[best]["changes"] == {"task.rotations": True}
+    default = load_oneshot_spec()
+    assert default.training_hash() == choices[best]["training_hash"]
+    assert default.task.rotations and default.training.patience == 16
+    plain = load_oneshot_spec(ROOT / "models/omniglot_oneshot_plain.toml")
+    assert not plain.task.rotations and plain.training.patience is None
+
+
 def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
     spec = OneShotSpec()
     assert OneShotSpec.from_dict(tomllib.loads(spec.to_toml())) == spec
