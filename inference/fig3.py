@@ -18,8 +18,9 @@ script can be stopped and resumed.
     python inference/fig3.py [--variants 2x4 2x8 rotations] [--seeds 0 1 2] [--out inference/results/fig3]
                              [--data-dir DIR] [--summary-only]
 
-Cost on the shared 2-core CPU: one 2x4 run ~60 min at load 6-14 (training ~45 min
-of it); a 2x8 run (no sampling) 40 min at load ~1.5 (training 25 min).
+Cost on the shared 2-core CPU: a rotations run (the default spec) ~30 min at load ~2 (training 18 min,
+sampling 9-12); a plain 2x4 run ~60 min at load 6-14 (training ~45 min of it); a 2x8 run (no sampling)
+40 min at load ~1.5 (training 25 min).
 """
 
 from __future__ import annotations
