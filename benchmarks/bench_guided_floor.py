@@ -8,7 +8,8 @@ speed from below. Measured in one process, in alternated rounds, after compilati
 
 - ``propose``: 20 000 proposals and their exact log weights (``samplers.laplace.propose``), per draw;
 - ``conditional``: ``f_train``, ``f_test`` for 20 000 draws of ``U`` (``samplers.conditional_outputs``), per draw;
-- ``cholesky``: one batched ``P × P`` Cholesky factorisation (jitted, batches of 1024), per matrix;
+- ``cholesky``: one batched ``P × P`` Cholesky factorisation (jitted, batches of 1024), per matrix
+  (these three inside ``bayes_attn.threads.limits()``, as the library runs them);
 - ``laplace-is`` and ``wishart`` 4 × (500 + 2000) through ``sample_posterior`` (second calls), with their
   ESS of ``U``.
 
@@ -42,7 +43,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bayes_attn import markov  # noqa: E402
+from bayes_attn import markov, threads  # noqa: E402
 from bayes_attn.samplers import conditional_outputs, prepare  # noqa: E402
 from bayes_attn.samplers import laplace  # noqa: E402
 from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
@@ -50,7 +51,7 @@ from record import write_record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NUTS_STEPS_PER_DRAW = 22.0
-"""Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` run on the landed Fig. 3 model (README, Fig. 3)."""
+"""Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` runs on the landed Fig. 3 models (README, Fig. 3: 15-23)."""
 
 
 def timed(fn, reps: int = 1) -> float:
@@ -81,12 +82,13 @@ def fig2c(rounds: int, quick: bool) -> dict:
               "conditional": lambda k: conditional_outputs(U, k, inputs),
               "cholesky": lambda k: chol(mats)}
     per = {"propose": count, "conditional": count, "cholesky": mats.shape[0]}
-    for name, fn in phases.items():  # compile
-        jax.block_until_ready(fn(jax.random.key(1)))
     times = {name: [] for name in phases}
-    for r in range(rounds):
-        for name, fn in phases.items():
-            times[name].append(timed(lambda: fn(jax.random.key(2 + r))) / per[name])
+    with threads.limits():  # as the library runs them (one BLAS thread per call)
+        for name, fn in phases.items():  # compile
+            jax.block_until_ready(fn(jax.random.key(1)))
+        for r in range(rounds):
+            for name, fn in phases.items():
+                times[name].append(timed(lambda: fn(jax.random.key(2 + r))) / per[name])
     sec = {k: float(np.median(v)) for k, v in times.items()}
     settings = {"laplace-is": dict(num_chains=4, num_samples=count // 4),
                 "wishart": dict(num_chains=4, num_warmup=50 if quick else 500, num_samples=50 if quick else 2000)}
@@ -114,7 +116,6 @@ def fig2c(rounds: int, quick: bool) -> dict:
 def image(rounds: int, quick: bool) -> dict:
     from bench_kernel_forms import gradient_fn, problem  # benchmarks/bench_kernel_forms.py
 
-    from bayes_attn import threads
     from bayes_attn.precision import x64
     from bayes_attn.samplers.wishart import factor_shapes
 
