@@ -64,6 +64,18 @@ def timed(fn, reps: int = 1) -> float:
     return float(np.median(out))
 
 
+def alternated(phases: dict, rounds: int, reps: int = 1) -> dict[str, float]:
+    """Median seconds of one call of each phase ``fn(r)`` (``r``: the round; ``-1``: the untimed compiling call),
+    the phases taking turns within each of ``rounds`` rounds."""
+    for fn in phases.values():
+        jax.block_until_ready(fn(-1))
+    times = {name: [] for name in phases}
+    for r in range(rounds):
+        for name, fn in phases.items():
+            times[name].append(timed(lambda: fn(r), reps))
+    return {name: float(np.median(v)) for name, v in times.items()}
+
+
 def spd_batch(n: int, P: int, dtype) -> jax.Array:
     a = np.random.default_rng(0).normal(size=(n, P, P))
     return jnp.asarray(a @ a.transpose(0, 2, 1) / P + np.eye(P), dtype)
@@ -78,18 +90,12 @@ def fig2c(rounds: int, quick: bool) -> dict:
     chol = jax.jit(lambda a: jnp.linalg.cholesky(a))
     mats = spd_batch(1024, y.shape[0], jnp.float64)
     U = laplace.observables_of(g, laplace.propose(g, jax.random.key(0), count)[0].reshape(4, count // 4, -1))["U"]
-    phases = {"propose": lambda k: laplace.propose(g, k, count),
-              "conditional": lambda k: conditional_outputs(U, k, inputs),
-              "cholesky": lambda k: chol(mats)}
+    phases = {"propose": lambda r: laplace.propose(g, jax.random.key(2 + r), count),
+              "conditional": lambda r: conditional_outputs(U, jax.random.key(2 + r), inputs),
+              "cholesky": lambda r: chol(mats)}
     per = {"propose": count, "conditional": count, "cholesky": mats.shape[0]}
-    times = {name: [] for name in phases}
     with threads.limits():  # as the library runs them (one BLAS thread per call)
-        for name, fn in phases.items():  # compile
-            jax.block_until_ready(fn(jax.random.key(1)))
-        for r in range(rounds):
-            for name, fn in phases.items():
-                times[name].append(timed(lambda: fn(jax.random.key(2 + r))) / per[name])
-    sec = {k: float(np.median(v)) for k, v in times.items()}
+        sec = {name: s / per[name] for name, s in alternated(phases, rounds).items()}
     settings = {"laplace-is": dict(num_chains=4, num_samples=count // 4),
                 "wishart": dict(num_chains=4, num_warmup=50 if quick else 500, num_samples=50 if quick else 2000)}
     calls = {}
@@ -129,14 +135,8 @@ def image(rounds: int, quick: bool) -> dict:
         gram = jax.jit(lambda f: f @ f.T)
         chol = jax.jit(lambda a: jnp.linalg.cholesky(a))
         K = gram(phi) + jnp.eye(P, dtype=jnp.float32)
-        fns = {"gram": lambda: gram(phi), "cholesky": lambda: chol(K), "gradient": grad}
-        for fn in fns.values():
-            jax.block_until_ready(fn())
-        times = {k: [] for k in fns}
-        for _ in range(rounds):
-            for k, fn in fns.items():
-                times[k].append(timed(fn, reps=5))
-    sec = {k: float(np.median(v)) for k, v in times.items()}
+        sec = alternated({"gram": lambda r: gram(phi), "cholesky": lambda r: chol(K), "gradient": lambda r: grad()},
+                         rounds, reps=5)
     gradients = 4 * (150 + 350) * NUTS_STEPS_PER_DRAW
     out = {"shapes": {"P": P, "D": net.D, "N0": N0, "N": 10, "r": r}, "seconds": sec,
            "gram GFLOP/s": 2 * P * P * r * N0 / sec["gram"] / 1e9,
