@@ -52,6 +52,7 @@ def _quadratic(theta, centre, H):
     return 0.5 * d @ H @ d
 
 
+@pytest.mark.slow  # 7-9 s: 20 000 proposals through SciPy's densities
 @pytest.mark.parametrize("mix", [0.0, 0.5])
 def test_weights_on_an_exactly_gaussian_target(mix):
     """Target ``S(θ) = ½ (θ − θ̂)ᵀ H (θ − θ̂)`` (a normal with covariance ``H⁻¹``): with the normal proposal
@@ -83,6 +84,7 @@ def test_weights_on_an_exactly_gaussian_target(mix):
     assert np.all(np.abs(emp - scale * cov) < 5 * se)
 
 
+@pytest.mark.slow  # 7-11 s: the expansion and the wishart start compiled for one network
 def test_start_maps_the_mode_to_the_wishart_sites():
     """The expansion's start of ``wishart`` (sites ``t``, ``z``) gives, through the sampler's own observables,
     the order parameters of ``θ̂`` (the coordinates of the expansion); its metric is symmetric positive definite."""
@@ -267,6 +269,7 @@ def test_singular_levels_are_flagged_and_auto_falls_back(record_property, monkey
     assert post.summary().pareto_k != post.summary().pareto_k  # NaN: the kept draws are NUTS's
 
 
+@pytest.mark.slow  # 20-32 s: both guided samplers compiled
 def test_guided_posterior_round_trips_and_says_how_it_was_made(tmp_path):
     """A ``laplace-is`` posterior saved to netCDF loads with its method, ``k̂``, IS ESS and sample statistics; its
     summary and the ``laplace-mh`` one report their own diagnostics (no NUTS fields); thinning keeps every
