@@ -195,7 +195,7 @@ def test_problem_basis_matches_numpy(heads, readout, form):
     np.testing.assert_allclose(basis, expect, rtol=1e-12, atol=1e-12 * np.abs(expect).max())
 
 
-@pytest.mark.slow  # 5-11 s: solves at three widths and two input sets
+@pytest.mark.slow  # 5-11 s: two theory solves (with and without the basis) compiled for this network
 def test_basis_is_reused_at_other_widths_and_refused_for_other_inputs():
     """A basis passed on serves the same data at any width and temperature (the same array); one computed from
     other inputs (changed in place too), attention, readout or s0² is refused, naming the argument."""
