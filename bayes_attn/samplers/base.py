@@ -287,28 +287,45 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     ``U_draws`` is ``[chain, draw, D, D]``. The prior draw uses
     ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
     ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
-    :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. All draws in one
-    compiled program (vectorised in batches of :data:`CONDITIONAL_BATCH`), compiled once per shape.
+    :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. The draws go through one compiled
+    program in vectorised batches (:func:`batch_size` of :data:`CONDITIONAL_BATCH`), compiled once per shape and
+    batch size: other numbers of draws and other temperatures reuse it.
     """
     D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
     shape = U_draws.shape[:2]
-    keys = jax.random.split(key, math.prod(shape))
+    S = math.prod(shape)
+    keys = jax.random.split(key, S)
     flat = U_draws.reshape(-1, *U_draws.shape[2:])
-    outs = _conditional_f(flat, keys, likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
-                          form=form, s0sq=float(inputs.net.variances[0]), temperature=float(inputs.temperature))
-    names = ["f_train", "f_test"][: len(outs)]
-    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
+    # whole batches of one size per problem (the last draw repeated, its copies dropped): one compiled program
+    # whatever the number of draws or the temperature
+    B = batch_size(S, CONDITIONAL_BATCH)
+    padded = S + (-S % B)
+    if padded > S:
+        index = np.minimum(np.arange(padded), S - 1)
+        flat, keys = flat[index], keys[index]
+    data, temperature = likelihood_data(inputs, form), jnp.asarray(inputs.temperature, flat.dtype)
+    parts = [_conditional_f(flat[i : i + B], keys[i : i + B], data, inputs.xi, inputs.y, inputs.xi_test, temperature,
+                            form=form, s0sq=float(inputs.net.variances[0])) for i in range(0, padded, B)]
+    names = ["f_train", "f_test"][: len(parts[0])]
+    return {n: jnp.concatenate(o)[:S].reshape(*shape, -1) for n, o in zip(names, zip(*parts))}
 
 
 CONDITIONAL_BATCH = 256
-"""Draws per vectorised batch of :func:`conditional_outputs`."""
+"""Draws per vectorised batch of :func:`conditional_outputs` (at most)."""
 
 
-@partial(jax.jit, static_argnames=("form", "s0sq", "temperature"))
-def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.Array, y: jax.Array,
-                   xi_test: jax.Array | None, *, form: str, s0sq: float, temperature: float) -> list[jax.Array]:
-    """:func:`conditional_outputs` on flat draws ``[S, D, D]`` with one key each: ``[f_train [S, P], (f_test [S, P_test])]``."""
+def batch_size(count: int, most: int) -> int:
+    """Draws per vectorised batch for ``count`` draws: ``min(most, 2^⌈log₂ count⌉)``, so that a few batch sizes (one
+    compiled program each) serve every count."""
+    return min(int(most), 1 << max(int(count) - 1, 0).bit_length())
+
+
+@partial(jax.jit, static_argnames=("form", "s0sq"))
+def _conditional_f(U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.Array, y: jax.Array,
+                   xi_test: jax.Array | None, temperature: jax.Array, *, form: str, s0sq: float) -> list[jax.Array]:
+    """:func:`conditional_outputs` on one batch of draws ``[B, D, D]`` with one key each: ``[f_train [B, P],
+    (f_test [B, P_test])]``."""
     D, N0 = xi.shape[1], xi.shape[2]
     xis = [xi] if xi_test is None else [xi, xi_test]
     scale = math.sqrt(s0sq / (N0 * D))
@@ -318,14 +335,9 @@ def _conditional_f(flat_U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.
         R = _psd_sqrt(U)
         RZ = R @ jax.random.normal(k1, (D, N0), U.dtype) * scale
         priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
-        eps = math.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
+        eps = jnp.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
         alpha = gp.pathwise_weights(gram(U, R, data, form, s0sq), priors[0], y, eps, temperature)
         v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
         return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
 
-    # whole batches only (the last draw repeated, its copies dropped): lax.map would compile a ragged remainder
-    # batch as a second copy of ``one``
-    S = flat_U.shape[0]
-    B = min(CONDITIONAL_BATCH, S)
-    flat_U, keys = (jnp.concatenate([a, jnp.repeat(a[-1:], -S % B, axis=0)]) for a in (flat_U, keys))
-    return [o[:S] for o in jax.lax.map(lambda t: one(*t), (flat_U, keys), batch_size=B)]
+    return jax.vmap(one)(U, keys)

@@ -73,7 +73,7 @@ from ..theory.correction import Mode, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
-from .base import Storage, Sampler, SamplerInputs, conditional_outputs, order_parameter_observables
+from .base import Storage, Sampler, SamplerInputs, batch_size, conditional_outputs, order_parameter_observables
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
 PROPOSAL_DF = 4.0
@@ -149,7 +149,7 @@ class GuideOnce:
 
 
 # ----------------------------------------------------------------------------
-# proposals and their exact log weights (one compiled program per shape)
+# proposals and their exact log weights (one compiled program per batch size and shape)
 # ----------------------------------------------------------------------------
 def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
     """``log q`` at squared Mahalanobis radius ``r2`` (up to ``log det L``): the mixture ``(1 − mix) N + mix t_df``
@@ -162,13 +162,31 @@ def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
     return jnp.logaddexp(math.log1p(-mix) + log_n, math.log(mix) + log_t)
 
 
-@partial(jax.jit, static_argnames=("action", "count", "batch", "df", "mix"))
 def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, count: int,
               batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX) -> tuple[jax.Array, jax.Array]:
     """``count`` draws ``θ`` ``[count, n]`` from the proposal centred at ``θ̂`` with scale ``H⁻¹`` (``H = L Lᵀ``,
     ``chol = L``) and their log weights ``−action(θ, *args) − log q(θ)`` ``[count]`` (``-inf`` where not
     finite; up to one constant), in batches of ``batch`` (``vmap``). ``action`` is static (compiled once per
-    function); for the posterior it is ``S`` of docs/theory.md §8 (:func:`propose`)."""
+    function); for the posterior it is ``S`` of docs/theory.md §8 (:func:`propose`).
+
+    Draw ``i`` comes from the ``i``-th of ``jax.random.split(key, count)``. The batches have one size per
+    problem (:func:`~bayes_attn.samplers.base.batch_size`; the last one padded and cut), so that other counts
+    reuse the compiled batch instead of compiling one program per count."""
+    keys = jax.random.split(key, count)
+    size = batch_size(count, batch)
+    padded = count + (-count % size)
+    if padded > count:
+        keys = keys[np.minimum(np.arange(padded), count - 1)]  # the last key again: draws cut below
+    parts = [_proposal_batch(keys[i : i + size], theta_hat, chol, action, args, df=df, mix=mix)
+             for i in range(0, padded, size)]
+    theta, log_w = (jnp.concatenate(p)[:count] for p in zip(*parts))
+    return theta, log_w
+
+
+@partial(jax.jit, static_argnames=("action", "df", "mix"))
+def _proposal_batch(keys: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, df: float,
+                    mix: float) -> tuple[jax.Array, jax.Array]:
+    """:func:`proposals` for one batch of keys ``[b]`` (one compiled program per batch size, shapes and action)."""
     n = theta_hat.shape[0]
     dtype = theta_hat.dtype
 
@@ -181,7 +199,7 @@ def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Cal
         log_w = -action(theta, *args) - _log_q(s * s * (eps @ eps), n, df, mix)
         return theta, jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
 
-    return jax.lax.map(one, jax.random.split(key, count), batch_size=min(batch, count))
+    return jax.vmap(one)(keys)
 
 
 def _batch(guide: Guide) -> int:
