@@ -52,6 +52,28 @@ def _quadratic(theta, centre, H):
     return 0.5 * d @ H @ d
 
 
+def test_proposals_do_not_depend_on_the_count_or_the_batching():
+    """Draw ``i`` is the same whatever the count (the keys of ``jax.random.split(key, count)`` are a prefix of a
+    longer split's) and the batch size (whole batches of 100 against padded batches of 128, the last cut): every
+    count that gives the same batch size runs the one compiled batch."""
+    rng = np.random.default_rng(0)
+    n = 3
+    A = rng.normal(size=(n, n))
+    H = A @ A.T + n * np.eye(n)
+    centre = rng.normal(size=n)
+    with x64(True):
+        args = (jnp.asarray(centre), jnp.linalg.cholesky(jnp.asarray(H)), _quadratic, (jnp.asarray(centre), jnp.asarray(H)))
+        long = laplace.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
+        programs = laplace._proposal_batch._cache_size()
+        short = laplace.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
+        assert laplace._proposal_batch._cache_size() == programs
+        whole = laplace.proposals(key_of(1), *args, count=1000, batch=100)  # 10 batches of 100
+    for a, b, c in zip(long, short, whole):
+        assert a.shape[0] == 1000 and b.shape[0] == 300
+        np.testing.assert_allclose(b, a[:300], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(c, a, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.slow  # 7-9 s: 20 000 proposals through SciPy's densities
 @pytest.mark.parametrize("mix", [0.0, 0.5])
 def test_weights_on_an_exactly_gaussian_target(mix):

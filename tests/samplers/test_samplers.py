@@ -27,7 +27,7 @@ from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
 from bayes_attn import calibration, samplers
-from bayes_attn.samplers import nuts
+from bayes_attn.samplers import base, nuts
 
 TEMPERATURE = 0.1
 # agreement of 17 posterior means (U's upper triangle, f_test) within Z estimated standard errors: Bonferroni with
@@ -249,8 +249,10 @@ def test_sequential_chains_in_one_program_match_numpyro_loop():
     np.testing.assert_allclose(U[True], U[False], rtol=1e-6, atol=1e-9)
 
 
-def test_conditional_draws_compile_once_per_shape():
-    """A second call of the exact conditional draws with the same shapes compiles nothing."""
+def test_conditional_draws_compile_once_per_shape(monkeypatch):
+    """A second call of the exact conditional draws with the same shapes compiles nothing; another number of draws
+    (same batch size) at another temperature reuses the compiled batch, and its draws do not depend on how they
+    are batched (whole batches of 7 against one padded batch of 16)."""
     import jax.monitoring
 
     compiles = []
@@ -268,3 +270,14 @@ def test_conditional_draws_compile_once_per_shape():
         assert len(compiles) == n
     for k in ("f_train", "f_test"):
         np.testing.assert_array_equal(first[k], second[k])
+    with ba.precision.x64(True):
+        hotter = samplers.prepare(net, x, y, xt, 2 * TEMPERATURE, "float64")
+        U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 7, 4, 4))
+        programs = base._conditional_f._cache_size()
+        padded = samplers.conditional_outputs(U, key_of(1), hotter)  # 14 draws: one batch of 16, two dropped
+        assert base._conditional_f._cache_size() == programs
+        monkeypatch.setattr(base, "CONDITIONAL_BATCH", 7)
+        whole = samplers.conditional_outputs(U, key_of(1), hotter)  # two batches of 7
+    for k in ("f_train", "f_test"):
+        assert padded[k].shape == (2, 7, {"f_train": 6, "f_test": 3}[k])
+        np.testing.assert_allclose(padded[k], whole[k], rtol=1e-12, atol=1e-12)
