@@ -52,17 +52,24 @@ def _quadratic(theta, centre, H):
     return 0.5 * d @ H @ d
 
 
-def test_proposals_do_not_depend_on_the_count_or_the_batching():
-    """Draw ``i`` is the same whatever the count (the keys of ``jax.random.split(key, count)`` are a prefix of a
-    longer split's) and the batch size (whole batches of 100 against padded batches of 128, the last cut): every
-    count that gives the same batch size runs the one compiled batch."""
+def _gaussian_target(n: int):
+    """A random centre ``[n]`` and precision ``H`` ``[n, n]`` (fixed seed), and :func:`proposals`' positional
+    arguments for the target :func:`_quadratic` (float64 arrays)."""
     rng = np.random.default_rng(0)
-    n = 3
     A = rng.normal(size=(n, n))
     H = A @ A.T + n * np.eye(n)
     centre = rng.normal(size=n)
     with x64(True):
-        args = (jnp.asarray(centre), jnp.linalg.cholesky(jnp.asarray(H)), _quadratic, (jnp.asarray(centre), jnp.asarray(H)))
+        return centre, H, (jnp.asarray(centre), jnp.linalg.cholesky(jnp.asarray(H)), _quadratic,
+                           (jnp.asarray(centre), jnp.asarray(H)))
+
+
+def test_proposals_do_not_depend_on_the_count_or_the_batching():
+    """Draw ``i`` is the same whatever the count (the keys of ``jax.random.split(key, count)`` are a prefix of a
+    longer split's) and the batch size (whole batches of 100 against padded batches of 128, the last cut): every
+    count that gives the same batch size runs the one compiled batch."""
+    _, _, args = _gaussian_target(3)
+    with x64(True):
         long = laplace.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
         programs = laplace._proposal_batch._cache_size()
         short = laplace.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
@@ -82,15 +89,10 @@ def test_weights_on_an_exactly_gaussian_target(mix):
     ``log N(θ; θ̂, H⁻¹) − log q(θ)`` with ``q`` from SciPy's normal and t densities, up to one constant. The
     draws have the proposal's covariance: within 5 standard errors of the empirical covariance (20 000 draws;
     deterministic given the seed)."""
-    rng = np.random.default_rng(0)
-    n = 5
-    A = rng.normal(size=(n, n))
-    H = A @ A.T + n * np.eye(n)
-    centre = rng.normal(size=n)
+    centre, H, args = _gaussian_target(5)
     with x64(True):
-        theta, log_w = laplace.proposals(jax.random.key(1), jnp.asarray(centre), jnp.linalg.cholesky(jnp.asarray(H)),
-                                         _quadratic, (jnp.asarray(centre), jnp.asarray(H)), count=20_000, batch=512,
-                                         df=laplace.PROPOSAL_DF, mix=mix)
+        theta, log_w = laplace.proposals(jax.random.key(1), *args, count=20_000, batch=512, df=laplace.PROPOSAL_DF,
+                                         mix=mix)
     theta, log_w = np.asarray(theta), np.asarray(log_w)
     cov = np.linalg.inv(H)
     log_n = scipy.stats.multivariate_normal(centre, cov).logpdf(theta)
