@@ -36,6 +36,7 @@ from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .precision import x64
 from .samplers import SAMPLERS, Storage, SamplerSettings, get, memory, nuts, prepare
+from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
 
 MAX_RHAT = 1.01
@@ -247,6 +248,15 @@ def sample_stats(extra: dict) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------
 # results
 # ----------------------------------------------------------------------------
+
+@jax.jit
+def _moments_of_draws(U: jax.Array, C: jax.Array, Cx: jax.Array, Cxx: jax.Array, y: jax.Array,
+                      temperature: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`bayes_attn.gp.moments` for each draw of ``U`` ``[B, D, D]`` from the path kernels ``C`` ``[D, D, P, P]``,
+    ``Cx`` ``[D, D, Px, P]``, ``Cxx`` ``[D, D, Px]``: mean and variance ``[B, Px]`` each (one program per shape)."""
+    return jax.vmap(lambda u: gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), y,
+                                         temperature))(U)
+
 @dataclass(frozen=True)
 class Summary:
     """Convergence diagnostics on the invariant observables.
@@ -410,8 +420,9 @@ class Posterior:
         """
         x = self.net.check_inputs(x, "x")
         batch_size = _checks.positive_int("batch_size", batch_size)
-        s0sq, temperature = self.net.variances[0], self.temperature
+        s0sq = self.net.variances[0]
         with x64(True):
+            temperature = jnp.asarray(self.temperature, jnp.float64)
             xi = self.net.xi(self.x_train)
             C = path_kernel_from_xi(xi, xi, s0sq)
             U = jnp.asarray(self.tree["posterior"]["U"].values, jnp.float64).reshape(-1, self.net.D, self.net.D)
@@ -420,11 +431,7 @@ class Posterior:
             for xs, valid in self.net.xi_batches(x, batch_size):
                 Cx = path_kernel_from_xi(xs, xi, s0sq)  # [D, D, Px, P]
                 Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
-                m, v = jax.lax.map(
-                    lambda u: gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), y,
-                                         temperature),
-                    U, batch_size=64,
-                )
+                m, v = map_batches(lambda u: _moments_of_draws(u, C, Cx, Cxx, y, temperature), (U,), 64)
                 means.append(np.asarray(m.mean(0))[:valid])
                 variances.append(np.asarray(v.mean(0) + m.var(0))[:valid])
         return np.concatenate(means), np.concatenate(variances)

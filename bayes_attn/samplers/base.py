@@ -288,27 +288,20 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
     ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
     :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. The draws go through one compiled
-    program in vectorised batches (:func:`batch_size` of :data:`CONDITIONAL_BATCH`), compiled once per shape and
-    batch size: other numbers of draws and other temperatures reuse it.
+    program in vectorised batches (:func:`map_batches`, at most :data:`CONDITIONAL_BATCH`), compiled once per shape
+    and batch size: other numbers of draws and other temperatures reuse it.
     """
     D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
     shape = U_draws.shape[:2]
-    S = math.prod(shape)
-    keys = jax.random.split(key, S)
+    keys = jax.random.split(key, math.prod(shape))
     flat = U_draws.reshape(-1, *U_draws.shape[2:])
-    # whole batches of one size per problem (the last draw repeated, its copies dropped): one compiled program
-    # whatever the number of draws or the temperature
-    B = batch_size(S, CONDITIONAL_BATCH)
-    padded = S + (-S % B)
-    if padded > S:
-        index = np.minimum(np.arange(padded), S - 1)
-        flat, keys = flat[index], keys[index]
     data, temperature = likelihood_data(inputs, form), jnp.asarray(inputs.temperature, flat.dtype)
-    parts = [_conditional_f(flat[i : i + B], keys[i : i + B], data, inputs.xi, inputs.y, inputs.xi_test, temperature,
-                            form=form, s0sq=float(inputs.net.variances[0])) for i in range(0, padded, B)]
-    names = ["f_train", "f_test"][: len(parts[0])]
-    return {n: jnp.concatenate(o)[:S].reshape(*shape, -1) for n, o in zip(names, zip(*parts))}
+    outs = map_batches(lambda u, k: _conditional_f(u, k, data, inputs.xi, inputs.y, inputs.xi_test, temperature,
+                                                   form=form, s0sq=float(inputs.net.variances[0])),
+                       (flat, keys), CONDITIONAL_BATCH)
+    names = ["f_train", "f_test"][: len(outs)]
+    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
 
 
 CONDITIONAL_BATCH = 256
@@ -316,9 +309,24 @@ CONDITIONAL_BATCH = 256
 
 
 def batch_size(count: int, most: int) -> int:
-    """Draws per vectorised batch for ``count`` draws: ``min(most, 2^⌈log₂ count⌉)``, so that a few batch sizes (one
+    """Items per vectorised batch for ``count`` items: ``min(most, 2^⌈log₂ count⌉)``, so that a few batch sizes (one
     compiled program each) serve every count."""
     return min(int(most), 1 << max(int(count) - 1, 0).bit_length())
+
+
+def map_batches(fn: Callable, xs: tuple, most: int) -> list[jax.Array]:
+    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``), in batches of :func:`batch_size`
+    (the last one padded with copies of the last item, whose results are dropped): ``fn`` takes one batch of each
+    array and returns a sequence of arrays ``[batch, ...]``; returns them ``[count, ...]``. A jitted ``fn`` is
+    compiled once per batch size, whatever the count (``lax.map`` would compile one program per count)."""
+    count = xs[0].shape[0]
+    size = batch_size(count, most)
+    padded = count + (-count % size)
+    if padded > count:
+        index = np.minimum(np.arange(padded), count - 1)
+        xs = tuple(x[index] for x in xs)
+    parts = [fn(*(x[i : i + size] for x in xs)) for i in range(0, padded, size)]
+    return [jnp.concatenate(p)[:count] for p in zip(*parts)]
 
 
 @partial(jax.jit, static_argnames=("form", "s0sq"))

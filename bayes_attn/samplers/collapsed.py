@@ -25,6 +25,7 @@ from .base import (
     SamplerInputs,
     conditional_outputs,
     full_observables,
+    map_batches,
     likelihood_data,
     likelihood_form,
     observation,
@@ -57,25 +58,35 @@ def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Ar
     ``alpha`` from :func:`bayes_attn.gp.pathwise_weights` and
     ``df(x_mu)/dV0 = sum_pi w_pi ⊗ xi_pi(x_mu) / sqrt(N1 N0 D)``.
     """
-    net, xi, y, temperature = inputs.net, inputs.xi, inputs.y, inputs.temperature
-    s0sq = net.variances[0]
-    N1, N0, D = net.widths[0], net.N0, net.D
-    C = path_kernel_from_xi(xi, xi, s0sq)
-
-    def one(V, a, k):
-        w = effective_weights(V, a, net.widths)
-        k1, k2 = jax.random.split(k)
-        V0p = math.sqrt(s0sq) * jax.random.normal(k1, (N1, N0), xi.dtype)
-        eps = math.sqrt(temperature) * jax.random.normal(k2, y.shape, xi.dtype)
-        alpha = gp.pathwise_weights(kernel_from_C(w @ w.T / N1, C), forward_from_xi(xi, V0p, w), y, eps, temperature)
-        return V0p + s0sq * jnp.einsum("b,dn,bdi->ni", alpha, w, xi) / math.sqrt(N1 * N0 * D)
-
+    net = inputs.net
     shape = draws["a"].shape[:2]
     flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
     V, a = upper(flat, net.L)
     keys = jax.random.split(key, math.prod(shape))
-    out = jax.lax.map(lambda t: one(*t), (V, a, keys), batch_size=64)
-    return out.reshape(*shape, N1, N0)
+    C = path_kernel_from_xi(inputs.xi, inputs.xi, net.variances[0])
+    temperature = jnp.asarray(inputs.temperature, inputs.xi.dtype)
+    L, widths = net.L, tuple(int(n) for n in net.widths)
+    (out,) = map_batches(lambda *b: _V0_batch(b[:L], b[L], b[L + 1], inputs.xi, C, inputs.y, temperature,
+                                              s0sq=float(net.variances[0]), widths=widths),
+                         (*V, a, keys), 64)
+    return out.reshape(*shape, *out.shape[1:])
+
+
+@partial(jax.jit, static_argnames=("s0sq", "widths"))
+def _V0_batch(V: tuple[jax.Array, ...], a: jax.Array, keys: jax.Array, xi: jax.Array, C: jax.Array, y: jax.Array,
+              temperature: jax.Array, *, s0sq: float, widths: tuple[int, ...]) -> list[jax.Array]:
+    """:func:`conditional_V0` for one batch of ``B`` draws (``V``, ``a``, a key each): ``[V0 [B, N1, N0]]``."""
+    N1, N0, D = widths[0], xi.shape[2], xi.shape[1]
+
+    def one(V, a, k):
+        w = effective_weights(V, a, widths)
+        k1, k2 = jax.random.split(k)
+        V0p = math.sqrt(s0sq) * jax.random.normal(k1, (N1, N0), xi.dtype)
+        eps = jnp.sqrt(temperature) * jax.random.normal(k2, y.shape, xi.dtype)
+        alpha = gp.pathwise_weights(kernel_from_C(w @ w.T / N1, C), forward_from_xi(xi, V0p, w), y, eps, temperature)
+        return V0p + s0sq * jnp.einsum("b,dn,bdi->ni", alpha, w, xi) / math.sqrt(N1 * N0 * D)
+
+    return [jax.vmap(one)(V, a, keys)]
 
 
 def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:

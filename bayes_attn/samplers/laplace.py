@@ -73,7 +73,7 @@ from ..theory.correction import Mode, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
-from .base import Storage, Sampler, SamplerInputs, batch_size, conditional_outputs, order_parameter_observables
+from .base import Storage, Sampler, SamplerInputs, conditional_outputs, map_batches, order_parameter_observables
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
 PROPOSAL_DF = 4.0
@@ -170,16 +170,10 @@ def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Cal
     function); for the posterior it is ``S`` of docs/theory.md §8 (:func:`propose`).
 
     Draw ``i`` comes from the ``i``-th of ``jax.random.split(key, count)``. The batches have one size per
-    problem (:func:`~bayes_attn.samplers.base.batch_size`; the last one padded and cut), so that other counts
+    problem (:func:`~bayes_attn.samplers.base.map_batches`; the last one padded and cut), so that other counts
     reuse the compiled batch instead of compiling one program per count."""
-    keys = jax.random.split(key, count)
-    size = batch_size(count, batch)
-    padded = count + (-count % size)
-    if padded > count:
-        keys = keys[np.minimum(np.arange(padded), count - 1)]  # the last key again: draws cut below
-    parts = [_proposal_batch(keys[i : i + size], theta_hat, chol, action, args, df=df, mix=mix)
-             for i in range(0, padded, size)]
-    theta, log_w = (jnp.concatenate(p)[:count] for p in zip(*parts))
+    theta, log_w = map_batches(lambda k: _proposal_batch(k, theta_hat, chol, action, args, df=df, mix=mix),
+                               (jax.random.split(key, count),), batch)
     return theta, log_w
 
 
