@@ -189,9 +189,17 @@ def test_conditional_draws_of_V0_are_exact():
 
 @pytest.mark.slow
 def test_predict_equals_a_plain_loop_over_draws(tiny_full):
-    """Posterior.predict = mean over draws of the GP mean; mean of the GP variance + variance of the means."""
+    """Posterior.predict = mean over draws of the GP mean; mean of the GP variance + variance of the means. A second
+    call compiles no new program and gives the same values to the last bit."""
+    from bayes_attn import posterior
+
     net, x, y, xt, post = tiny_full
     mean, var = post.predict(xt, batch_size=3)  # batches of test inputs must not change anything
+    programs = posterior._moments_of_draws._cache_size()
+    again = post.predict(xt, batch_size=3)
+    assert posterior._moments_of_draws._cache_size() == programs
+    np.testing.assert_array_equal(again[0], mean)
+    np.testing.assert_array_equal(again[1], var)
     ms, vs = [], []
     for u in post.tree["posterior"]["U"].values.reshape(-1, net.D, net.D):
         m, c = _gp_posterior(net, u, x, y, xt, post.temperature)
