@@ -4,8 +4,10 @@ The tests compare against NumPy/SciPy in float64, so this process turns on
 JAX's 64-bit mode (the package itself never does: see test_package.py).
 """
 
+import contextlib
 import functools
 import gc
+import logging
 import os
 import shutil
 import tempfile
@@ -145,6 +147,37 @@ def pytest_collection_modifyitems(items):
             shared = [f for f in SHARED_FIXTURES if f in item.fixturenames]
             if shared:
                 item.add_marker(pytest.mark.xdist_group(shared[0]))
+
+
+@contextlib.contextmanager
+def traced_programs():
+    """The programs JAX makes inside the block, from its own logs: the name of each function ``jax.jit`` traces
+    (a miss of its in-memory cache: ``Finished tracing <name> for jit``), and ``compiled <program>`` for each
+    program compiled or read from the persistent cache (``jit(<name>)``; eager ``lax.map`` too). A test that a
+    second call reuses what the first compiled."""
+    names: list[str] = []
+
+    class _Record(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if msg.startswith("Finished tracing ") and " for jit in " in msg:
+                names.append(msg.removeprefix("Finished tracing ").split(" for jit in ")[0])
+            elif msg.startswith("Finished XLA compilation of "):
+                names.append("compiled " + msg.removeprefix("Finished XLA compilation of ").split(" in ")[0])
+            elif msg.startswith("Persistent compilation cache hit for "):
+                names.append("compiled " + msg.split("'")[1])
+
+    loggers = [logging.getLogger(n) for n in ("jax._src.dispatch", "jax._src.interpreters.pxla", "jax._src.compiler")]
+    handler, levels = _Record(), [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.DEBUG)
+        lg.addHandler(handler)
+    try:
+        yield names
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.removeHandler(handler)
+            lg.setLevel(level)
 
 
 def random_network(heads, *, N0=6, width=4, variances=1.0, readout="last", seed=0, scale=1.0):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import MIN_ESS, key_of, random_data, random_network, rng_of, seed_of, z_bound
+from conftest import MIN_ESS, key_of, random_data, random_network, rng_of, seed_of, traced_programs, z_bound
 
 import bayes_attn as ba
 from bayes_attn import posterior as bp
@@ -191,13 +191,11 @@ def test_conditional_draws_of_V0_are_exact():
 def test_predict_equals_a_plain_loop_over_draws(tiny_full):
     """Posterior.predict = mean over draws of the GP mean; mean of the GP variance + variance of the means. A second
     call compiles no new program and gives the same values to the last bit."""
-    from bayes_attn import posterior
-
     net, x, y, xt, post = tiny_full
     mean, var = post.predict(xt, batch_size=3)  # batches of test inputs must not change anything
-    programs = posterior._moments_of_draws._cache_size()
-    again = post.predict(xt, batch_size=3)
-    assert posterior._moments_of_draws._cache_size() == programs
+    with traced_programs() as traced:
+        again = post.predict(xt, batch_size=3)
+    assert traced == [], traced
     np.testing.assert_array_equal(again[0], mean)
     np.testing.assert_array_equal(again[1], var)
     ms, vs = [], []

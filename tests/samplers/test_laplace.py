@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import xarray as xr
-from conftest import MIN_ESS, fig2c_wishart, key_of, seed_of, three_layers_wishart, tiny_problem, z_bound
+from conftest import MIN_ESS, fig2c_wishart, key_of, seed_of, three_layers_wishart, tiny_problem, traced_programs, z_bound
 
 import bayes_attn as ba
 from bayes_attn import calibration, markov
@@ -70,10 +70,11 @@ def test_proposals_do_not_depend_on_the_count_or_the_batching():
     count that gives the same batch size runs the one compiled batch."""
     _, _, args = _gaussian_target(3)
     with x64(True):
-        long = laplace.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
-        programs = laplace._proposal_batch._cache_size()
-        short = laplace.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
-        assert laplace._proposal_batch._cache_size() == programs
+        with traced_programs() as first:
+            long = laplace.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
+        with traced_programs() as second:
+            short = laplace.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
+        assert "_proposal_batch" in first and "_proposal_batch" not in second, (first, second)
         whole = laplace.proposals(key_of(1), *args, count=1000, batch=100)  # 10 batches of 100
     for a, b, c in zip(long, short, whole):
         assert a.shape[0] == 1000 and b.shape[0] == 300

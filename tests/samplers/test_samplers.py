@@ -22,12 +22,12 @@ import jax
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import MIN_ESS, key_of, random_data, random_network, seed_of, tiny_problem, z_bound
+from conftest import MIN_ESS, key_of, random_data, random_network, seed_of, tiny_problem, traced_programs, z_bound
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
 from bayes_attn import calibration, samplers
-from bayes_attn.samplers import base, nuts
+from bayes_attn.samplers import nuts
 
 TEMPERATURE = 0.1
 # agreement of 17 posterior means (U's upper triangle, f_test) within Z estimated standard errors: Bonferroni with
@@ -264,7 +264,9 @@ def test_conditional_draws_compile_once_per_shape(monkeypatch):
     with ba.precision.x64(True):
         inputs = samplers.prepare(net, x, y, xt, TEMPERATURE, "float64")
         U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 5, 4, 4))
-        first = samplers.conditional_outputs(U, key_of(0), inputs)
+        with traced_programs() as traced:
+            first = samplers.conditional_outputs(U, key_of(0), inputs)
+        assert "_conditional_f" in traced, traced  # the name the checks below look for
         n = len(compiles)
         second = samplers.conditional_outputs(U, key_of(0), inputs)
         assert len(compiles) == n
@@ -273,10 +275,10 @@ def test_conditional_draws_compile_once_per_shape(monkeypatch):
     with ba.precision.x64(True):
         hotter = samplers.prepare(net, x, y, xt, 2 * TEMPERATURE, "float64")
         U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 7, 4, 4))
-        programs = base._conditional_f._cache_size()
-        padded = samplers.conditional_outputs(U, key_of(1), hotter)  # 14 draws: one batch of 16, two dropped
-        assert base._conditional_f._cache_size() == programs
-        monkeypatch.setattr(base, "CONDITIONAL_BATCH", 7)
+        with traced_programs() as traced:
+            padded = samplers.conditional_outputs(U, key_of(1), hotter)  # 14 draws: one batch of 16, two dropped
+        assert "_conditional_f" not in traced, traced
+        monkeypatch.setattr(samplers.base, "CONDITIONAL_BATCH", 7)
         whole = samplers.conditional_outputs(U, key_of(1), hotter)  # two batches of 7
     for k in ("f_train", "f_test"):
         assert padded[k].shape == (2, 7, {"f_train": 6, "f_test": 3}[k])
