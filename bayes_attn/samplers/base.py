@@ -308,19 +308,14 @@ CONDITIONAL_BATCH = 256
 """Draws per vectorised batch of :func:`conditional_outputs` (at most)."""
 
 
-def batch_size(count: int, most: int) -> int:
-    """Items per vectorised batch for ``count`` items: ``min(most, 2^⌈log₂ count⌉)``, so that a few batch sizes (one
-    compiled program each) serve every count."""
-    return min(int(most), 1 << max(int(count) - 1, 0).bit_length())
-
-
 def map_batches(fn: Callable, xs: tuple, most: int) -> list[jax.Array]:
-    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``), in batches of :func:`batch_size`
-    (the last one padded with copies of the last item, whose results are dropped): ``fn`` takes one batch of each
-    array and returns a sequence of arrays ``[batch, ...]``; returns them ``[count, ...]``. A jitted ``fn`` is
-    compiled once per batch size, whatever the count (``lax.map`` would compile one program per count)."""
+    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``), in batches of
+    ``min(most, 2^⌈log₂ count⌉)`` (the last one padded with copies of the last item, whose results are dropped):
+    ``fn`` takes one batch of each array and returns a sequence of arrays ``[batch, ...]``; returns them
+    ``[count, ...]``. A jitted ``fn`` is compiled once per batch size, so a few programs serve every count
+    (``lax.map`` would compile one per count)."""
     count = xs[0].shape[0]
-    size = batch_size(count, most)
+    size = min(int(most), 1 << max(int(count) - 1, 0).bit_length())
     padded = count + (-count % size)
     if padded > count:
         index = np.minimum(np.arange(padded), count - 1)
