@@ -43,9 +43,39 @@ def covariance(K: jax.Array, temperature: float) -> jax.Array:
     return K + temperature * jnp.eye(K.shape[0], dtype=K.dtype)
 
 
+CHOLESKY_LEAF = 128
+"""Largest matrix :func:`cholesky` factorises by LAPACK; larger ones are halved."""
+
+
+def cholesky(A: jax.Array) -> jax.Array:
+    """Lower Cholesky factor ``L`` ``[P, P]`` of a symmetric positive definite ``A`` ``[P, P]`` (NaN if it is not).
+
+    Up to :data:`CHOLESKY_LEAF` rows, ``jnp.linalg.cholesky`` (LAPACK). Larger,
+    by halves: ``L₁₁ = chol(A₁₁)``, ``L₂₁ = A₂₁ L₁₁⁻ᵀ`` (:func:`triangular_inverse`),
+    ``L₂₂ = chol(A₂₂ − L₂₁ L₂₁ᵀ)``, so the work is matrix products, which the CPU
+    runs faster than LAPACK's factorisation at ``P`` = 600, and much faster in
+    batches (``vmap``), where LAPACK factorises one matrix at a time
+    (``benchmarks/bench_kernel_forms.py``). A function of the symmetric part of ``A``, as ``jnp.linalg.cholesky``.
+    """
+    if A.shape[-1] <= CHOLESKY_LEAF:
+        return jnp.linalg.cholesky(A)
+    return _cholesky_by_halves(0.5 * (A + A.T))
+
+
+def _cholesky_by_halves(A: jax.Array) -> jax.Array:
+    n = A.shape[-1]
+    if n <= CHOLESKY_LEAF:
+        return jnp.linalg.cholesky(A)
+    k = n // 2
+    L11 = _cholesky_by_halves(A[:k, :k])
+    L21 = A[k:, :k] @ triangular_inverse(L11).T
+    L22 = _cholesky_by_halves(A[k:, k:] - L21 @ L21.T)
+    return jnp.block([[L11, jnp.zeros((k, n - k), A.dtype)], [L21, L22]])
+
+
 def gram_cholesky(K: jax.Array, temperature: float) -> jax.Array:
     """Lower Cholesky factor of ``G = K + temperature I`` (``K`` ``[P, P]``): ``[P, P]``."""
-    return jnp.linalg.cholesky(covariance(K, temperature))
+    return cholesky(covariance(K, temperature))
 
 
 @jax.custom_jvp
@@ -54,10 +84,10 @@ def log_likelihood(G: jax.Array, y: jax.Array) -> jax.Array:
 
     Differentiable to any order (forward and reverse); its first derivative is
     the closed form of the module docstring. A function of the symmetric part
-    of ``G`` (``jnp.linalg.cholesky`` symmetrises its input), and so is the
+    of ``G`` (:func:`cholesky` symmetrises its input), and so is the
     derivative: ``αᵀ dG α`` and ``tr(G⁻¹ dG)`` do not change under ``dG → dGᵀ``.
     """
-    return _log_likelihood(jnp.linalg.cholesky(G), y)[0]
+    return _log_likelihood(cholesky(G), y)[0]
 
 
 def _log_likelihood(L: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -66,16 +96,63 @@ def _log_likelihood(L: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     return -0.5 * (b @ b) - jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * y.shape[-1] * math.log(2 * math.pi), b
 
 
+TRIANGULAR_LEAF = 64
+"""Largest block :func:`triangular_inverse` inverts by a triangular solve; larger ones are halved."""
+
+
+def triangular_inverse(L: jax.Array) -> jax.Array:
+    """``L⁻¹`` ``[P, P]`` of a lower-triangular ``L`` ``[P, P]``, by halves.
+
+    ``[[A, 0], [C, D]]⁻¹ = [[A⁻¹, 0], [−D⁻¹ C A⁻¹, D⁻¹]]``, recursively down to
+    blocks of :data:`TRIANGULAR_LEAF`: two matrix products per level instead of
+    one ``P × P`` triangular solve against the identity, which the CPU runs
+    2–3× slower at ``P`` = 100 and 600 (``benchmarks/bench_kernel_forms.py``).
+    """
+    n = L.shape[0]
+    if n <= TRIANGULAR_LEAF:
+        return solve_triangular(L, jnp.eye(n, dtype=L.dtype), lower=True)
+    k = n // 2
+    A_inv, D_inv = triangular_inverse(L[:k, :k]), triangular_inverse(L[k:, k:])
+    lower_left = -(D_inv @ (L[k:, :k] @ A_inv))
+    return jnp.block([[A_inv, jnp.zeros((k, n - k), L.dtype)], [lower_left, D_inv]])
+
+
+def _value_alpha_inverse(L: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(log Normal(y | 0, G), α = G⁻¹ y, G⁻¹)`` from the Cholesky factor ``L`` of ``G``."""
+    value, b = _log_likelihood(L, y)
+    alpha = solve_triangular(L, b, lower=True, trans=1)
+    L_inv = triangular_inverse(L)
+    return value, alpha, L_inv.T @ L_inv
+
+
 @log_likelihood.defjvp
 def _log_likelihood_jvp(primals, tangents):
     G, y = primals
     dG, dy = tangents
-    L = jnp.linalg.cholesky(G)
-    value, b = _log_likelihood(L, y)
-    alpha = solve_triangular(L, b, lower=True, trans=1)  # G⁻¹ y
-    L_inv = solve_triangular(L, jnp.eye(L.shape[0], dtype=L.dtype), lower=True)
-    G_inv = L_inv.T @ L_inv
+    value, alpha, G_inv = _value_alpha_inverse(cholesky(G), y)
     return value, 0.5 * (alpha @ (dG @ alpha)) - 0.5 * jnp.sum(G_inv * dG) - alpha @ dy
+
+
+@jax.custom_jvp
+def log_likelihood_features(phi: jax.Array, temperature: jax.Array, y: jax.Array) -> jax.Array:
+    """:func:`log_likelihood` of ``G = Φ Φᵀ + temperature I`` from features ``phi`` ``[P, m]`` (scalar).
+
+    Its derivative is in closed form in ``Φ``: ``d log p = (α (Φᵀα)ᵀ − G⁻¹ Φ) · dΦ
+    + ½ (αᵀα − tr G⁻¹) dT − αᵀ dy``. Through :func:`log_likelihood` the
+    gradient in ``Φ`` would cost two ``P × P × m`` products (``dG = dΦ Φᵀ + Φ dΦᵀ``,
+    whose symmetry autodiff cannot see); here it costs one. Differentiable to any order.
+    """
+    return _log_likelihood(gram_cholesky(phi @ phi.T, temperature), y)[0]
+
+
+@log_likelihood_features.defjvp
+def _log_likelihood_features_jvp(primals, tangents):
+    phi, temperature, y = primals
+    dphi, dT, dy = tangents
+    value, alpha, G_inv = _value_alpha_inverse(gram_cholesky(phi @ phi.T, temperature), y)
+    grad_phi = jnp.outer(alpha, alpha @ phi) - G_inv @ phi
+    grad_T = 0.5 * (alpha @ alpha - jnp.trace(G_inv))
+    return value, jnp.sum(grad_phi * dphi) + grad_T * dT - alpha @ dy
 
 
 @jax.jit

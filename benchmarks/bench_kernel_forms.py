@@ -14,10 +14,18 @@ The likelihood's derivative, side by side in the same rounds: for the chosen
 form (unless Woodbury) also the same potential with the Gaussian density
 through NumPyro's ``MultivariateNormal`` (autodiff through the Cholesky
 factorisation, as before :func:`bayes_attn.gp.log_likelihood` carried its
-derivative in closed form), reported as ``<form> autodiff``.
+derivative in closed form), reported as ``<form> autodiff``; and as before the
+likelihood of ``Φ Φᵀ + T I`` was differentiated in the features
+(:func:`bayes_attn.gp.log_likelihood_features`) and its Cholesky factor and
+triangular inverse were taken by halves (:func:`bayes_attn.gp.cholesky`,
+:func:`bayes_attn.gp.triangular_inverse`): the Gram-level closed form with
+LAPACK's factorisation and a triangular solve against the identity, reported as
+``<form> before`` (the leaves ``gp.CHOLESKY_LEAF``, ``gp.TRIANGULAR_LEAF`` set
+past ``P`` while it is traced).
 
 Cases: the one-shot image task's scale (heads (4, 4): 16 paths, P = 600,
-N0 = 64, width 100, so ``r_1 = 16``), the same at width 2 (``r_1 = 2``:
+N0 = 64, width 100, so ``r_1 = 16``), the same at width 10 (``prune``'s
+N = 10, ``r_1 = 10``) and at width 2 (``r_1 = 2``:
 Woodbury applies), and the Fig. 2c network (4 paths, P = 100, N0 = 231).
 Random inputs: the cost depends on the shapes only.
 
@@ -30,6 +38,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -47,16 +56,18 @@ import numpyro.distributions as dist
 from numpyro.infer.util import initialize_model
 
 import bayes_attn as ba
-from bayes_attn import threads
+from bayes_attn import gp, threads
 from bayes_attn.kernels import choose_kernel_form, kernel_form_costs
 from bayes_attn.precision import x64
 from bayes_attn.samplers import prepare
-from bayes_attn.samplers.base import gram, likelihood_data
+from bayes_attn.gp import covariance
+from bayes_attn.samplers.base import GramNormal, gram, likelihood_data
 from bayes_attn.samplers.wishart import factor_chain, factor_shapes, factor_sites, model
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CASES = {
     "image N=100": dict(heads=(4, 4), P=600, N0=64, T=8, width=100),
+    "image N=10": dict(heads=(4, 4), P=600, N0=64, T=8, width=10),
     "image N=2": dict(heads=(4, 4), P=600, N0=64, T=8, width=2),
     "fig2c N=100": dict(heads=(2, 2), P=100, N0=231, T=31, width=100),
 }
@@ -80,15 +91,34 @@ def model_autodiff(data, y, *, heads, widths, variances, temperature, form):
                    obs=y)
 
 
+def model_before(data, y, *, heads, widths, variances, temperature, form):
+    """The ``wishart`` model with ``Normal(0, K + T I)`` as :class:`GramNormal` (the Gram-level closed form)."""
+    F1 = factor_chain(factor_sites(heads, widths, data.dtype), heads, widths, variances)[0]
+    numpyro.sample("y", GramNormal(covariance(gram(F1 @ F1.T, F1, data, form, variances[0]), temperature)), obs=y)
+
+
+@contextlib.contextmanager
+def lapack_leaves():
+    """Trace with LAPACK's Cholesky factorisation and triangular solve at every size (the code before)."""
+    saved = gp.CHOLESKY_LEAF, gp.TRIANGULAR_LEAF
+    gp.CHOLESKY_LEAF = gp.TRIANGULAR_LEAF = 10**9
+    try:
+        yield
+    finally:
+        gp.CHOLESKY_LEAF, gp.TRIANGULAR_LEAF = saved
+
+
 def gradient_fn(inputs, form):
-    autodiff = form.endswith(" autodiff")
-    form = form.removesuffix(" autodiff")
+    variant = form.split(" ")[1] if " " in form else None
+    form = form.split(" ")[0]
     data = likelihood_data(inputs, form)
-    m = partial(model_autodiff if autodiff else model, form=form, **inputs.consts())
-    info = initialize_model(jax.random.key(0), m, model_args=(data, inputs.y))
-    f = jax.jit(jax.value_and_grad(info.potential_fn))
-    z = info.param_info.z
-    jax.block_until_ready(f(z))  # compile
+    m = partial({None: model, "autodiff": model_autodiff, "before": model_before}[variant], form=form,
+                **inputs.consts())
+    with lapack_leaves() if variant == "before" else contextlib.nullcontext():
+        info = initialize_model(jax.random.key(0), m, model_args=(data, inputs.y))
+        f = jax.jit(jax.value_and_grad(info.potential_fn))
+        z = info.param_info.z
+        jax.block_until_ready(f(z))  # compile (traced here, under the leaves)
     return (lambda: jax.block_until_ready(f(z))), int(data.nbytes)
 
 
@@ -98,7 +128,7 @@ def time_case(name, cfg, dtype, rounds, per_round):
     forms = [f for f in ("tensor", "xi", "woodbury") if f in kernel_form_costs(D, P, N0, r)]
     chosen = choose_kernel_form(D, P, N0, r)
     if chosen != "woodbury":
-        forms.append(f"{chosen} autodiff")
+        forms += [f"{chosen} autodiff", f"{chosen} before"]
     load = os.getloadavg()
     with x64(dtype == "float64"), threads.limits():
         inputs = prepare(net, x, y, None, 0.1, dtype)
@@ -112,16 +142,18 @@ def time_case(name, cfg, dtype, rounds, per_round):
                     call()
                 times[f].append((time.perf_counter() - t0) / per_round)
     sec = {f: statistics.median(v) for f, v in times.items()}
-    forms_only = {f: t for f, t in sec.items() if not f.endswith(" autodiff")}
+    forms_only = {f: t for f, t in sec.items() if " " not in f}
     out = dict(case=name, dtype=dtype, D=D, P=P, N0=N0, rank=r, chosen=chosen, load_before=load,
                seconds_per_gradient=sec, data_bytes={f: fns[f][1] for f in forms},
                speedup_chosen_vs_tensor=sec["tensor"] / sec[chosen], fastest=min(forms_only, key=forms_only.get))
     if f"{chosen} autodiff" in sec:
         out["speedup_closed_form_derivative"] = sec[f"{chosen} autodiff"] / sec[chosen]
+        out["speedup_vs_before"] = sec[f"{chosen} before"] / sec[chosen]
     print(f"{name:12s} {dtype}  r={r:2d}  " + "  ".join(f"{f} {1e3 * s:8.2f} ms" for f, s in sec.items())
           + f"   chosen {chosen} ({out['speedup_chosen_vs_tensor']:.2f}x vs tensor"
           + (f", {out['speedup_closed_form_derivative']:.2f}x vs autodiff" if "speedup_closed_form_derivative" in out
-             else "") + f")   load {load[0]:.1f}", flush=True)
+             else "") + (f", {out['speedup_vs_before']:.2f}x vs before" if "speedup_vs_before" in out else "")
+          + f")   load {load[0]:.1f}", flush=True)
     return out
 
 

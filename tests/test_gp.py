@@ -11,7 +11,7 @@ from conftest import key_of, random_data, random_network, rng_of
 
 from bayes_attn import gp
 from bayes_attn.kernels import kernel_from_C, path_kernel_from_xi
-from bayes_attn.samplers.base import GramNormal
+from bayes_attn.samplers.base import FeatureNormal, GramNormal
 
 
 def test_xi_form_equals_path_kernel_form_in_float64():
@@ -82,14 +82,70 @@ def test_log_likelihood_value_and_derivatives_match_autodiff_and_finite_differen
                                rtol=1e-10)
 
 
+@pytest.mark.parametrize("P", [7, 129, 300])
+def test_cholesky_and_triangular_inverse_by_halves_equal_lapack(P):
+    """Above ``CHOLESKY_LEAF`` / ``TRIANGULAR_LEAF`` rows both recurse on halves (odd splits at 129):
+    the same factor and inverse as LAPACK to rounding, alone and under ``vmap``, of the symmetric part."""
+    assert gp.TRIANGULAR_LEAF < 129 <= gp.CHOLESKY_LEAF + 1 < 300
+    A = _spd(P, 5)
+    skew = rng_of(6).normal(size=(P, P))
+    L = jax.jit(gp.cholesky)(jnp.asarray(A + 1e-3 * (skew - skew.T)))  # a non-symmetric input: its symmetric part
+    ref = np.linalg.cholesky(A)
+    np.testing.assert_allclose(L, ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(gp.triangular_inverse)(jnp.asarray(ref)), np.linalg.inv(ref), rtol=0,
+                               atol=1e-10 * np.abs(np.linalg.inv(ref)).max())
+    batch = jnp.stack([jnp.asarray(A), jnp.asarray(_spd(P, 7))])
+    np.testing.assert_allclose(jax.jit(jax.vmap(gp.cholesky))(batch)[1], np.linalg.cholesky(_spd(P, 7)), rtol=0,
+                               atol=1e-12)
+    # not positive definite: NaN reaches the log-determinant, as with LAPACK
+    B = A.copy()
+    B[-1, -1] = -1.0
+    assert np.isnan(np.sum(np.log(np.diagonal(gp.cholesky(jnp.asarray(B))))))
+
+
+def _reference_features(phi, temperature, y):
+    return _reference(phi @ phi.T + temperature * jnp.eye(phi.shape[0], dtype=phi.dtype), y)
+
+
+@pytest.mark.parametrize("P, m", [(6, 4), (140, 30)])
+def test_feature_likelihood_equals_gram_likelihood_with_its_derivatives(P, m):
+    """``log_likelihood_features(Φ, T, y)`` is ``log Normal(y | 0, Φ Φᵀ + T I)``: value, gradient in every
+    argument (against autodiff through the Cholesky factorisation), a directional derivative against central
+    finite differences and, small, the Hessian."""
+    rng = rng_of(8)
+    phi, y = jnp.asarray(rng.normal(size=(P, m)) / np.sqrt(m)), jnp.asarray(rng.normal(size=P))
+    T = jnp.asarray(0.3)
+    ll = jax.jit(gp.log_likelihood_features)
+    G = phi @ phi.T + T * jnp.eye(P)
+    np.testing.assert_allclose(ll(phi, T, y), scipy.stats.multivariate_normal(np.zeros(P), G).logpdf(y), rtol=1e-12)
+    got = jax.jit(jax.grad(gp.log_likelihood_features, argnums=(0, 1, 2)))(phi, T, y)
+    ref = jax.jit(jax.grad(_reference_features, argnums=(0, 1, 2)))(phi, T, y)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-11)
+    dphi, dT, dy = jnp.asarray(rng.normal(size=(P, m))), jnp.asarray(0.7), jnp.asarray(rng.normal(size=P))
+    _, tangent = jax.jit(lambda *a: jax.jvp(gp.log_likelihood_features, a[:3], a[3:]))(phi, T, y, dphi, dT, dy)
+    h = 1e-5
+    fd = (ll(phi + h * dphi, T + h * dT, y + h * dy) - ll(phi - h * dphi, T - h * dT, y - h * dy)) / (2 * h)
+    np.testing.assert_allclose(tangent, fd, rtol=1e-6)
+    if P <= 10:
+        np.testing.assert_allclose(jax.jit(jax.hessian(gp.log_likelihood_features))(phi, T, y),
+                                   jax.jit(jax.hessian(_reference_features))(phi, T, y), rtol=1e-9, atol=1e-11)
+
+
 @pytest.mark.stochastic
-def test_gram_normal_batches_values_and_draws_with_covariance_G():
+@pytest.mark.parametrize("form", ["gram", "features"])
+def test_gram_normal_batches_values_and_draws_with_covariance_G(form):
     P, n = 3, 40_000
-    G = jnp.asarray(_spd(P, 4))
-    d = GramNormal(G)
+    if form == "gram":
+        G = jnp.asarray(_spd(P, 4))
+        d, log_density = GramNormal(G), lambda v: gp.log_likelihood(G, v)
+    else:
+        phi, T = jnp.asarray(rng_of(4).normal(size=(P, 2))), 0.2
+        G = phi @ phi.T + T * jnp.eye(P)
+        d, log_density = FeatureNormal(phi, T), lambda v: gp.log_likelihood_features(phi, T, v)
     ys = d.sample(key_of(0), (n,))
     assert ys.shape == (n, P) and d.event_shape == (P,) and d.batch_shape == ()
-    np.testing.assert_allclose(d.log_prob(ys[:5]), [gp.log_likelihood(G, v) for v in ys[:5]], rtol=1e-13)
+    np.testing.assert_allclose(d.log_prob(ys[:5]), [log_density(v) for v in ys[:5]], rtol=1e-13)
     # sample covariance against G: each entry within 5 Monte-Carlo standard errors
     # (Var of y_i y_j for a zero-mean Gaussian: G_ii G_jj + G_ij²)
     cov = np.asarray(ys.T @ ys) / n
@@ -97,3 +153,5 @@ def test_gram_normal_batches_values_and_draws_with_covariance_G():
     assert np.all(np.abs(cov - np.asarray(G)) < 5 * se), (cov - np.asarray(G)) / se
     with pytest.raises(ValueError, match=r"G must be a square matrix \[P, P\], got shape \(3,\)"):
         GramNormal(jnp.ones(3))
+    with pytest.raises(ValueError, match=r"phi must be a matrix \[P, m\], got shape \(3,\)"):
+        FeatureNormal(jnp.ones(3), 0.1)

@@ -16,7 +16,7 @@ def test_kernel_forms_agree_in_float64(rank):
     import jax.numpy as jnp
 
     from bayes_attn.precision import x64
-    from bayes_attn.samplers.base import gram, likelihood_data, observation, prepare
+    from bayes_attn.samplers.base import FeatureNormal, gram, likelihood_data, observation, prepare
 
     net = ba.Network(random_network((2, 2), N0=5).attention, 3, [0.7, 1.1, 0.9, 1.3])
     x, y = random_data(30, N0=5)
@@ -31,6 +31,8 @@ def test_kernel_forms_agree_in_float64(rank):
             return observation(F @ F.T, F, data[form], form, net.variances[0], 0.05).log_prob(inputs.y)
 
         F = jnp.asarray(F0)
+        # the ξ form with a factor of rank ≤ D differentiates in the features (gp.log_likelihood_features)
+        assert isinstance(observation(F @ F.T, F, data["xi"], "xi", net.variances[0], 0.05), FeatureNormal)
         K = {f: np.asarray(gram(F @ F.T, F, data[f], f, net.variances[0])) for f in ("tensor", "xi")}
         K_u = np.asarray(gram(F @ F.T, None, data["xi"], "xi", net.variances[0]))  # ξ (U ⊗ I) ξᵀ
         np.testing.assert_allclose(K["xi"], K["tensor"], rtol=1e-12, atol=1e-13 * np.abs(K["tensor"]).max())

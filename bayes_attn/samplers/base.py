@@ -180,6 +180,8 @@ def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s
         diag = jnp.full(P, temperature, U.dtype)
         return dist.LowRankMultivariateNormal(jnp.zeros(P, U.dtype), path_features(data, F, s0sq), diag,
                                               validate_args=False)
+    if form == "xi" and F is not None and F.shape[1] <= F.shape[0]:
+        return FeatureNormal(path_features(data, F, s0sq), temperature)
     return GramNormal(gp.covariance(gram(U, F, data, form, s0sq), temperature))
 
 
@@ -208,6 +210,34 @@ class GramNormal(dist.Distribution):
 
     def log_prob(self, value):
         return jnp.vectorize(gp.log_likelihood, signature="(p,p),(p)->()")(self.G, value)
+
+
+class FeatureNormal(dist.Distribution):
+    """``Normal(0, Φ Φᵀ + temperature I)`` over ``[P]`` from features ``Φ`` ``[P, m]``.
+
+    The log density is :func:`bayes_attn.gp.log_likelihood_features`, whose
+    gradient in ``Φ`` costs one ``P × P × m`` product fewer than
+    :class:`GramNormal` of ``Φ Φᵀ + temperature I``. Draws: ``L ε``.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    reparametrized_params = []
+    pytree_data_fields = ("phi", "temperature")
+
+    def __init__(self, phi: jax.Array, temperature):
+        if phi.ndim != 2:
+            raise ValueError(f"phi must be a matrix [P, m], got shape {phi.shape}")
+        self.phi, self.temperature = phi, jnp.asarray(temperature, phi.dtype)
+        super().__init__(batch_shape=(), event_shape=phi.shape[:1], validate_args=False)
+
+    def sample(self, key, sample_shape=()):
+        eps = jax.random.normal(key, (*sample_shape, *self.event_shape), self.phi.dtype)
+        return eps @ gp.gram_cholesky(self.phi @ self.phi.T, self.temperature).T
+
+    def log_prob(self, value):
+        return jnp.vectorize(gp.log_likelihood_features, signature="(p,m),(),(p)->()")(self.phi, self.temperature,
+                                                                                        value)
 
 
 # ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, threads
+from .. import _checks, gp, threads
 from ..compile_cache import exported_jit
 from ..kernels import Basis, basis_array, inputs_key, make_basis
 from ..network import Network
@@ -180,7 +180,7 @@ def gp_order_parameters(net: Network) -> tuple[list[np.ndarray], float]:
 # the action (pure JAX, traceable)
 # ----------------------------------------------------------------------------
 def _chol_logdet(A: jax.Array) -> tuple[jax.Array, jax.Array]:
-    Lc = jnp.linalg.cholesky(A)  # NaN when A is not positive definite
+    Lc = gp.cholesky(A)  # NaN when A is not positive definite
     return Lc, 2.0 * jnp.sum(jnp.log(jnp.diagonal(Lc)))
 
 
