@@ -48,18 +48,29 @@ CHOLESKY_LEAF = 128
 
 
 def cholesky(A: jax.Array) -> jax.Array:
-    """Lower Cholesky factor ``L`` ``[P, P]`` of a symmetric positive definite ``A`` ``[P, P]`` (NaN if it is not).
+    """Lower Cholesky factor ``L`` ``[..., P, P]`` of symmetric positive definite ``A`` ``[..., P, P]`` (NaN if not).
 
     Up to :data:`CHOLESKY_LEAF` rows, ``jnp.linalg.cholesky`` (LAPACK). Larger,
     by halves: ``L₁₁ = chol(A₁₁)``, ``L₂₁ = A₂₁ L₁₁⁻ᵀ`` (:func:`triangular_inverse`),
     ``L₂₂ = chol(A₂₂ − L₂₁ L₂₁ᵀ)``, so the work is matrix products, which the CPU
     runs faster than LAPACK's factorisation at ``P`` = 600, and much faster in
-    batches (``vmap``), where LAPACK factorises one matrix at a time
+    batches, where LAPACK factorises one matrix at a time
     (``benchmarks/bench_kernel_forms.py``). A function of the symmetric part of ``A``, as ``jnp.linalg.cholesky``.
     """
     if A.shape[-1] <= CHOLESKY_LEAF:
         return jnp.linalg.cholesky(A)
-    return _cholesky_by_halves(0.5 * (A + A.T))
+    return _cholesky_by_halves(0.5 * (A + _T(A)))
+
+
+def _T(A: jax.Array) -> jax.Array:
+    return jnp.swapaxes(A, -1, -2)
+
+
+def _lower_blocks(top_left: jax.Array, bottom_left: jax.Array, bottom_right: jax.Array) -> jax.Array:
+    """``[[top_left, 0], [bottom_left, bottom_right]]`` over the last two axes."""
+    zeros = jnp.zeros((*top_left.shape[:-1], bottom_right.shape[-1]), top_left.dtype)
+    return jnp.concatenate([jnp.concatenate([top_left, zeros], -1), jnp.concatenate([bottom_left, bottom_right], -1)],
+                           -2)
 
 
 def _cholesky_by_halves(A: jax.Array) -> jax.Array:
@@ -67,10 +78,9 @@ def _cholesky_by_halves(A: jax.Array) -> jax.Array:
     if n <= CHOLESKY_LEAF:
         return jnp.linalg.cholesky(A)
     k = n // 2
-    L11 = _cholesky_by_halves(A[:k, :k])
-    L21 = A[k:, :k] @ triangular_inverse(L11).T
-    L22 = _cholesky_by_halves(A[k:, k:] - L21 @ L21.T)
-    return jnp.block([[L11, jnp.zeros((k, n - k), A.dtype)], [L21, L22]])
+    L11 = _cholesky_by_halves(A[..., :k, :k])
+    L21 = A[..., k:, :k] @ _T(triangular_inverse(L11))
+    return _lower_blocks(L11, L21, _cholesky_by_halves(A[..., k:, k:] - L21 @ _T(L21)))
 
 
 def gram_cholesky(K: jax.Array, temperature: float) -> jax.Array:
@@ -101,20 +111,19 @@ TRIANGULAR_LEAF = 64
 
 
 def triangular_inverse(L: jax.Array) -> jax.Array:
-    """``L⁻¹`` ``[P, P]`` of a lower-triangular ``L`` ``[P, P]``, by halves.
+    """``L⁻¹`` ``[..., P, P]`` of lower-triangular ``L`` ``[..., P, P]``, by halves.
 
     ``[[A, 0], [C, D]]⁻¹ = [[A⁻¹, 0], [−D⁻¹ C A⁻¹, D⁻¹]]``, recursively down to
     blocks of :data:`TRIANGULAR_LEAF`: two matrix products per level instead of
     one ``P × P`` triangular solve against the identity, which the CPU runs
     2–3× slower at ``P`` = 100 and 600 (``benchmarks/bench_kernel_forms.py``).
     """
-    n = L.shape[0]
+    n = L.shape[-1]
     if n <= TRIANGULAR_LEAF:
-        return solve_triangular(L, jnp.eye(n, dtype=L.dtype), lower=True)
+        return solve_triangular(L, jnp.broadcast_to(jnp.eye(n, dtype=L.dtype), L.shape), lower=True)
     k = n // 2
-    A_inv, D_inv = triangular_inverse(L[:k, :k]), triangular_inverse(L[k:, k:])
-    lower_left = -(D_inv @ (L[k:, :k] @ A_inv))
-    return jnp.block([[A_inv, jnp.zeros((k, n - k), L.dtype)], [lower_left, D_inv]])
+    A_inv, D_inv = triangular_inverse(L[..., :k, :k]), triangular_inverse(L[..., k:, k:])
+    return _lower_blocks(A_inv, -(D_inv @ (L[..., k:, :k] @ A_inv)), D_inv)
 
 
 def _value_alpha_inverse(L: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

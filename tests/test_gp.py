@@ -85,7 +85,8 @@ def test_log_likelihood_value_and_derivatives_match_autodiff_and_finite_differen
 @pytest.mark.parametrize("P", [7, 129, 300])
 def test_cholesky_and_triangular_inverse_by_halves_equal_lapack(P):
     """Above ``CHOLESKY_LEAF`` / ``TRIANGULAR_LEAF`` rows both recurse on halves (odd splits at 129):
-    the same factor and inverse as LAPACK to rounding, alone and under ``vmap``, of the symmetric part."""
+    the same factor and inverse as LAPACK to rounding, alone, under ``vmap`` and over a leading axis, of the
+    symmetric part."""
     assert gp.TRIANGULAR_LEAF < 129 <= gp.CHOLESKY_LEAF + 1 < 300
     A = _spd(P, 5)
     skew = rng_of(6).normal(size=(P, P))
@@ -95,8 +96,10 @@ def test_cholesky_and_triangular_inverse_by_halves_equal_lapack(P):
     np.testing.assert_allclose(jax.jit(gp.triangular_inverse)(jnp.asarray(ref)), np.linalg.inv(ref), rtol=0,
                                atol=1e-10 * np.abs(np.linalg.inv(ref)).max())
     batch = jnp.stack([jnp.asarray(A), jnp.asarray(_spd(P, 7))])
-    np.testing.assert_allclose(jax.jit(jax.vmap(gp.cholesky))(batch)[1], np.linalg.cholesky(_spd(P, 7)), rtol=0,
-                               atol=1e-12)
+    for batched in (jax.vmap(gp.cholesky), gp.cholesky):  # vmap, and leading axes of the argument
+        np.testing.assert_allclose(jax.jit(batched)(batch)[1], np.linalg.cholesky(_spd(P, 7)), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(gp.triangular_inverse)(jnp.stack([jnp.asarray(ref)] * 2))[1],
+                               np.linalg.inv(ref), rtol=0, atol=1e-10 * np.abs(np.linalg.inv(ref)).max())
     # not positive definite: NaN reaches the log-determinant, as with LAPACK
     B = A.copy()
     B[-1, -1] = -1.0
