@@ -87,10 +87,28 @@ MIN_CURVATURE = 1e-6
 BATCH_BYTES = 256 * 2**20
 """Memory the vectorised evaluation of ``S`` may use at a time."""
 
+PROPOSAL_BASIS_BYTES = 2**30
+"""Most memory the folded path kernel ``C`` ``[n_1, P, P]`` of the proposals' problem may take (in the sampling
+dtype; :func:`proposal_form`)."""
+
+
+def proposal_form(D: int, P: int, N0: int, itemsize: int) -> str:
+    """The kernel basis (:data:`bayes_attn.kernels.BASIS_FORMS`) ``S`` is evaluated in for batches of proposals.
+
+    A batch contracts the folded ``C`` ``[n_1, P, P]`` (``n_1 = D(D+1)/2``) with its draws' ``U_1`` in one
+    matrix product, ``2 n_1 P²`` flops per draw, reading ``C`` once per batch; the ``"xi"`` basis costs
+    ``2 D N0 P²`` per draw. So ``"C"`` where ``n_1 < D N0`` and ``C`` takes at most
+    :data:`PROPOSAL_BASIS_BYTES`, else ``"xi"``. (The Newton solve for the mode keeps
+    :func:`~bayes_attn.kernels.basis_form`'s choice: it contracts the basis with every pair of entries.)
+    """
+    n1 = D * (D + 1) // 2
+    return "C" if n1 < D * N0 and n1 * P * P * itemsize <= PROPOSAL_BASIS_BYTES else "xi"
+
 
 class Guide(NamedTuple):
     """The proposal of both samplers: ``θ̂`` ``[n]``, the lower Cholesky factor ``L`` of ``H`` ``[n, n]``, the
-    problem ``S`` is evaluated on (in the sampling dtype), and the :class:`~bayes_attn.theory.correction.Mode`."""
+    problem ``S`` is evaluated on (in the sampling dtype, its basis of :func:`proposal_form`), and the
+    :class:`~bayes_attn.theory.correction.Mode`."""
 
     theta: jax.Array
     chol: jax.Array
@@ -124,6 +142,11 @@ def guide(inputs: SamplerInputs) -> Guide:
     top = max(float(np.abs(lam).max()), 1e-300)
     H = (vec * np.maximum(np.abs(lam), MIN_CURVATURE * top)) @ vec.T
     chol = np.linalg.cholesky(0.5 * (H + H.T))
+    P, D, N0 = inputs.xi.shape
+    form = proposal_form(D, P, N0, jnp.dtype(inputs.dtype).itemsize)
+    if form != problem.form:
+        with float64():
+            problem = make_problem(net, inputs.x, y, inputs.temperature, form=form)
     cast = partial(jnp.asarray, dtype=inputs.dtype)
     return Guide(cast(mode.theta), cast(chol), jax.tree.map(cast, problem), mode)
 

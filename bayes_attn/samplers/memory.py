@@ -17,6 +17,7 @@ import numpy as np
 from numpyro import handlers
 
 from .base import Storage, SamplerInputs
+from .laplace import proposal_form
 from .settings import SamplerSettings
 
 WORKING_COPIES = 30
@@ -86,11 +87,15 @@ def check_memory(need: int, available: int | None, what: str) -> None:
 def guided_bytes(inputs: SamplerInputs, cfg: SamplerSettings) -> int:
     """Bytes a guided sampler (``laplace-is``, ``laplace-mh``) needs: per proposal its coordinates (at most
     ``D² + D`` for every level, a generous bound), its weight and the stored observables (``U`` and the levels
-    above, ``f_train``, ``f_test``), twice (proposals and kept draws), plus the data."""
+    above, ``f_train``, ``f_test``), twice (proposals and kept draws), plus the data and the proposals' kernel
+    basis (:func:`~bayes_attn.samplers.laplace.proposal_form`)."""
     item = np.dtype(cfg.dtype).itemsize
     P, D = inputs.y.shape[0], inputs.xi.shape[1]
     P_test = 0 if inputs.xi_test is None else inputs.xi_test.shape[0]
     per_draw = 2 * (D * D + D) * inputs.net.L + 1 + P + P_test
     draws = cfg.num_chains * (cfg.num_warmup + cfg.guided_draws)
     data = inputs.xi.size + (0 if inputs.xi_test is None else inputs.xi_test.size)
-    return item * (2 * draws * per_draw + data)
+    proposal_basis = 0
+    if proposal_form(D, P, inputs.xi.shape[2], item) == "C":  # the folded C, and C [D, D, P, P] in float64 once
+        proposal_basis = D * (D + 1) // 2 * P * P * item + D * D * P * P * 8
+    return item * (2 * draws * per_draw + data) + proposal_basis

@@ -349,3 +349,24 @@ def test_guide_once_solves_once_and_repeats_its_error(monkeypatch):
         with pytest.raises(ValueError, match="no mode"):
             failing(inputs)
     assert len(solved) == 2
+
+
+def test_proposals_evaluate_S_in_either_basis_alike(monkeypatch):
+    """The proposals' basis (:func:`laplace.proposal_form`): the folded ``C`` where it is cheaper per draw and fits
+    the memory bound, else ``"xi"``; the guide's problem is in that basis, and the proposals' log weights are the
+    same in both bases (float64, the ``"xi"`` basis forced through the memory bound)."""
+    assert laplace.proposal_form(16, 600, 64, 4) == "C"  # the image task: 136 entries against D N0 = 1024
+    assert laplace.proposal_form(16, 600, 8, 4) == "xi"  # n_1 = 136 >= D N0 = 128
+    assert laplace.proposal_form(16, 3000, 64, 4) == "xi"  # 136 · 3000² · 4 B > PROPOSAL_BASIS_BYTES
+    net, x, y, _ = tiny_problem()
+    with x64(True):
+        inputs = prepare(net, x, y, None, 0.1, "float64")
+        g = laplace.guide(inputs)
+        monkeypatch.setattr(laplace, "PROPOSAL_BASIS_BYTES", 0)
+        g_xi = laplace.guide(inputs)
+        assert (g.problem.form, g_xi.problem.form) == ("C", "xi")
+        theta, log_w = laplace.propose(g, key_of(4), 64)
+        theta_xi, log_w_xi = laplace.propose(g_xi, key_of(4), 64)
+    np.testing.assert_array_equal(theta, theta_xi)
+    assert np.all(np.isfinite(np.asarray(log_w)))
+    np.testing.assert_allclose(log_w, log_w_xi, rtol=1e-10, atol=1e-9)
