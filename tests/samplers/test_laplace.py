@@ -370,3 +370,11 @@ def test_proposals_evaluate_S_in_either_basis_alike(monkeypatch):
     np.testing.assert_array_equal(theta, theta_xi)
     assert np.all(np.isfinite(np.asarray(log_w)))
     np.testing.assert_allclose(log_w, log_w_xi, rtol=1e-10, atol=1e-9)
+    # the memory estimate counts the folded C and the float64 C [D, D, P, P] it is made from, only where used
+    from bayes_attn.samplers.memory import guided_bytes
+
+    P, D = inputs.xi.shape[:2]
+    cfg = SamplerSettings(dtype="float64")
+    without = guided_bytes(inputs, cfg)  # PROPOSAL_BASIS_BYTES is still 0 here: the "xi" basis
+    monkeypatch.undo()
+    assert guided_bytes(inputs, cfg) - without == (D * (D + 1) // 2 + D * D) * P * P * 8
