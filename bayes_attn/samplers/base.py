@@ -157,6 +157,14 @@ def likelihood_data(inputs: SamplerInputs, form: str) -> jax.Array:
     return inputs.xi
 
 
+def _features(F: jax.Array | None, data: jax.Array, form: str, s0sq: float) -> jax.Array | None:
+    """``Φ`` ``[P, r N0]`` with ``K = Φ Φᵀ`` where the ξ-form kernel has a factor ``F`` ``[D, r]`` of rank
+    ``r ≤ D`` (the product is then the cheaper one), else ``None``."""
+    if form == "tensor" or F is None or F.shape[1] > F.shape[0]:
+        return None
+    return path_features(data, F, s0sq)
+
+
 def gram(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: float) -> jax.Array:
     """``K(U)`` ``[P, P]`` from ``U`` ``[D, D]`` (or its factor ``F`` ``[D, r]``, ``U = F Fᵀ``) in ``form``.
 
@@ -164,15 +172,16 @@ def gram(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: fl
     """
     if form == "tensor":
         return kernel_from_C(U, data)
-    if F is not None and F.shape[1] <= F.shape[0]:
-        phi = path_features(data, F, s0sq)
+    phi = _features(F, data, form, s0sq)
+    if phi is not None:
         return phi @ phi.T
     return kernel_from_xi(U, data, data, s0sq)
 
 
 def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s0sq: float,
                 temperature: float) -> dist.Distribution:
-    """``Normal(0, K(U) + temperature I)`` over ``[P]``, evaluated in ``form`` (see :func:`gram`)."""
+    """``Normal(0, K(U) + temperature I)`` over ``[P]``, evaluated in ``form`` (see :func:`gram`); with features
+    ``Φ`` (a factor of rank ≤ D) as :class:`FeatureNormal`, whose gradient is cheaper than the Gram matrix's."""
     if form == "woodbury":
         if F is None:
             raise ValueError("the 'woodbury' form needs a factor F of U")
@@ -180,8 +189,9 @@ def observation(U: jax.Array, F: jax.Array | None, data: jax.Array, form: str, s
         diag = jnp.full(P, temperature, U.dtype)
         return dist.LowRankMultivariateNormal(jnp.zeros(P, U.dtype), path_features(data, F, s0sq), diag,
                                               validate_args=False)
-    if form == "xi" and F is not None and F.shape[1] <= F.shape[0]:
-        return FeatureNormal(path_features(data, F, s0sq), temperature)
+    phi = _features(F, data, form, s0sq)
+    if phi is not None:
+        return FeatureNormal(phi, temperature)
     return GramNormal(gp.covariance(gram(U, F, data, form, s0sq), temperature))
 
 
