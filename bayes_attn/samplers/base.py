@@ -369,18 +369,26 @@ def _conditional_f(U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.Array
                    xi_test: jax.Array | None, temperature: jax.Array, *, form: str, s0sq: float) -> list[jax.Array]:
     """:func:`conditional_outputs` on one batch of draws ``[B, D, D]`` with one key each: ``[f_train [B, P],
     (f_test [B, P_test])]``."""
-    D, N0 = xi.shape[1], xi.shape[2]
-    xis = [xi] if xi_test is None else [xi, xi_test]
-    scale = math.sqrt(s0sq / (N0 * D))
+    xis = (xi,) if xi_test is None else (xi, xi_test)
 
     def one(U, k):
-        k1, k2 = jax.random.split(k)
-        R = _psd_sqrt(U)
-        RZ = R @ jax.random.normal(k1, (D, N0), U.dtype) * scale
-        priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
-        eps = jnp.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
-        alpha = gp.pathwise_weights(gram(U, R, data, form, s0sq), priors[0], y, eps, temperature)
-        v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
-        return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
+        chol = gp.gram_cholesky(gram(U, _psd_sqrt(U), data, form, s0sq), temperature)
+        return pathwise_draw(U, k, chol, xis, y, temperature, s0sq)
 
     return jax.vmap(one)(U, keys)
+
+
+def pathwise_draw(U: jax.Array, key: jax.Array, chol: jax.Array, xis: tuple, y: jax.Array, temperature: jax.Array,
+                  s0sq: float) -> list[jax.Array]:
+    """One exact draw of ``f | U, Y`` at the path inputs ``xis`` (``(xi_train [P, D, N0], xi_test [P*, D, N0])``,
+    or the first alone): ``[f_train [P], (f_test [P*])]``, by pathwise conditioning (:func:`conditional_outputs`)
+    with ``chol``, the lower Cholesky factor of ``G = K(U) + temperature I`` ``[P, P]``."""
+    xi = xis[0]
+    D, N0 = xi.shape[1], xi.shape[2]
+    k1, k2 = jax.random.split(key)
+    RZ = _psd_sqrt(U) @ jax.random.normal(k1, (D, N0), U.dtype) * math.sqrt(s0sq / (N0 * D))
+    priors = [jnp.einsum("pdi,di->p", xq, RZ) for xq in xis]
+    eps = jnp.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
+    alpha = jax.scipy.linalg.cho_solve((chol, True), y - priors[0] - eps)  # gp.pathwise_weights, factor given
+    v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
+    return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]

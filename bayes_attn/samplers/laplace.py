@@ -42,8 +42,15 @@ docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log
   Each chain starts at its first proposal; the first ``num_warmup`` iterations
   are dropped.
 
-``f_train`` and ``f_test`` are then drawn exactly given ``U_1``, as for
-``wishart`` (:func:`bayes_attn.samplers.base.conditional_outputs`).
+With each proposal, ``f_train`` and ``f_test`` are drawn exactly given its
+``U_1`` (pathwise conditioning, as for ``wishart``:
+:func:`bayes_attn.samplers.base.pathwise_draw`), solved with the Cholesky
+factor of ``G = K(U_1) + T I`` that its ``S`` computed, so a proposal costs one
+``P × P`` factorisation in all. A kept draw carries its proposal's ``f``
+(the pairs ``(θ, f)`` are weighted and resampled together: copies share
+``f`` as they share ``θ``, and a ``laplace-mh`` chain that stays keeps its
+``f``), which is exact for the joint posterior because ``f`` is drawn from
+its exact conditional.
 
 Stored besides the observables: ``sample_stats`` ``log_weight`` (the raw
 log weight of the proposal each kept draw is: for ``laplace-is`` the one it
@@ -69,11 +76,11 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from ..theory.coordinates import unpack
-from ..theory.correction import Mode, action_at, find_mode, order_parameters_at
+from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
-from .base import Storage, Sampler, SamplerInputs, conditional_outputs, map_batches, order_parameter_observables
+from .base import Sampler, SamplerInputs, map_batches, no_conditional, order_parameter_observables, pathwise_draw
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
 PROPOSAL_DF = 4.0
@@ -186,23 +193,24 @@ def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
 
 
 def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, count: int,
-              batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX) -> tuple[jax.Array, jax.Array]:
+              batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX) -> list[jax.Array]:
     """``count`` draws ``θ`` ``[count, n]`` from the proposal centred at ``θ̂`` with scale ``H⁻¹`` (``H = L Lᵀ``,
-    ``chol = L``) and their log weights ``−action(θ, *args) − log q(θ)`` ``[count]`` (``-inf`` where not
-    finite; up to one constant), in batches of ``batch`` (``vmap``). ``action`` is static (compiled once per
-    function); for the posterior it is ``S`` of docs/theory.md §8 (:func:`propose`).
+    ``chol = L``), their log weights ``−S − log q(θ)`` ``[count]`` (``-inf`` where not finite; up to one
+    constant) and what ``action`` draws with them, each ``[count, ...]``, in batches of ``batch`` (``vmap``):
+    ``[θ, log_w, *outputs]``. ``action(θ, key, *args)`` returns ``(S, outputs)`` (a tuple of arrays, maybe
+    empty; ``key``: its own per draw); it is static (compiled once per function). For the posterior, ``S`` of
+    docs/theory.md §8 and the exact draws of ``f`` given ``U_1`` (:func:`propose`).
 
     Draw ``i`` comes from the ``i``-th of ``jax.random.split(key, count)``. The batches have one size per
     problem (:func:`~bayes_attn.samplers.base.map_batches`; the last one padded and cut), so that other counts
     reuse the compiled batch instead of compiling one program per count."""
-    theta, log_w = map_batches(lambda k: _proposal_batch(k, theta_hat, chol, action, args, df=df, mix=mix),
-                               (jax.random.split(key, count),), batch)
-    return theta, log_w
+    return map_batches(lambda k: _proposal_batch(k, theta_hat, chol, action, args, df=df, mix=mix),
+                       (jax.random.split(key, count),), batch)
 
 
 @partial(jax.jit, static_argnames=("action", "df", "mix"))
 def _proposal_batch(keys: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, df: float,
-                    mix: float) -> tuple[jax.Array, jax.Array]:
+                    mix: float) -> list[jax.Array]:
     """:func:`proposals` for one batch of keys ``[b]`` (one compiled program per batch size, shapes and action)."""
     n = theta_hat.shape[0]
     dtype = theta_hat.dtype
@@ -213,8 +221,9 @@ def _proposal_batch(keys: jax.Array, theta_hat: jax.Array, chol: jax.Array, acti
         s = jnp.sqrt(df / jax.random.chisquare(k2, df, dtype=dtype))
         s = jnp.where(jax.random.uniform(k3, dtype=dtype) < mix, s, 1.0)
         theta = theta_hat + s * solve_triangular(chol.T, eps, lower=False)  # θ̂ + L⁻ᵀ ε s: covariance scale H⁻¹
-        log_w = -action(theta, *args) - _log_q(s * s * (eps @ eps), n, df, mix)
-        return theta, jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf)
+        S, outputs = action(theta, jax.random.fold_in(k, 3), *args)
+        log_w = -S - _log_q(s * s * (eps @ eps), n, df, mix)
+        return theta, jnp.where(jnp.isfinite(log_w), log_w, -jnp.inf), *outputs
 
     return jax.vmap(one)(keys)
 
@@ -229,18 +238,39 @@ def _batch(guide: Guide) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Action:
-    """``S(θ; problem)`` in Bartlett sites of the factor ``shapes`` (hashable: a static argument of :func:`proposals`)."""
+    """``S(θ; problem)`` in Bartlett sites of the factor ``shapes`` and, given path inputs ``xis``
+    (``(xi_train, xi_test)`` or the first alone), an exact draw of ``f`` at them given ``U_1``, solved with the
+    Cholesky factor of ``G`` that ``S`` computed (hashable: a static argument of :func:`proposals`)."""
 
     shapes: tuple
+    s0sq: float = 1.0
 
-    def __call__(self, theta: jax.Array, problem: Problem) -> jax.Array:
-        return action_at(theta, problem, self.shapes)
+    def __call__(self, theta: jax.Array, key: jax.Array, problem: Problem, xis: tuple = ()) -> tuple:
+        if not xis:
+            return action_at(theta, problem, self.shapes), ()
+        S, U1, chol = action_and_factor_at(theta, problem, self.shapes)
+        return S, tuple(pathwise_draw(U1, key, chol, xis, problem.y, problem.temperature, self.s0sq))
 
 
-def propose(guide: Guide, key: jax.Array, count: int) -> tuple[jax.Array, jax.Array]:
-    """``count`` proposals ``θ`` ``[count, n]`` and their exact log weights ``−S(θ) − log q(θ)`` ``[count]``."""
-    return proposals(key, guide.theta, guide.chol, _Action(guide.mode.shapes), (guide.problem,), count=count,
-                     batch=_batch(guide))
+def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | None = None) -> list[jax.Array]:
+    """``count`` proposals ``θ`` ``[count, n]`` and their exact log weights ``−S(θ) − log q(θ)`` ``[count]``;
+    given ``inputs``, also an exact draw of ``f_train`` ``[count, P]`` (and ``f_test`` ``[count, P*]``) given
+    each proposal's ``U_1``, with the factorisation ``S`` made (one ``P × P`` Cholesky per proposal)."""
+    if inputs is None:
+        return proposals(key, guide.theta, guide.chol, _Action(guide.mode.shapes), (guide.problem,), count=count,
+                         batch=_batch(guide))
+    xis = (inputs.xi,) if inputs.xi_test is None else (inputs.xi, inputs.xi_test)
+    cast = partial(jnp.asarray, dtype=guide.theta.dtype)
+    return proposals(key, guide.theta, guide.chol, _Action(guide.mode.shapes, float(inputs.net.variances[0])),
+                     (guide.problem, tuple(map(cast, xis))), count=count, batch=_batch(guide))
+
+
+def _outputs(f: list[jax.Array], chains: int, index: np.ndarray) -> dict:
+    """``f_train`` (and ``f_test``) of the proposals ``f`` (each ``[chains · T, ...]``) at ``index``
+    ``[chains, kept]`` (into each chain's ``T`` proposals): ``{name: [chains, kept, ...]}``."""
+    names = ("f_train", "f_test")[: len(f)]
+    return {n: np.take_along_axis(np.asarray(a).reshape(chains, -1, a.shape[-1]), index[..., None], axis=1)
+            for n, a in zip(names, f)}
 
 
 @partial(jax.jit, static_argnames=("shapes",))
@@ -298,7 +328,7 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     g = guide_of(inputs)
     C, S = cfg.num_chains, cfg.guided_draws
     k_prop, k_res = jax.random.split(key)
-    theta, log_w = propose(g, k_prop, C * S)
+    theta, log_w, *f = propose(g, k_prop, C * S, inputs)
     log_w = np.asarray(log_w, np.float64).reshape(C, S)
     smoothed, khat = psis(log_w)
     w = np.exp(smoothed - smoothed.max(axis=1, keepdims=True))
@@ -310,7 +340,7 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     source = source[:, cfg.thinning - 1 :: cfg.thinning]
     theta = np.asarray(theta).reshape(C, S, -1)
     kept = jnp.asarray(np.take_along_axis(theta, source[..., None], axis=1), inputs.dtype)
-    return GuidedDraws(observables_of(g, kept),
+    return GuidedDraws(observables_of(g, kept) | _outputs(f, C, source),
                        {"log_weight": np.take_along_axis(log_w, source, axis=1), "source": source.astype(np.int64)},
                        _guide_attrs(g) | {"pareto_k": khat, "is_ess": is_ess})
 
@@ -352,7 +382,7 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
     k_prop, k_u = jax.random.split(key)
-    theta, log_w = propose(g, k_prop, C * T)
+    theta, log_w, *f = propose(g, k_prop, C * T, inputs)
     log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
     log_u = jnp.log(jax.random.uniform(k_u, (C, T), log_w.dtype))
     index, accepted, prob = (np.asarray(a) for a in jax.vmap(_independence_chain)(log_w, log_u))
@@ -361,19 +391,14 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     theta = np.asarray(theta).reshape(C, T, -1)
     kept = jnp.asarray(np.take_along_axis(theta, index[..., None], axis=1), inputs.dtype)
     state_w = np.take_along_axis(np.asarray(log_w, np.float64), index, axis=1)
-    return GuidedDraws(observables_of(g, kept),
+    return GuidedDraws(observables_of(g, kept) | _outputs(f, C, index),
                        {"log_weight": state_w, "accepted": accepted.astype(bool), "acceptance_rate": prob},
                        _guide_attrs(g) | {"acceptance": float(np.mean(prob))})
 
 
-def _conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
-    """``f_train``, ``f_test`` drawn exactly given ``U``."""
-    return conditional_outputs(draws["U"], key, inputs)
-
-
 def _sampler(name: str, draw: Callable) -> Sampler:
     return Sampler(name=name, description=SAMPLER_DESCRIPTIONS[name], draws_weights=False, model=None, build=None,
-                   observables=None, conditional=_conditional, labels_arg=1, draw=draw)
+                   observables=None, conditional=no_conditional, labels_arg=1, draw=draw)
 
 
 IS_SAMPLER = _sampler("laplace-is", importance)

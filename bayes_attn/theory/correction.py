@@ -87,7 +87,7 @@ from ..bartlett import assemble, factor_shapes, order_parameters_from_factors, s
 from ..precision import float64
 from .coordinates import log_cholesky, log_cholesky_to_vech, sizes, unpack
 from .newton import damped_newton
-from .objective import Problem, data_derivatives, data_term
+from .objective import Problem, data_derivatives, data_term_and_factor
 
 __all__ = [
     "COORDINATES",
@@ -210,8 +210,14 @@ def _order_parameters(theta, problem, coordinates, shapes):
 
 def _action(theta, problem: Problem, coordinates: str, shapes):
     """``S(θ)`` of docs/theory.md §8 (up to a constant)."""
+    return _action_and_factor(theta, problem, coordinates, shapes)[0]
+
+
+def _action_and_factor(theta, problem: Problem, coordinates: str, shapes):
+    """``(S(θ), U_1, L_G)``: the action, ``U_1`` and the Cholesky factor of ``G = K(U_1) + temperature I``."""
     Us, _ = _order_parameters(theta, problem, coordinates, shapes)
-    return _MAPS[coordinates][1](theta, problem, shapes) + 0.5 * data_term(Us[0], problem)
+    d, Lg = data_term_and_factor(Us[0], problem)
+    return _MAPS[coordinates][1](theta, problem, shapes) + 0.5 * d, Us[0], Lg
 
 
 def _observables(theta, problem, coordinates, shapes):
@@ -320,6 +326,14 @@ def action_at(theta: jax.Array, problem: Problem, shapes, coordinates: str = "ba
     """``S(θ)`` of docs/theory.md §8 (up to a constant) as a pure JAX function of ``θ`` and ``problem`` (both may
     be traced; ``shapes``: :attr:`Mode.shapes`, static). Computes in the dtype of ``θ`` and ``problem``."""
     return _action(theta, problem, coordinates, shapes)
+
+
+def action_and_factor_at(theta: jax.Array, problem: Problem, shapes,
+                         coordinates: str = "bartlett") -> tuple[jax.Array, jax.Array, jax.Array]:
+    """:func:`action_at`, with ``U_1`` ``[D, D]`` at ``θ`` and the lower Cholesky factor ``[P, P]`` of
+    ``G = K(U_1) + temperature I`` that its data term factorised (one factorisation for ``S`` and the exact draws
+    of ``f`` given ``U_1``: docs/theory.md §9)."""
+    return _action_and_factor(theta, problem, coordinates, shapes)
 
 
 def order_parameters_at(theta: jax.Array, problem: Problem, shapes, coordinates: str = "bartlett"):

@@ -223,11 +223,17 @@ def entropy(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Arr
 
 def data_term(U1: jax.Array, problem: Problem) -> jax.Array:
     """``ln det G + Yᵀ G⁻¹ Y`` with ``G = K(U_1) + temperature I``."""
+    return data_term_and_factor(U1, problem)[0]
+
+
+def data_term_and_factor(U1: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array]:
+    """:func:`data_term` and the lower Cholesky factor of ``G`` ``[P, P]`` it was computed with (for callers that
+    also solve with ``G``: the guided samplers' draws of ``f``, docs/theory.md §9)."""
     K = kernel(U1, problem)
     Gm = K + problem.temperature * jnp.eye(K.shape[0], dtype=K.dtype)
     Lg, logdet_G = _chol_logdet(Gm)
     z = jax.scipy.linalg.solve_triangular(Lg, problem.y, lower=True)
-    return logdet_G + z @ z
+    return logdet_G + z @ z, Lg
 
 
 def full_action(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Array:

@@ -47,9 +47,9 @@ def _means_and_mcse(post, names=ORDER):
 # ----------------------------------------------------------------------------
 # the proposal and its weights
 # ----------------------------------------------------------------------------
-def _quadratic(theta, centre, H):
+def _quadratic(theta, key, centre, H):
     d = theta - centre
-    return 0.5 * d @ H @ d
+    return 0.5 * d @ H @ d, ()
 
 
 def _gaussian_target(n: int):
@@ -107,6 +107,30 @@ def test_weights_on_an_exactly_gaussian_target(mix):
     emp = np.cov(theta.T)
     se = np.sqrt((np.outer(np.diag(emp), np.diag(emp)) + emp**2) / len(theta)) * (3.0 if mix else 1.0)  # t: heavier
     assert np.all(np.abs(emp - scale * cov) < 5 * se)
+
+
+def test_proposals_draw_f_as_the_conditional_draws_do():
+    """The draws of ``f`` made with each proposal (solved with the Cholesky factor of ``G`` that its ``S``
+    computed, :func:`laplace.propose`) are the exact conditional draws of the NUTS samplers
+    (:func:`bayes_attn.samplers.base.conditional_outputs`, whose distribution ``tests/test_posterior.py`` checks):
+    given the proposals' ``U_1`` and the same keys, equal to rounding (float64), at the training and test inputs."""
+    from bayes_attn.samplers import base
+
+    net, x, y, xt = tiny_problem()
+    with x64(True):
+        inputs = prepare(net, x, y, xt, 0.1, "float64")
+        g = laplace.guide(inputs)
+        key = key_of(5)
+        theta, _, f_train, f_test = laplace.propose(g, key, 16, inputs)
+        U = laplace.observables_of(g, theta)["U"]
+        keys = jax.vmap(lambda k: jax.random.fold_in(k, 3))(jax.random.split(key, 16))
+        form = base.likelihood_form(inputs, net.D)
+        ref = base._conditional_f(U, keys, base.likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
+                                  jnp.asarray(0.1), form=form, s0sq=float(net.variances[0]))
+    assert f_train.shape == (16, len(y)) and f_test.shape == (16, len(xt))
+    np.testing.assert_allclose(f_train, ref[0], rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(f_test, ref[1], rtol=1e-9, atol=1e-10)
+    assert np.std(np.asarray(f_train)[:, 0]) > 0  # a draw per proposal, not one draw repeated
 
 
 @pytest.mark.slow  # 7-11 s: the expansion and the wishart start compiled for one network
@@ -365,11 +389,12 @@ def test_proposals_evaluate_S_in_either_basis_alike(monkeypatch):
         monkeypatch.setattr(laplace, "PROPOSAL_BASIS_BYTES", 0)
         g_xi = laplace.guide(inputs)
         assert (g.problem.form, g_xi.problem.form) == ("C", "xi")
-        theta, log_w = laplace.propose(g, key_of(4), 64)
-        theta_xi, log_w_xi = laplace.propose(g_xi, key_of(4), 64)
+        theta, log_w, f = laplace.propose(g, key_of(4), 64, inputs)
+        theta_xi, log_w_xi, f_xi = laplace.propose(g_xi, key_of(4), 64, inputs)
     np.testing.assert_array_equal(theta, theta_xi)
     assert np.all(np.isfinite(np.asarray(log_w)))
     np.testing.assert_allclose(log_w, log_w_xi, rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(f, f_xi, rtol=1e-9, atol=1e-10)
     # the memory estimate counts the folded C and the float64 C [D, D, P, P] it is made from, only where used
     from bayes_attn.samplers.memory import guided_bytes
 
