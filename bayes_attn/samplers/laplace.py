@@ -15,24 +15,35 @@ solution of §4). Both samplers draw from the defensive mixture
 with ``g ~ χ²(ν)``): the normal where the expansion is right, the t's
 polynomial tails where the posterior's are heavier (chosen by measurement,
 docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
-(one ``S`` evaluation per draw: one ``P × P`` Cholesky; draws batched with
+(one ``S`` evaluation per draw: one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with
 ``vmap``, :data:`BATCH_BYTES` at a time).
+
+Before its draws, each sampler makes a pilot of :data:`PILOT_FRACTION` as
+many proposals and, where their importance-sampling ESS is low but their
+weighted moments can be trusted, moves the proposal's centre and scale to the
+pilot's weighted mean and covariance (:func:`adapt`: one step of adaptive
+importance sampling, for the skewed posteriors of small widths; the pilot is
+not kept).
 
 - ``laplace-is`` (importance sampling): the log weights of all
   ``chains × samples`` draws (``samples``: ``SamplerSettings.guided_draws``) are Pareto-smoothed (PSIS, arviz-stats'
   ``psislw``); its ``k̂`` says whether the estimate can be trusted
   (``k̂ ≤ 0.7``, :data:`bayes_attn.posterior.MAX_KHAT`; Vehtari et al. 2024).
   Each chain (an independent batch of ``samples`` draws) is then resampled
-  (residual resampling: ``floor(M w̄_i)`` copies, the rest multinomial on the
-  residuals) to ``samples`` equally weighted draws, **kept in the order of
-  the proposals**, so a draw copied ``k`` times appears as a run of ``k``
-  equal draws. The run-length autocorrelation this leaves is the
-  importance-sampling error: ArviZ's autocorrelation-based variance of the
-  mean of ``g`` measures ``Σ_i k_i² (g_i − ḡ)² / M²``, whose expectation
+  (systematic resampling, :func:`systematic_resample`: proposal ``i`` gets
+  ``⌊M w̄_i⌋`` or ``⌈M w̄_i⌉`` copies, ``M w̄_i`` on average) to ``samples``
+  equally weighted draws, **kept in the order of the proposals**, so a draw
+  copied ``k`` times appears as a run of ``k`` equal draws. The run-length
+  autocorrelation this leaves is the importance-sampling error: ArviZ's
+  autocorrelation-based variance of the mean of ``g`` measures
+  ``Σ_i k_i² (g_i − ḡ)² / M²``, whose expectation
   ``Σ_i (M² w̄_i² + Var k_i) (g_i − ḡ)² / M²`` is the delta-method IS
-  variance ``Σ w̄_i² (g_i − ḡ)²`` plus the resampling variance (exactly so for
-  multinomial resampling; for residual resampling up to the residuals'
-  small cross term), and its ESS and MCSE follow from the draws. So
+  variance ``Σ w̄_i² (g_i − ḡ)²`` plus ``Σ_i Var k_i (g_i − ḡ)² / M²``
+  (``Var k_i ≤ 1/4``), which bounds the resampling variance of a scheme whose
+  counts are negatively correlated, as systematic resampling's are (exactly
+  the resampling variance for a multinomial draw, whose ``Var k_i`` is larger:
+  docs/theory.md §9 has the ESS of each), and its ESS and MCSE follow from the
+  draws. So
   ``compare``, ``az.summary`` and the verdict read the draws like any other
   sampler's, with honest error bars. (Shuffled copies would hide the
   duplicates and overstate the ESS.)
@@ -46,11 +57,11 @@ With each proposal, ``f_train`` and ``f_test`` are drawn exactly given its
 ``U_1`` (pathwise conditioning, as for ``wishart``:
 :func:`bayes_attn.samplers.base.pathwise_draw`), solved with the Cholesky
 factor of ``G = K(U_1) + T I`` that its ``S`` computed, so a proposal costs one
-``P × P`` factorisation in all. A kept draw carries its proposal's ``f``
-(the pairs ``(θ, f)`` are weighted and resampled together: copies share
-``f`` as they share ``θ``, and a ``laplace-mh`` chain that stays keeps its
-``f``), which is exact for the joint posterior because ``f`` is drawn from
-its exact conditional.
+``P × P`` factorisation in all. The first kept copy of a proposal carries
+that ``f`` (the weight depends on ``θ`` alone, so given ``θ`` it is an exact
+draw whether or not the proposal is kept); each further copy (a resampled
+duplicate, a ``laplace-mh`` chain that stayed) gets a fresh exact draw given
+its ``U_1`` (:func:`_kept`), so copies share ``θ`` but not ``f``.
 
 Stored besides the observables: ``sample_stats`` ``log_weight`` (the raw
 log weight of the proposal each kept draw is: for ``laplace-is`` the one it
@@ -80,7 +91,8 @@ from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
-from .base import Sampler, SamplerInputs, map_batches, no_conditional, order_parameter_observables, pathwise_draw
+from .base import (Sampler, SamplerInputs, conditional_outputs, map_batches, no_conditional,
+                   order_parameter_observables, pathwise_draw)
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
 PROPOSAL_DF = 4.0
@@ -156,6 +168,44 @@ def guide(inputs: SamplerInputs) -> Guide:
             problem = make_problem(net, inputs.x, y, inputs.temperature, form=form)
     cast = partial(jnp.asarray, dtype=inputs.dtype)
     return Guide(cast(mode.theta), cast(chol), jax.tree.map(cast, problem), mode)
+
+
+PILOT_FRACTION = 0.125
+"""Size of the pilot (:func:`adapt`) relative to the draws asked for; the pilot's draws are not kept."""
+ADAPT_BELOW = 0.5
+"""The proposal moves to the pilot's weighted moments where the pilot's importance-sampling ESS per draw is below this."""
+PILOT_MIN_ESS_PER_DIMENSION = 10
+"""The pilot's weighted moments are used only where its importance-sampling ESS is at least this times ``dim θ``."""
+
+
+def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = None) -> tuple[Guide, dict]:
+    """The proposal of ``g`` moved to the weighted mean and covariance of a pilot of ``count`` of its draws, where
+    the pilot says that the expansion's proposal is poor (importance-sampling ESS per draw below
+    :data:`ADAPT_BELOW`) and that its weighted moments can be used (``k̂`` ≤ 1, weights with a finite mean, and an
+    ESS of at least :data:`PILOT_MIN_ESS_PER_DIMENSION` per coordinate); else ``g`` unchanged. (The adapted
+    proposal is judged by its own ``k̂``, as the expansion's is.) One step of adaptive importance
+    sampling (moment matching; docs/theory.md §9): where the posterior is skewed (small width) its mean and
+    covariance are not the mode and ``H⁻¹``. The pilot's draws are not kept, so the kept draws are independent
+    draws from a proposal fixed before they are made. Given ``inputs``, the pilot runs the program of the kept
+    proposals (which also draws ``f``: one compiled program, not two). Returns the guide and what the pilot measured
+    (``pilot_draws``, ``pilot_pareto_k``, ``pilot_is_ess``, ``adapted``: 0 or 1)."""
+    theta, log_w, *_ = propose(g, key, count, inputs)
+    smoothed, khat = psis(np.asarray(log_w, np.float64).reshape(1, -1))
+    p = np.exp(smoothed.ravel() - smoothed.max())
+    p /= p.sum()
+    ess = float(1.0 / np.sum(p**2))
+    info = {"pilot_draws": int(count), "pilot_pareto_k": khat, "pilot_is_ess": ess, "adapted": 0}
+    theta = np.asarray(theta, np.float64)
+    if ess >= ADAPT_BELOW * count or not khat <= 1.0 or ess < PILOT_MIN_ESS_PER_DIMENSION * theta.shape[1]:
+        return g, info
+    mean = p @ theta
+    d = theta - mean
+    lam, vec = np.linalg.eigh((d * p[:, None]).T @ d)
+    if not lam[0] > 0:
+        return g, info
+    chol = np.linalg.cholesky((vec / lam) @ vec.T)  # H = cov⁻¹ = L Lᵀ
+    cast = partial(jnp.asarray, dtype=g.theta.dtype)
+    return g._replace(theta=cast(mean), chol=cast(chol)), info | {"adapted": 1}
 
 
 class GuideOnce:
@@ -265,12 +315,29 @@ def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | No
                      (guide.problem, tuple(map(cast, xis))), count=count, batch=_batch(guide))
 
 
-def _outputs(f: list[jax.Array], chains: int, index: np.ndarray) -> dict:
-    """``f_train`` (and ``f_test``) of the proposals ``f`` (each ``[chains · T, ...]``) at ``index``
-    ``[chains, kept]`` (into each chain's ``T`` proposals): ``{name: [chains, kept, ...]}``."""
+def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray, inputs: SamplerInputs,
+          key: jax.Array) -> dict:
+    """The observables of the kept draws: ``index`` ``[chains, kept]`` (nondecreasing along each chain) into each
+    chain's proposals ``θ`` ``[chains · T, n]`` and their draws of ``f`` (each ``[chains · T, ...]``).
+
+    The first copy of a proposal keeps the ``f`` drawn with it; a further copy (a run of equal ``θ``: a resampled
+    duplicate, a Metropolis chain that stayed) gets a fresh exact draw of ``f`` given its ``U_1``
+    (:func:`~bayes_attn.samplers.base.conditional_outputs`, ``key``), as every kept ``θ`` did before ``f`` was drawn
+    with the proposals: copies share ``θ`` but not ``f``, so ``f``'s ESS does not fall with the duplicates
+    where the weights are uneven (N = 10 of Fig. 2c: docs/theory.md §9), and repeats cost a factorisation each."""
+    C = index.shape[0]
+    theta = np.asarray(theta).reshape(C, -1, theta.shape[-1])
+    out = observables_of(guide, jnp.asarray(np.take_along_axis(theta, index[..., None], axis=1), inputs.dtype))
     names = ("f_train", "f_test")[: len(f)]
-    return {n: np.take_along_axis(np.asarray(a).reshape(chains, -1, a.shape[-1]), index[..., None], axis=1)
+    out |= {n: np.take_along_axis(np.asarray(a).reshape(C, -1, a.shape[-1]), index[..., None], axis=1)
             for n, a in zip(names, f)}
+    repeat = np.zeros(index.shape, bool)
+    repeat[:, 1:] = index[:, 1:] == index[:, :-1]
+    if repeat.any():
+        fresh = conditional_outputs(jnp.asarray(np.asarray(out["U"])[repeat][None]), key, inputs)
+        for n in names:
+            out[n][repeat] = np.asarray(fresh[n][0])
+    return out
 
 
 @partial(jax.jit, static_argnames=("shapes",))
@@ -299,7 +366,8 @@ class GuidedDraws(NamedTuple):
 
 def _guide_attrs(g: Guide) -> dict:
     return {"proposal": f"{1 - PROPOSAL_MIX:g} normal + {PROPOSAL_MIX:g} Student t (nu={PROPOSAL_DF:g}) at the mode "
-                        "of S, covariance H^-1 (docs/theory.md §9)",
+                        "of S with covariance H^-1 or, where attribute adapted = 1, at a pilot's weighted mean "
+                        "and covariance (docs/theory.md §9)",
             "mode_converged": int(g.mode.converged), "mode_seconds": float(g.mode.seconds),
             "mode_message": g.mode.message}
 
@@ -322,11 +390,12 @@ def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
-    chain a residual resample (:func:`residual_resample`) of as many draws kept in the proposals' order (module
+    chain a systematic resample (:func:`systematic_resample`) of as many draws kept in the proposals' order (module
     docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
     :class:`GuideOnce` shared with other samplers)."""
-    g = guide_of(inputs)
     C, S = cfg.num_chains, cfg.guided_draws
+    g, pilot = adapt(guide_of(inputs), max(1, round(PILOT_FRACTION * C * S)), jax.random.fold_in(key, 5),
+                     inputs)
     k_prop, k_res = jax.random.split(key)
     theta, log_w, *f = propose(g, k_prop, C * S, inputs)
     log_w = np.asarray(log_w, np.float64).reshape(C, S)
@@ -336,25 +405,22 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     pooled = np.exp(smoothed - smoothed.max())
     is_ess = float(pooled.sum() ** 2 / (pooled**2).sum())
     rng = np.random.default_rng(np.asarray(jax.random.key_data(k_res)).ravel().astype(np.uint32))
-    source = np.stack([residual_resample(w[c], S, rng) for c in range(C)])
+    source = np.stack([systematic_resample(w[c], S, rng) for c in range(C)])
     source = source[:, cfg.thinning - 1 :: cfg.thinning]
-    theta = np.asarray(theta).reshape(C, S, -1)
-    kept = jnp.asarray(np.take_along_axis(theta, source[..., None], axis=1), inputs.dtype)
-    return GuidedDraws(observables_of(g, kept) | _outputs(f, C, source),
+    return GuidedDraws(_kept(g, theta, f, source, inputs, jax.random.fold_in(key, 2)),
                        {"log_weight": np.take_along_axis(log_w, source, axis=1), "source": source.astype(np.int64)},
-                       _guide_attrs(g) | {"pareto_k": khat, "is_ess": is_ess})
+                       _guide_attrs(g) | pilot | {"pareto_k": khat, "is_ess": is_ess})
 
 
-def residual_resample(w: np.ndarray, M: int, rng: np.random.Generator) -> np.ndarray:
-    """``M`` indices drawn by residual resampling from normalised weights ``w`` ``[n]``, sorted (copies of one
-    proposal adjacent, in the proposals' order): ``floor(M w_i)`` copies of proposal ``i``, the other draws
-    multinomial on the residuals. Unbiased, with less resampling variance than a plain multinomial draw."""
-    m = M * np.asarray(w, np.float64)
-    counts = np.floor(m).astype(np.int64)
-    rest = M - int(counts.sum())
-    if rest:
-        counts += rng.multinomial(rest, (m - counts) / (m - counts).sum())
-    return np.repeat(np.arange(len(m)), counts)
+def systematic_resample(w: np.ndarray, M: int, rng: np.random.Generator) -> np.ndarray:
+    """``M`` indices drawn by systematic resampling from normalised weights ``w`` ``[n]``, sorted (copies of one
+    proposal adjacent, in the proposals' order): the cumulative weights cut at ``(j + u) / M``, ``j = 0 .. M − 1``,
+    with one ``u ~ Uniform(0, 1)``, so proposal ``i`` gets ``⌊M w_i⌋`` or ``⌈M w_i⌉`` copies, ``M w_i`` on average
+    (unbiased; Kitagawa 1996). Its resampling variance is far below a multinomial draw's where the weights are
+    nearly equal (docs/theory.md §9)."""
+    cum = np.cumsum(np.asarray(w, np.float64))
+    cum /= cum[-1]
+    return np.minimum(np.searchsorted(cum, (np.arange(M) + rng.uniform()) / M, side="right"), len(cum) - 1)
 
 
 @jax.jit
@@ -378,9 +444,10 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide) -> GuidedDraws:
     """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of`` as
     in :func:`importance`."""
-    g = guide_of(inputs)
     C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
+    g, pilot = adapt(guide_of(inputs), max(1, round(PILOT_FRACTION * C * T)), jax.random.fold_in(key, 5),
+                     inputs)
     k_prop, k_u = jax.random.split(key)
     theta, log_w, *f = propose(g, k_prop, C * T, inputs)
     log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
@@ -388,12 +455,10 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     index, accepted, prob = (np.asarray(a) for a in jax.vmap(_independence_chain)(log_w, log_u))
     keep = slice(W + thin - 1, None, thin)
     index, accepted, prob = index[:, keep], accepted[:, keep], prob[:, keep]
-    theta = np.asarray(theta).reshape(C, T, -1)
-    kept = jnp.asarray(np.take_along_axis(theta, index[..., None], axis=1), inputs.dtype)
     state_w = np.take_along_axis(np.asarray(log_w, np.float64), index, axis=1)
-    return GuidedDraws(observables_of(g, kept) | _outputs(f, C, index),
+    return GuidedDraws(_kept(g, theta, f, index, inputs, jax.random.fold_in(key, 2)),
                        {"log_weight": state_w, "accepted": accepted.astype(bool), "acceptance_rate": prob},
-                       _guide_attrs(g) | {"acceptance": float(np.mean(prob))})
+                       _guide_attrs(g) | pilot | {"acceptance": float(np.mean(prob))})
 
 
 def _sampler(name: str, draw: Callable) -> Sampler:

@@ -109,17 +109,24 @@ def test_weights_on_an_exactly_gaussian_target(mix):
     assert np.all(np.abs(emp - scale * cov) < 5 * se)
 
 
-def test_proposals_draw_f_as_the_conditional_draws_do():
+@pytest.fixture(scope="module")
+def tiny_guided():
+    """:func:`tiny_problem` at T = 0.1 with its test inputs: ``(net, inputs, guide)`` (float64)."""
+    net, x, y, xt = tiny_problem()
+    with x64(True):
+        inputs = prepare(net, x, y, xt, 0.1, "float64")
+        return net, inputs, laplace.guide(inputs)
+
+
+def test_proposals_draw_f_as_the_conditional_draws_do(tiny_guided):
     """The draws of ``f`` made with each proposal (solved with the Cholesky factor of ``G`` that its ``S``
     computed, :func:`laplace.propose`) are the exact conditional draws of the NUTS samplers
     (:func:`bayes_attn.samplers.base.conditional_outputs`, whose distribution ``tests/test_posterior.py`` checks):
     given the proposals' ``U_1`` and the same keys, equal to rounding (float64), at the training and test inputs."""
     from bayes_attn.samplers import base
 
-    net, x, y, xt = tiny_problem()
+    net, inputs, g = tiny_guided
     with x64(True):
-        inputs = prepare(net, x, y, xt, 0.1, "float64")
-        g = laplace.guide(inputs)
         key = key_of(5)
         theta, _, f_train, f_test = laplace.propose(g, key, 16, inputs)
         U = laplace.observables_of(g, theta)["U"]
@@ -127,7 +134,7 @@ def test_proposals_draw_f_as_the_conditional_draws_do():
         form = base.likelihood_form(inputs, net.D)
         ref = base._conditional_f(U, keys, base.likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
                                   jnp.asarray(0.1), form=form, s0sq=float(net.variances[0]))
-    assert f_train.shape == (16, len(y)) and f_test.shape == (16, len(xt))
+    assert f_train.shape == (16, len(inputs.y)) and f_test.shape == (16, len(inputs.xi_test))
     np.testing.assert_allclose(f_train, ref[0], rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(f_test, ref[1], rtol=1e-9, atol=1e-10)
     assert np.std(np.asarray(f_train)[:, 0]) > 0  # a draw per proposal, not one draw repeated
@@ -152,6 +159,27 @@ def test_start_maps_the_mode_to_the_wishart_sites():
     assert start.block == ("t", "z")
     assert np.allclose(start.inverse_mass_matrix, start.inverse_mass_matrix.T)
     assert np.linalg.eigvalsh(np.asarray(start.inverse_mass_matrix))[0] > 0
+
+
+def test_systematic_resampling_counts():
+    """Each proposal gets ``⌊M w_i⌋`` or ``⌈M w_i⌉`` copies (a zero weight none), the indices are sorted, and the
+    counts average to ``M w_i`` (unbiased): over 4000 draws of ``u`` the mean count of every proposal is within
+    5 standard errors of ``M w_i`` (the count takes two values, so its sd is at most 1/2; false failures
+    <= 1e-5 over the 50 proposals)."""
+    rng = np.random.default_rng(seed_of(3))
+    w = rng.gamma(0.5, size=50)
+    w[[3, 17]] = 0.0
+    w /= w.sum()
+    M = 37
+    counts = []
+    for _ in range(4000):
+        idx = laplace.systematic_resample(w, M, rng)
+        assert len(idx) == M and np.all(np.diff(idx) >= 0)
+        counts.append(np.bincount(idx, minlength=len(w)))
+    counts = np.array(counts)
+    assert np.all(counts >= np.floor(M * w) - 1e-9) and np.all(counts <= np.ceil(M * w) + 1e-9)
+    assert counts[:, [3, 17]].sum() == 0
+    assert np.all(np.abs(counts.mean(0) - M * w) <= 5 * 0.5 / np.sqrt(len(counts)))
 
 
 @pytest.mark.slow
@@ -225,6 +253,40 @@ def test_simulation_based_calibration(sampler, record_property):
     assert w["p_pooled"] < SBC_LEVEL, w
 
 
+@pytest.mark.slow
+@pytest.mark.stochastic
+def test_simulation_based_calibration_with_the_pilot_adapted_proposal(monkeypatch, record_property):
+    """The two stages of :func:`laplace.adapt` (a pilot, then the kept draws from the proposal moved to the
+    pilot's weighted moments) are calibrated: ``laplace-is`` on the SBC problem of
+    :func:`test_simulation_based_calibration` with the adaptation forced (its thresholds set so that every pilot
+    with ``k̂`` ≤ 1 moves the proposal; unforced, pilots of 119 draws are too small to be used). Uniform ranks
+    (false failures <= 1e-3), a likelihood at ``T / 16`` rejected, and the proposal moved in most replications."""
+    real, moved = laplace.adapt, []
+
+    def counting(*args, **kwargs):
+        g, info = real(*args, **kwargs)
+        moved.append(info["adapted"])
+        return g, info
+
+    monkeypatch.setattr(laplace, "ADAPT_BELOW", 2.0)
+    monkeypatch.setattr(laplace, "PILOT_MIN_ESS_PER_DIMENSION", 0.0)
+    monkeypatch.setattr(laplace, "adapt", counting)
+    net, x, xt = _sbc_problem()
+    res = calibration.sbc_ranks(net, x, xt, sampler="laplace-is", temperature=0.1, n_reps=100, num_draws=19,
+                                seed=seed_of(0), **SBC_GUIDED["laplace-is"])
+    u = calibration.uniformity(res, 4)
+    share = float(np.mean(moved))
+    wrong = calibration.sbc_ranks(net, x, xt, sampler="laplace-is", temperature=0.1, n_reps=100, num_draws=19,
+                                  seed=seed_of(0), likelihood_temperature=0.1 / 16, **SBC_GUIDED["laplace-is"])
+    w = calibration.uniformity(wrong, 4)
+    record_property("p_pooled", u["p_pooled"])
+    record_property("p_pooled_wrong_temperature", w["p_pooled"])
+    record_property("share_adapted", share)
+    assert share > 0.5, share
+    assert u["p_pooled"] > SBC_LEVEL, u
+    assert w["p_pooled"] < SBC_LEVEL, w
+
+
 # ----------------------------------------------------------------------------
 # against the exact posterior of NUTS
 # ----------------------------------------------------------------------------
@@ -262,6 +324,9 @@ def test_auto_agrees_with_wishart_on_fig2c(N, record_property):
     assert post.sampler == "laplace-is" if N == 100 else post.sampler in ("laplace-is", "laplace-mh"), tried
     assert all(t["left_because"] for t in tried[:-1]) and not tried[-1]["left_because"], tried
     assert s.failures() == [] and s.min_ess > MIN_ESS
+    record_property("adapted", post.tree.attrs.get("adapted"))
+    if N == 100:  # the expansion's proposal is good here (IS ESS ~80 % of the pilot): kept, not moved
+        assert post.tree.attrs["adapted"] == 0
     _agree(post, exact, Z_FIG2C, record_property)
 
 
@@ -375,26 +440,26 @@ def test_guide_once_solves_once_and_repeats_its_error(monkeypatch):
     assert len(solved) == 2
 
 
-def test_proposals_evaluate_S_in_either_basis_alike(monkeypatch):
+def test_proposals_evaluate_S_in_either_basis_alike(tiny_guided, monkeypatch):
     """The proposals' basis (:func:`laplace.proposal_form`): the folded ``C`` where it is cheaper per draw and fits
-    the memory bound, else ``"xi"``; the guide's problem is in that basis, and the proposals' log weights are the
-    same in both bases (float64, the ``"xi"`` basis forced through the memory bound)."""
+    the memory bound, else ``"xi"``; the guide's problem is in that basis, and the proposals' log weights and
+    draws of ``f`` are the same in both bases (float64, the ``"xi"`` basis forced through the memory bound)."""
     assert laplace.proposal_form(16, 600, 64, 4) == "C"  # the image task: 136 entries against D N0 = 1024
     assert laplace.proposal_form(16, 600, 8, 4) == "xi"  # n_1 = 136 >= D N0 = 128
     assert laplace.proposal_form(16, 3000, 64, 4) == "xi"  # 136 · 3000² · 4 B > PROPOSAL_BASIS_BYTES
-    net, x, y, _ = tiny_problem()
+    net, inputs, g = tiny_guided
     with x64(True):
-        inputs = prepare(net, x, y, None, 0.1, "float64")
-        g = laplace.guide(inputs)
         monkeypatch.setattr(laplace, "PROPOSAL_BASIS_BYTES", 0)
         g_xi = laplace.guide(inputs)
         assert (g.problem.form, g_xi.problem.form) == ("C", "xi")
-        theta, log_w, f = laplace.propose(g, key_of(4), 64, inputs)
-        theta_xi, log_w_xi, f_xi = laplace.propose(g_xi, key_of(4), 64, inputs)
+        theta, log_w, *f = laplace.propose(g, key_of(4), 64, inputs)
+        theta_xi, log_w_xi, *f_xi = laplace.propose(g_xi, key_of(4), 64, inputs)
     np.testing.assert_array_equal(theta, theta_xi)
     assert np.all(np.isfinite(np.asarray(log_w)))
     np.testing.assert_allclose(log_w, log_w_xi, rtol=1e-10, atol=1e-9)
-    np.testing.assert_allclose(f, f_xi, rtol=1e-9, atol=1e-10)
+    assert len(f) == len(f_xi) == 2  # f_train, f_test
+    for a, b in zip(f, f_xi):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
     # the memory estimate counts the folded C and the float64 C [D, D, P, P] it is made from, only where used
     from bayes_attn.samplers.memory import guided_bytes
 
