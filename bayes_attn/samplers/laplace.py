@@ -333,10 +333,13 @@ def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray,
             for n, a in zip(names, f)}
     repeat = np.zeros(index.shape, bool)
     repeat[:, 1:] = index[:, 1:] == index[:, :-1]
-    if repeat.any():
-        fresh = conditional_outputs(jnp.asarray(np.asarray(out["U"])[repeat][None]), key, inputs)
+    count = int(repeat.sum())
+    if count:  # padded to a power of two: the number of repeats varies from call to call, the programs do not
+        U = np.asarray(out["U"])[repeat]
+        U = np.concatenate([U, np.repeat(U[-1:], (1 << (count - 1).bit_length()) - count, axis=0)])
+        fresh = conditional_outputs(jnp.asarray(U[None]), key, inputs)
         for n in names:
-            out[n][repeat] = np.asarray(fresh[n][0])
+            out[n][repeat] = np.asarray(fresh[n])[0, :count]
     return out
 
 

@@ -18,7 +18,7 @@ import xarray as xr
 from conftest import MIN_ESS, fig2c_wishart, key_of, seed_of, three_layers_wishart, tiny_problem, traced_programs, z_bound
 
 import bayes_attn as ba
-from bayes_attn import calibration, markov
+from bayes_attn import calibration, gp, markov
 from bayes_attn.precision import x64
 from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, wishart
 from bayes_attn.theory.correction import order_parameters_at
@@ -120,9 +120,11 @@ def tiny_guided():
 
 def test_proposals_draw_f_as_the_conditional_draws_do(tiny_guided):
     """The draws of ``f`` made with each proposal (solved with the Cholesky factor of ``G`` that its ``S``
-    computed, :func:`laplace.propose`) are the exact conditional draws of the NUTS samplers
-    (:func:`bayes_attn.samplers.base.conditional_outputs`, whose distribution ``tests/test_posterior.py`` checks):
-    given the proposals' ``U_1`` and the same keys, equal to rounding (float64), at the training and test inputs."""
+    computed in the theory's kernel basis, :func:`laplace.propose`) are the exact conditional draws of the NUTS
+    samplers (:func:`bayes_attn.samplers.base.pathwise_draw` with the factor of the sampler's own ``G``, as in
+    :func:`~bayes_attn.samplers.base.conditional_outputs`, whose distribution ``tests/test_posterior.py``
+    checks): given the proposals' ``U_1`` and the same keys, equal to rounding (float64), at the training and test
+    inputs."""
     from bayes_attn.samplers import base
 
     net, inputs, g = tiny_guided
@@ -131,10 +133,13 @@ def test_proposals_draw_f_as_the_conditional_draws_do(tiny_guided):
         theta, _, f_train, f_test = laplace.propose(g, key, 16, inputs)
         U = laplace.observables_of(g, theta)["U"]
         keys = jax.vmap(lambda k: jax.random.fold_in(k, 3))(jax.random.split(key, 16))
-        form = base.likelihood_form(inputs, net.D)
-        ref = base._conditional_f(U, keys, base.likelihood_data(inputs, form), inputs.xi, inputs.y, inputs.xi_test,
-                                  jnp.asarray(0.1), form=form, s0sq=float(net.variances[0]))
+        form, s0sq = base.likelihood_form(inputs, net.D), float(net.variances[0])
+        data = base.likelihood_data(inputs, form)
+        chol = jax.vmap(lambda u: gp.gram_cholesky(base.gram(u, None, data, form, s0sq), 0.1))(U)
+        ref = jax.vmap(lambda u, k, c: base.pathwise_draw(u, k, c, (inputs.xi, inputs.xi_test), inputs.y, 0.1, s0sq)
+                       )(U, keys, chol)
     assert f_train.shape == (16, len(inputs.y)) and f_test.shape == (16, len(inputs.xi_test))
+    assert np.isfinite(np.asarray(chol)).all()
     np.testing.assert_allclose(f_train, ref[0], rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(f_test, ref[1], rtol=1e-9, atol=1e-10)
     assert np.std(np.asarray(f_train)[:, 0]) > 0  # a draw per proposal, not one draw repeated
