@@ -328,8 +328,8 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
     ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
     :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. The draws go through one compiled
-    program in vectorised batches (:func:`map_batches`, at most :data:`CONDITIONAL_BATCH`), compiled once per shape
-    and batch size: other numbers of draws and other temperatures reuse it.
+    program in vectorised batches of one size per problem (:func:`map_batches`, :func:`batch_size`), compiled once
+    per shape: other numbers of draws and other temperatures reuse it.
     """
     D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
@@ -339,29 +339,38 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     data, temperature = likelihood_data(inputs, form), jnp.asarray(inputs.temperature, flat.dtype)
     outs = map_batches(lambda u, k: _conditional_f(u, k, data, inputs.xi, inputs.y, inputs.xi_test, temperature,
                                                    form=form, s0sq=float(inputs.net.variances[0])),
-                       (flat, keys), CONDITIONAL_BATCH)
+                       (flat, keys), batch_size(inputs.y.shape[0], flat.dtype.itemsize, CONDITIONAL_BATCH))
     names = ["f_train", "f_test"][: len(outs)]
     return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
 
 
 CONDITIONAL_BATCH = 256
-"""Draws per vectorised batch of :func:`conditional_outputs` (at most)."""
+"""Draws per vectorised batch of :func:`conditional_outputs` (at most; fewer where :data:`BATCH_BYTES` says)."""
+
+BATCH_BYTES = 256 * 2**20
+"""Memory a vectorised batch of draws (:func:`batch_size`) may use at a time."""
 
 
-def map_batches(fn: Callable, xs: tuple, most: int) -> list[jax.Array]:
-    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``), in batches of
-    ``min(most, 2^⌈log₂ count⌉)`` (the last one padded with copies of the last item, whose results are dropped):
-    ``fn`` takes one batch of each array and returns a sequence of arrays ``[batch, ...]``; returns them
-    ``[count, ...]``. A jitted ``fn`` is compiled once per batch size, so a few programs serve every count
-    (``lax.map`` would compile one per count)."""
+def map_batches(fn: Callable, xs: tuple, size: int) -> list[jax.Array]:
+    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``), in batches of ``size`` (the last
+    one padded with copies of the last item, whose results are dropped): ``fn`` takes one batch of each array and
+    returns a sequence of arrays ``[size, ...]``; returns them ``[count, ...]``. One batch size per caller and
+    problem, whatever the count: a jitted ``fn`` is compiled once and serves every count (``lax.map`` would
+    compile one program per count), at the price of at most ``size − 1`` padded items per call."""
     count = xs[0].shape[0]
-    size = min(int(most), 1 << max(int(count) - 1, 0).bit_length())
+    size = max(int(size), 1)
     padded = count + (-count % size)
     if padded > count:
         index = np.minimum(np.arange(padded), count - 1)
         xs = tuple(x[index] for x in xs)
     parts = [fn(*(x[i : i + size] for x in xs)) for i in range(0, padded, size)]
     return [jnp.concatenate(p)[:count] for p in zip(*parts)]
+
+
+def batch_size(P: int, itemsize: int, most: int, memory: int = BATCH_BYTES) -> int:
+    """Draws per vectorised batch of a computation that holds about four ``P × P`` arrays per draw (a kernel, its
+    Cholesky factor, the solves): ``memory`` bytes over them, at least 1, at most ``most``."""
+    return int(min(most, max(1, memory // (4 * itemsize * (P * P + 64)))))
 
 
 @partial(jax.jit, static_argnames=("form", "s0sq"))

@@ -16,7 +16,7 @@ with ``g ~ χ²(ν)``): the normal where the expansion is right, the t's
 polynomial tails where the posterior's are heavier (chosen by measurement,
 docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
 (one ``S`` evaluation per draw: one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with
-``vmap``, :data:`BATCH_BYTES` at a time).
+``vmap``, :data:`~bayes_attn.samplers.base.BATCH_BYTES` at a time).
 
 Before its draws, each sampler makes a pilot of :data:`PILOT_FRACTION` as
 many proposals and, where their importance-sampling ESS is low but their
@@ -91,7 +91,7 @@ from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
 from ..precision import float64
-from .base import (Sampler, SamplerInputs, conditional_outputs, map_batches, no_conditional,
+from .base import (Sampler, SamplerInputs, batch_size, conditional_outputs, map_batches, no_conditional,
                    order_parameter_observables, pathwise_draw)
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 
@@ -103,8 +103,8 @@ PROPOSAL_MIX = 0.5
 MIN_CURVATURE = 1e-6
 """Smallest eigenvalue of the proposal's ``H``, relative to its largest (:func:`guide`)."""
 
-BATCH_BYTES = 256 * 2**20
-"""Memory the vectorised evaluation of ``S`` may use at a time."""
+PROPOSAL_BATCH = 1024
+"""Proposals per vectorised batch (at most; fewer where :data:`~bayes_attn.samplers.base.BATCH_BYTES` says)."""
 
 PROPOSAL_BASIS_BYTES = 2**30
 """Most memory the folded path kernel ``C`` ``[n_1, P, P]`` of the proposals' problem may take (in the sampling
@@ -279,11 +279,8 @@ def _proposal_batch(keys: jax.Array, theta_hat: jax.Array, chol: jax.Array, acti
 
 
 def _batch(guide: Guide) -> int:
-    """Draws per vectorised batch: :data:`BATCH_BYTES` over about four ``P × P`` arrays per draw (the kernel, its
-    Cholesky factor, the solves), at least 1, at most 1024."""
-    P = guide.problem.y.shape[0]
-    item = jnp.dtype(guide.theta.dtype).itemsize
-    return int(min(1024, max(1, BATCH_BYTES // (4 * item * (P * P + 64)))))
+    """Proposals per vectorised batch of ``guide``'s problem (:func:`~bayes_attn.samplers.base.batch_size`)."""
+    return batch_size(guide.problem.y.shape[0], jnp.dtype(guide.theta.dtype).itemsize, PROPOSAL_BATCH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,7 +331,8 @@ def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray,
     repeat = np.zeros(index.shape, bool)
     repeat[:, 1:] = index[:, 1:] == index[:, :-1]
     count = int(repeat.sum())
-    if count:  # padded to a power of two: the number of repeats varies from call to call, the programs do not
+    if count:  # padded to a power of two: the number of repeats varies from call to call, the small eager
+        # programs of the keys' split and the batches' gathers (one per count) do not
         U = np.asarray(out["U"])[repeat]
         U = np.concatenate([U, np.repeat(U[-1:], (1 << (count - 1).bit_length()) - count, axis=0)])
         fresh = conditional_outputs(jnp.asarray(U[None]), key, inputs)

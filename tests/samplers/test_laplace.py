@@ -67,18 +67,20 @@ def _gaussian_target(n: int):
 def test_proposals_do_not_depend_on_the_count_or_the_batching():
     """Draw ``i`` is the same whatever the count (the keys of ``jax.random.split(key, count)`` are a prefix of a
     longer split's) and the batch size (whole batches of 100 against padded batches of 128, the last cut): every
-    count that gives the same batch size runs the one compiled batch."""
+    count runs the one compiled batch, a count below the batch size too."""
     _, _, args = _gaussian_target(3)
     with x64(True):
         with traced_programs() as first:
             long = laplace.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
         with traced_programs() as second:
             short = laplace.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
+            few = laplace.proposals(key_of(1), *args, count=50, batch=128)  # one batch of 128 (78 padded)
         assert "_proposal_batch" in first and "_proposal_batch" not in second, (first, second)
         whole = laplace.proposals(key_of(1), *args, count=1000, batch=100)  # 10 batches of 100
-    for a, b, c in zip(long, short, whole):
-        assert a.shape[0] == 1000 and b.shape[0] == 300
+    for a, b, c, d in zip(long, short, whole, few):
+        assert a.shape[0] == 1000 and b.shape[0] == 300 and d.shape[0] == 50
         np.testing.assert_allclose(b, a[:300], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(d, a[:50], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(c, a, rtol=1e-12, atol=1e-12)
 
 

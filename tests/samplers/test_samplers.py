@@ -251,8 +251,9 @@ def test_sequential_chains_in_one_program_match_numpyro_loop():
 
 def test_conditional_draws_compile_once_per_shape(monkeypatch):
     """A second call of the exact conditional draws with the same shapes compiles nothing; another number of draws
-    (same batch size) at another temperature reuses the compiled batch, and its draws do not depend on how they
-    are batched (whole batches of 7 against one padded batch of 16)."""
+    (10 and 40: one batch size per problem, whatever the count) at another temperature reuses the compiled batch,
+    and its draws do not depend on how they are batched (whole batches of 7, the last padded, against one padded
+    batch of 256)."""
     import jax.monitoring
 
     compiles = []
@@ -274,12 +275,12 @@ def test_conditional_draws_compile_once_per_shape(monkeypatch):
         np.testing.assert_array_equal(first[k], second[k])
     with ba.precision.x64(True):
         hotter = samplers.prepare(net, x, y, xt, 2 * TEMPERATURE, "float64")
-        U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 7, 4, 4))
+        U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 20, 4, 4))
         with traced_programs() as traced:
-            padded = samplers.conditional_outputs(U, key_of(1), hotter)  # 14 draws: one batch of 16, two dropped
+            padded = samplers.conditional_outputs(U, key_of(1), hotter)  # 40 draws: one batch of 256, 216 dropped
         assert "_conditional_f" not in traced, traced
         monkeypatch.setattr(samplers.base, "CONDITIONAL_BATCH", 7)
-        whole = samplers.conditional_outputs(U, key_of(1), hotter)  # two batches of 7
+        whole = samplers.conditional_outputs(U, key_of(1), hotter)  # six batches of 7 (two dropped)
     for k in ("f_train", "f_test"):
-        assert padded[k].shape == (2, 7, {"f_train": 6, "f_test": 3}[k])
+        assert padded[k].shape == (2, 20, {"f_train": 6, "f_test": 3}[k])
         np.testing.assert_allclose(padded[k], whole[k], rtol=1e-12, atol=1e-12)
