@@ -171,7 +171,8 @@ def guide(inputs: SamplerInputs) -> Guide:
 
 
 PILOT_FRACTION = 0.125
-"""Size of the pilot (:func:`adapt`) relative to the draws asked for; the pilot's draws are not kept."""
+"""Size of the pilot (:func:`adapt`) relative to the draws asked for, rounded up to whole batches; the pilot's
+draws are not kept."""
 ADAPT_BELOW = 0.5
 """The proposal moves to the pilot's weighted moments where the pilot's importance-sampling ESS per draw is below this."""
 PILOT_MIN_ESS_PER_DIMENSION = 10
@@ -187,8 +188,10 @@ def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = N
     sampling (moment matching; docs/theory.md §9): where the posterior is skewed (small width) its mean and
     covariance are not the mode and ``H⁻¹``. The pilot's draws are not kept, so the kept draws are independent
     draws from a proposal fixed before they are made. Given ``inputs``, the pilot runs the program of the kept
-    proposals (which also draws ``f``: one compiled program, not two). Returns the guide and what the pilot measured
-    (``pilot_draws``, ``pilot_pareto_k``, ``pilot_is_ess``, ``adapted``: 0 or 1)."""
+    proposals (which also draws ``f``: one compiled program, not two), and ``count`` is rounded up to whole batches
+    of it (the padding of the last batch would be computed and dropped). Returns the guide and what the pilot
+    measured (``pilot_draws``, ``pilot_pareto_k``, ``pilot_is_ess``, ``adapted``: 0 or 1)."""
+    count = -(-int(count) // _batch(g)) * _batch(g)
     theta, log_w, *_ = propose(g, key, count, inputs)
     smoothed, khat = psis(np.asarray(log_w, np.float64).reshape(1, -1))
     p = np.exp(smoothed.ravel() - smoothed.max())

@@ -266,7 +266,7 @@ def test_simulation_based_calibration_with_the_pilot_adapted_proposal(monkeypatc
     """The two stages of :func:`laplace.adapt` (a pilot, then the kept draws from the proposal moved to the
     pilot's weighted moments) are calibrated: ``laplace-is`` on the SBC problem of
     :func:`test_simulation_based_calibration` with the adaptation forced (its thresholds set so that every pilot
-    with ``k̂`` ≤ 1 moves the proposal; unforced, pilots of 119 draws are too small to be used). Uniform ranks
+    with ``k̂`` ≤ 1 moves the proposal; unforced, some pilots are not used). Uniform ranks
     (false failures <= 1e-3), a likelihood at ``T / 16`` rejected, and the proposal moved in most replications."""
     real, moved = laplace.adapt, []
 
