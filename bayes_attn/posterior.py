@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -348,10 +348,13 @@ class Posterior:
     ``tree`` groups: ``posterior`` (``U``, ``U_l``, ``Ua``, ``f_train``, ``f_test``,
     optional ``w`` and raw weights), ``sample_stats``, ``observed_data`` (``y``) and
     ``constant_data`` (training inputs and attention matrices).
+
+    The draws are read-only once sampled: :meth:`summary` is computed once per Posterior.
     """
 
     tree: xr.DataTree
     net: Network
+    _summary: list = field(default_factory=list, init=False, repr=False)
 
     @property
     def temperature(self) -> float:
@@ -437,7 +440,15 @@ class Posterior:
         return np.concatenate(means), np.concatenate(variances)
 
     def summary(self) -> Summary:
-        """ArviZ diagnostics on the invariant observables, plus sampler statistics (those the sampler has)."""
+        """ArviZ diagnostics on the invariant observables, plus sampler statistics (those the sampler has).
+
+        Computed at the first call and returned again after (seconds for 4 × 5000 draws of 200 outputs: ``auto``,
+        ``bayes-attn sample`` and :func:`~bayes_attn.compare.compare` all read it)."""
+        if not self._summary:
+            self._summary.append(self._compute_summary())
+        return self._summary[0]
+
+    def _compute_summary(self) -> Summary:
         import arviz_stats as azs
 
         table = azs.summary(self.tree, var_names=self.observables, kind="all", round_to="none")

@@ -99,6 +99,25 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
 
 
 @pytest.mark.slow
+def test_summary_is_computed_once_per_posterior(tiny_full, tmp_path, monkeypatch):
+    """``summary()`` runs ArviZ once per Posterior (``auto``, ``sample`` and ``compare`` all read it) and returns
+    the same object after; a copy loaded from disk computes its own, equal to the original's."""
+    import arviz_stats as azs
+    import pandas as pd
+
+    net, x, y, xt, post = tiny_full
+    calls, real = [], azs.summary
+    monkeypatch.setattr(azs, "summary", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = post.summary()
+    assert post.summary() is first and len(calls) <= 1  # the shared fixture's summary may be made already
+    back = ba.load_posterior(post.save(tmp_path / "post.nc"))
+    n = len(calls)
+    loaded = back.summary()
+    assert back.summary() is loaded and len(calls) == n + 1
+    pd.testing.assert_frame_equal(loaded.table, first.table)
+
+
+@pytest.mark.slow
 def test_settings_are_typed_and_survive_saving(tiny_full, tmp_path):
     """``Posterior.settings`` is the SamplerSettings the draws were made with (the chain method as it ran)."""
     net, x, y, xt, post = tiny_full
