@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -88,8 +86,7 @@ def main(argv=None) -> dict:
     if a.worker:
         print(json.dumps(worker(a.worker)))
         return {}
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from record import write_record
+    from record import run_worker, write_record  # benchmarks/record.py
 
     trees = {"new": REPO} | ({"old": a.old.resolve()} if a.old else {})
     problems = ["small"] if a.quick else ["small", "fig2c N=100"]
@@ -99,12 +96,8 @@ def main(argv=None) -> dict:
             if label not in trees:
                 continue
             for name in problems:
-                env = dict(os.environ, PYTHONPATH=f"{trees[label]}{os.pathsep}{REPO / 'benchmarks'}",
-                           BAYES_ATTN_NO_COMPILE_CACHE="1")
                 load = os.getloadavg()
-                out = subprocess.run([sys.executable, __file__, "--worker", name], env=env, check=True,
-                                     capture_output=True, text=True, cwd="/")
-                res = json.loads(out.stdout.strip().splitlines()[-1])
+                res = run_worker(__file__, [name], trees[label], BAYES_ATTN_NO_COMPILE_CACHE="1")
                 runs.append({"code": label, "round": r, "load_before": load, **res})
                 for c in res["calls"]:
                     print(f"round {r} {label:3s} {name:12s} {c['sampler']:10s} {c['chains']} x {c['draws']:5d}: "

@@ -26,12 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from record import write_record  # benchmarks/record.py
+from record import run_worker, write_record  # benchmarks/record.py
 
 WIDTHS = (10, 100, 1000)
 TEMPERATURE = 0.01
@@ -95,11 +93,8 @@ def main(argv=None) -> dict:
         for label in (("old", "new") if r % 2 else ("new", "old")):
             if label not in trees:
                 continue
-            env = dict(os.environ, PYTHONPATH=str(trees[label]), OPENBLAS_NUM_THREADS="1")
             load = os.getloadavg()
-            out = subprocess.run([sys.executable, __file__, "--worker", "--repeats", str(a.repeats)], env=env,
-                                 check=True, capture_output=True, text=True, cwd="/")
-            res = json.loads(out.stdout.strip().splitlines()[-1])
+            res = run_worker(__file__, ["--repeats", str(a.repeats)], trees[label], OPENBLAS_NUM_THREADS="1")
             runs.append({"code": label, "round": r, "load_before": load, **res})
             for row in res["rows"]:
                 print(f"round {r} {label:3s} N={row['N']:5d}: total {row['total_s'] * 1e3:6.1f} ms  new data "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,3 +24,12 @@ def write_record(path: str | os.PathLike, record: dict) -> Path:
     path.write_text(json.dumps(record | {"machine": machine()}, indent=1) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def run_worker(script: str | os.PathLike, args: list[str], code: str | os.PathLike, **env: str) -> dict:
+    """Run ``script --worker *args`` in a fresh Python process with the package folder ``code`` first on its path
+    (this checkout's or an earlier copy's) and the environment variables ``env``; return the JSON of its last
+    line of output."""
+    out = subprocess.run([sys.executable, str(script), "--worker", *args], check=True, capture_output=True,
+                         text=True, cwd="/", env=dict(os.environ, PYTHONPATH=str(code), **env))
+    return json.loads(out.stdout.strip().splitlines()[-1])
