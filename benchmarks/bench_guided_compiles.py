@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -86,23 +85,19 @@ def main(argv=None) -> dict:
     if a.worker:
         print(json.dumps(worker(a.worker)))
         return {}
-    from record import run_worker, write_record  # benchmarks/record.py
+    from record import alternated, run_worker, write_record  # benchmarks/record.py
 
     trees = {"new": REPO} | ({"old": a.old.resolve()} if a.old else {})
     problems = ["small"] if a.quick else ["small", "fig2c N=100"]
     runs = []
-    for r in range(1 if a.quick else a.rounds):
-        for label in (("old", "new") if r % 2 else ("new", "old")):
-            if label not in trees:
-                continue
-            for name in problems:
-                load = os.getloadavg()
-                res = run_worker(__file__, [name], trees[label], BAYES_ATTN_NO_COMPILE_CACHE="1")
-                runs.append({"code": label, "round": r, "load_before": load, **res})
-                for c in res["calls"]:
-                    print(f"round {r} {label:3s} {name:12s} {c['sampler']:10s} {c['chains']} x {c['draws']:5d}: "
-                          f"{c['wall_seconds']:6.1f} s, compiling {c['compile_seconds']:5.1f} s "
-                          f"({c['compilations']:3d} programs)  load {load[0]:.1f}", flush=True)
+    for r, label in alternated(1 if a.quick else a.rounds, trees):
+        for name in problems:
+            res = run_worker(__file__, [name], trees[label], BAYES_ATTN_NO_COMPILE_CACHE="1")
+            runs.append({"code": label, "round": r, **res})
+            for c in res["calls"]:
+                print(f"round {r} {label:3s} {name:12s} {c['sampler']:10s} {c['chains']} x {c['draws']:5d}: "
+                      f"{c['wall_seconds']:6.1f} s, compiling {c['compile_seconds']:5.1f} s "
+                      f"({c['compilations']:3d} programs)  load {res['load_before'][0]:.1f}", flush=True)
     summary = {}
     for name in problems:
         for i, (sampler, chains, draws, _) in enumerate(CALLS):

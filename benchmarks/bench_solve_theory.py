@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-from record import run_worker, write_record  # benchmarks/record.py
+from record import alternated, run_worker, write_record  # benchmarks/record.py
 
 WIDTHS = (10, 100, 1000)
 TEMPERATURE = 0.01
@@ -89,17 +89,13 @@ def main(argv=None) -> dict:
         return {}
     trees = {"new": REPO} | ({"old": a.old.resolve()} if a.old else {})
     runs = []
-    for r in range(a.rounds):
-        for label in (("old", "new") if r % 2 else ("new", "old")):
-            if label not in trees:
-                continue
-            load = os.getloadavg()
-            res = run_worker(__file__, ["--repeats", str(a.repeats)], trees[label], OPENBLAS_NUM_THREADS="1")
-            runs.append({"code": label, "round": r, "load_before": load, **res})
-            for row in res["rows"]:
-                print(f"round {r} {label:3s} N={row['N']:5d}: total {row['total_s'] * 1e3:6.1f} ms  new data "
-                      f"{row['total_new_data_s'] * 1e3:6.1f} ms  setup {row['setup_s'] * 1e3:6.1f} ms  newton "
-                      f"{row['newton_s'] * 1e3:6.1f} ms  ({row['iterations']} it)  load {load[0]:.1f}", flush=True)
+    for r, label in alternated(a.rounds, trees):
+        res = run_worker(__file__, ["--repeats", str(a.repeats)], trees[label], OPENBLAS_NUM_THREADS="1")
+        runs.append({"code": label, "round": r, **res})
+        for row in res["rows"]:
+            print(f"round {r} {label:3s} N={row['N']:5d}: total {row['total_s'] * 1e3:6.1f} ms  new data "
+                  f"{row['total_new_data_s'] * 1e3:6.1f} ms  setup {row['setup_s'] * 1e3:6.1f} ms  newton "
+                  f"{row['newton_s'] * 1e3:6.1f} ms  ({row['iterations']} it)  load {res['load_before'][0]:.1f}", flush=True)
     summary = {}
     for label in trees:
         for N in WIDTHS:

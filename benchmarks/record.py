@@ -29,7 +29,15 @@ def write_record(path: str | os.PathLike, record: dict) -> Path:
 def run_worker(script: str | os.PathLike, args: list[str], code: str | os.PathLike, **env: str) -> dict:
     """Run ``script --worker *args`` in a fresh Python process with the package folder ``code`` first on its path
     (this checkout's or an earlier copy's) and the environment variables ``env``; return the JSON of its last
-    line of output."""
+    line of output, with the load average before it started (``load_before``)."""
+    load = os.getloadavg()
     out = subprocess.run([sys.executable, str(script), "--worker", *args], check=True, capture_output=True,
                          text=True, cwd="/", env=dict(os.environ, PYTHONPATH=str(code), **env))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {"load_before": load, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def alternated(rounds: int, trees: dict) -> list[tuple[int, str]]:
+    """``(round, label)`` for the codes ``trees`` (``"new"``, maybe ``"old"``) over ``rounds``, the order swapped
+    every round (so that neither code always runs first on a machine whose load drifts)."""
+    return [(r, label) for r in range(rounds) for label in (("old", "new") if r % 2 else ("new", "old"))
+            if label in trees]
