@@ -351,20 +351,33 @@ BATCH_BYTES = 256 * 2**20
 """Memory a vectorised batch of draws (:func:`batch_size`) may use at a time."""
 
 
-def map_batches(fn: Callable, xs: tuple, size: int) -> list[jax.Array]:
-    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``), in batches of ``size`` (the last
-    one padded with copies of the last item, whose results are dropped): ``fn`` takes one batch of each array and
-    returns a sequence of arrays ``[size, ...]``; returns them ``[count, ...]``. One batch size per caller and
-    problem, whatever the count: a jitted ``fn`` is compiled once and serves every count (``lax.map`` would
-    compile one program per count), at the price of at most ``size − 1`` padded items per call."""
+def map_batches(fn: Callable, xs: tuple, size: int) -> list[np.ndarray]:
+    """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``; JAX, NumPy or JAX keys), in
+    batches of ``size`` (the last one padded with copies of the last item, whose results are dropped): ``fn`` takes
+    one batch of each array and returns a sequence of arrays ``[size, ...]``; returns them ``[count, ...]`` as
+    NumPy arrays. One batch size per caller and problem, whatever the count: a jitted ``fn`` is compiled once and
+    serves every count (``lax.map`` would compile one program per count), at the price of at most ``size − 1``
+    padded items per call. The batches are cut and the results joined in NumPy: as JAX operations, outside a
+    compiled program, each new count would compile its own slices and joins. (Inside a traced function, e.g. under
+    ``vmap``, they are JAX operations of that program, and the results JAX arrays.)"""
     count = xs[0].shape[0]
     size = max(int(size), 1)
     padded = count + (-count % size)
-    if padded > count:
-        index = np.minimum(np.arange(padded), count - 1)
+    index = np.minimum(np.arange(padded), count - 1)
+    if any(isinstance(x, jax.core.Tracer) for x in xs):
         xs = tuple(x[index] for x in xs)
-    parts = [fn(*(x[i : i + size] for x in xs)) for i in range(0, padded, size)]
-    return [jnp.concatenate(p)[:count] for p in zip(*parts)]
+        parts = [fn(*(x[i : i + size] for x in xs)) for i in range(0, padded, size)]
+        return [jnp.concatenate(p)[:count] for p in zip(*parts)]
+    keys = [jnp.issubdtype(x.dtype, jax.dtypes.prng_key) for x in xs]
+    host = [np.asarray(jax.random.key_data(x) if k else x)[index] for x, k in zip(xs, keys)]
+    impls = [jax.random.key_impl(x) if k else None for x, k in zip(xs, keys)]
+
+    def batch(i: int) -> list:
+        return [h[i : i + size] if impl is None else jax.random.wrap_key_data(h[i : i + size], impl=impl)
+                for h, impl in zip(host, impls)]
+
+    parts = [fn(*batch(i)) for i in range(0, padded, size)]
+    return [np.concatenate([np.asarray(a) for a in p])[:count] for p in zip(*parts)]
 
 
 def batch_size(P: int, itemsize: int, most: int, memory: int = BATCH_BYTES) -> int:
