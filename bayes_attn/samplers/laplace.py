@@ -191,7 +191,8 @@ def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = N
     proposals (which also draws ``f``: one compiled program, not two), and ``count`` is rounded up to whole batches
     of it (the padding of the last batch would be computed and dropped). Returns the guide and what the pilot
     measured (``pilot_draws``, ``pilot_pareto_k``, ``pilot_is_ess``, ``adapted``: 0 or 1)."""
-    count = -(-int(count) // _batch(g)) * _batch(g)
+    size = _batch(g)
+    count = -(-int(count) // size) * size
     theta, log_w, *_ = propose(g, key, count, inputs)
     smoothed, khat = psis(np.asarray(log_w, np.float64).reshape(1, -1))
     p = np.exp(smoothed.ravel() - smoothed.max())
