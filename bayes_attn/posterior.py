@@ -16,12 +16,14 @@ draw weights. The samplers themselves live in :mod:`bayes_attn.samplers`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -257,6 +259,42 @@ def _moments_of_draws(U: jax.Array, C: jax.Array, Cx: jax.Array, Cxx: jax.Array,
     return jax.vmap(lambda u: gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), y,
                                          temperature))(U)
 
+SUMMARY_WORKERS = 4
+"""Most threads :func:`summary_table` runs ArviZ in (one per core of this process, up to this many)."""
+
+
+def summary_table(draws: xr.Dataset, workers: int | None = None) -> pd.DataFrame:
+    """``arviz_stats.summary(draws, kind="all", round_to="none")``, the same table, computed in ``workers`` threads
+    (default: one per core this process may use, at most :data:`SUMMARY_WORKERS`).
+
+    ``draws``: variables ``[chain, draw, ...]``. Each row of the table depends on its own entry's draws alone, so
+    the entries are cut into pieces (about two per worker, along each variable's first dimension after ``draw``)
+    and ArviZ summarises the pieces side by side: its rank normalisations (NumPy's sorts) and FFTs release the
+    GIL. 4 × 5000 draws of 221 entries (Fig. 2c): ``benchmarks/bench_summary.py``."""
+    import arviz_stats as azs
+
+    def run(piece: xr.Dataset) -> pd.DataFrame:
+        return azs.summary(piece, kind="all", round_to="none")
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(cores, SUMMARY_WORKERS) if workers is None else _checks.positive_int("workers", workers)
+    if workers == 1:
+        return run(draws)
+    # a dimension without coordinates is labelled by position: give it its positions before cutting it
+    draws = draws.assign_coords({d: np.arange(n) for d, n in draws.sizes.items() if d not in draws.coords})
+    sizes = {v: int(np.prod([n for d, n in draws[v].sizes.items() if d not in ("chain", "draw")]))
+             for v in draws.data_vars}
+    per_piece = max(1, -(-sum(sizes.values()) // (2 * workers)))
+    pieces = []
+    for v, size in sizes.items():
+        dims = [d for d in draws[v].dims if d not in ("chain", "draw")]
+        rows = max(1, per_piece * draws.sizes[dims[0]] // size) if dims else 1
+        end = draws.sizes[dims[0]] if dims else 1
+        pieces += [draws[[v]].isel({dims[0]: slice(i, i + rows)}) if dims else draws[[v]] for i in range(0, end, rows)]
+    with ThreadPoolExecutor(min(workers, len(pieces))) as pool:
+        return pd.concat(list(pool.map(run, pieces)))
+
+
 @dataclass(frozen=True)
 class Summary:
     """Convergence diagnostics on the invariant observables.
@@ -354,7 +392,6 @@ class Posterior:
 
     tree: xr.DataTree
     net: Network
-    _summary: list = field(default_factory=list, init=False, repr=False)
 
     @property
     def temperature(self) -> float:
@@ -444,14 +481,13 @@ class Posterior:
 
         Computed at the first call and returned again after (seconds for 4 × 5000 draws of 200 outputs: ``auto``,
         ``bayes-attn sample`` and :func:`~bayes_attn.compare.compare` all read it)."""
-        if not self._summary:
-            self._summary.append(self._compute_summary())
-        return self._summary[0]
+        return self._summary
 
-    def _compute_summary(self) -> Summary:
+    @functools.cached_property
+    def _summary(self) -> Summary:
         import arviz_stats as azs
 
-        table = azs.summary(self.tree, var_names=self.observables, kind="all", round_to="none")
+        table = summary_table(self.tree["posterior"].to_dataset()[self.observables])
         stats = self.tree["sample_stats"]
         nuts = "energy" in stats
         attrs = self.tree.attrs

@@ -100,14 +100,13 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
 
 @pytest.mark.slow
 def test_summary_is_computed_once_per_posterior(tiny_full, tmp_path, monkeypatch):
-    """``summary()`` runs ArviZ once per Posterior (``auto``, ``sample`` and ``compare`` all read it) and returns
+    """``summary()`` runs ArviZ (:func:`~bayes_attn.posterior.summary_table`) once per Posterior (``auto``, ``sample`` and ``compare`` all read it) and returns
     the same object after; a copy loaded from disk computes its own, equal to the original's."""
-    import arviz_stats as azs
     import pandas as pd
 
     net, x, y, xt, post = tiny_full
-    calls, real = [], azs.summary
-    monkeypatch.setattr(azs, "summary", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls, real = [], bp.summary_table
+    monkeypatch.setattr(bp, "summary_table", lambda *a, **k: calls.append(1) or real(*a, **k))
     first = post.summary()
     assert post.summary() is first and len(calls) <= 1  # the shared fixture's summary may be made already
     back = ba.load_posterior(post.save(tmp_path / "post.nc"))
@@ -115,6 +114,25 @@ def test_summary_is_computed_once_per_posterior(tiny_full, tmp_path, monkeypatch
     loaded = back.summary()
     assert back.summary() is loaded and len(calls) == n + 1
     pd.testing.assert_frame_equal(loaded.table, first.table)
+
+
+def test_summary_table_in_threads_is_arviz_summary():
+    """:func:`~bayes_attn.posterior.summary_table` in 2, 3 or 7 threads (entries cut into pieces along a
+    variable's first dimension: uneven pieces, a scalar variable, a variable smaller than a piece) gives ArviZ's
+    own table bit for bit, rows in ArviZ's order; a worker count below 1 is refused before any work."""
+    import arviz_stats as azs
+    import pandas as pd
+
+    rng = rng_of(0)
+    draws = xr.Dataset({"U": (("chain", "draw", "path", "path_"), rng.normal(size=(3, 200, 3, 3))),
+                        "Ua": (("chain", "draw"), rng.gamma(2.0, size=(3, 200))),
+                        "f": (("chain", "draw", "example"), rng.normal(size=(3, 200, 11)).cumsum(1))},
+                       coords={"path": ["1-1", "1-2", "2-1"], "path_": ["1-1", "1-2", "2-1"]})
+    ref = azs.summary(draws, kind="all", round_to="none")
+    for workers in (1, 2, 3, 7):
+        pd.testing.assert_frame_equal(bp.summary_table(draws, workers), ref)
+    with pytest.raises(ValueError, match="workers"):
+        bp.summary_table(draws, 0)
 
 
 @pytest.mark.slow
