@@ -259,6 +259,7 @@ def _moments_of_draws(U: jax.Array, C: jax.Array, Cx: jax.Array, Cxx: jax.Array,
     return jax.vmap(lambda u: gp.moments(kernel_from_C(u, C), kernel_from_C(u, Cx), kernel_from_C(u, Cxx), y,
                                          temperature))(U)
 
+
 SUMMARY_WORKERS = 4
 """Most threads :func:`summary_table` runs ArviZ in (one per core of this process, up to this many)."""
 
@@ -276,8 +277,7 @@ def summary_table(draws: xr.Dataset, workers: int | None = None) -> pd.DataFrame
     def run(piece: xr.Dataset) -> pd.DataFrame:
         return azs.summary(piece, kind="all", round_to="none")
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = min(cores, SUMMARY_WORKERS) if workers is None else _checks.positive_int("workers", workers)
+    workers = min(threads.cores(), SUMMARY_WORKERS) if workers is None else _checks.positive_int("workers", workers)
     if workers == 1:
         return run(draws)
     # a dimension without coordinates is labelled by position: give it its positions before cutting it
@@ -288,9 +288,12 @@ def summary_table(draws: xr.Dataset, workers: int | None = None) -> pd.DataFrame
     pieces = []
     for v, size in sizes.items():
         dims = [d for d in draws[v].dims if d not in ("chain", "draw")]
-        rows = max(1, per_piece * draws.sizes[dims[0]] // size) if dims else 1
-        end = draws.sizes[dims[0]] if dims else 1
-        pieces += [draws[[v]].isel({dims[0]: slice(i, i + rows)}) if dims else draws[[v]] for i in range(0, end, rows)]
+        if not dims:
+            pieces.append(draws[[v]])
+            continue
+        n = draws.sizes[dims[0]]
+        rows = max(1, per_piece * n // size)
+        pieces += [draws[[v]].isel({dims[0]: slice(i, i + rows)}) for i in range(0, n, rows)]
     with ThreadPoolExecutor(min(workers, len(pieces))) as pool:
         return pd.concat(list(pool.map(run, pieces)))
 

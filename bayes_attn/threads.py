@@ -65,6 +65,11 @@ ENV_BLAS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 XLA_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
+def cores() -> int:
+    """CPU cores this process may run on (its affinity where the platform says, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _blas_loaded() -> None:
     """Load the BLAS libraries JAX's CPU LAPACK uses, so that a limit reaches them."""
     import numpy  # noqa: F401

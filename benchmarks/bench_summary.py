@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
-from bayes_attn import markov  # noqa: E402
+from bayes_attn import markov, threads  # noqa: E402
 from bayes_attn.posterior import summary_table  # noqa: E402
 from bench_contention import BURNER  # noqa: E402  (benchmarks/bench_contention.py)
 from record import write_record  # noqa: E402
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt[:100], sampler="laplace-is", num_chains=4,
                                num_samples=draws_per_chain, seed=0, progress_bar=False)
     draws = post.tree["posterior"].to_dataset()[post.observables]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = threads.cores()
     settings = {"one thread": 1, "threads": None}
     pd.testing.assert_frame_equal(summary_table(draws, 1), summary_table(draws))  # also the untimed first call
     record = {"problem": {"network": "markov.fig2c", "width": 100, "sampler": "laplace-is", "chains": 4,

@@ -18,10 +18,10 @@ returns an :class:`Outcome` per job, in job order (retries and worker deaths:
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..threads import cores
 from .dask_executors import JOBQUEUE_CLASSES, DaskJobqueue, DaskLocal, DaskScheduler
 from .jobs import InProcess, Job, Outcome, check_int, job_seed, run_jobs
 
@@ -103,5 +103,5 @@ def executor_from_options(executor: str = "local", workers: int | None = None, s
         extra = {k: options.pop(k) for k in ("retries", "env", "resources") if k in options}
         return DaskJobqueue(cls, options, n, **extra)
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = cores()
     return DaskLocal(workers)
