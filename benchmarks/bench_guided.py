@@ -27,6 +27,7 @@ from the expansion, 2 × (100 + 200), at N = 10.
 Run alone (~25 min on 2 quiet cores, ~15 more with ``--image``)::
 
     .venv/bin/python benchmarks/bench_guided.py [--widths 10 100 1000] [--busy] [--image] [--quick]
+                                                [--samplers auto wishart ...] [--out FILE]
 
 Output: a printed table and ``benchmarks/results/guided.json`` (``--quick``: a temporary folder).
 """
@@ -99,7 +100,7 @@ def max_z(a: dict, b: dict) -> float:
     return float(np.max(np.abs(ma - mb) / np.sqrt(sa**2 + sb**2)))
 
 
-def fig2c(widths, n_test: int, quick: bool) -> dict:
+def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> dict:
     out = {}
     for N in widths:
         task, net = markov.fig2c(width=N)
@@ -107,18 +108,25 @@ def fig2c(widths, n_test: int, quick: bool) -> dict:
         xt = xt[:n_test]
         res = {}
         for label, sampler, settings in runs(N, quick):
+            if labels and label not in labels:
+                continue
             res[label] = []
             for call, seed in enumerate((0, 1), start=1):
                 r = measure(net, x, y, xt, 0.01, sampler, settings, seed)
                 show(N, label, call, r)
                 res[label].append(r)
         ratios = {}
+        for guided in ("laplace-is", "auto"):
+            for ref in ("wishart", "wishart-prior"):
+                for call in (0, 1):
+                    if guided in res and ref in res:
+                        ratios[f"{guided}/{ref} ESS/s, call {call + 1}"] = (
+                            res[guided][call]["ess_per_second_U"] / res[ref][call]["ess_per_second_U"])
         for ref in ("wishart", "wishart-prior"):
-            for call in (0, 1):
-                ratios[f"laplace-is/{ref} ESS/s, call {call + 1}"] = (
-                    res["laplace-is"][call]["ess_per_second_U"] / res[ref][call]["ess_per_second_U"])
-        ratios["wishart-prior/auto wall, call 2"] = res["wishart-prior"][1]["wall_seconds"] / res["auto"][1]["wall_seconds"]
-        ratios["max |z| of U vs wishart (call 2)"] = {k: max_z(v[1], res["wishart"][1]) for k, v in res.items()}
+            if ref in res and "auto" in res:
+                ratios[f"{ref}/auto wall, call 2"] = res[ref][1]["wall_seconds"] / res["auto"][1]["wall_seconds"]
+        if "wishart" in res:
+            ratios["max |z| of U vs wishart (call 2)"] = {k: max_z(v[1], res["wishart"][1]) for k, v in res.items()}
         for k, v in ratios.items():
             print(f"N={N:5d} {k}: {v if isinstance(v, dict) else round(v, 2)}", flush=True)
         out[str(N)] = {"runs": res, "ratios": ratios, "load": os.getloadavg()}
@@ -189,15 +197,18 @@ def main(argv=None) -> None:
     ap.add_argument("--busy", action="store_true")
     ap.add_argument("--image", action="store_true")
     ap.add_argument("--quick", action="store_true", help="every code path at tiny sizes, output to a temporary folder")
+    ap.add_argument("--samplers", nargs="+", choices=[r[0] for r in runs(10, False)],
+                    help="only these of the Fig. 2c runs (default: all)")
+    ap.add_argument("--out", type=Path, default=None, help="the output file (default: results/guided.json)")
     a = ap.parse_args(argv)
-    record = {"settings": vars(a), "load_before": os.getloadavg()}
-    record["fig2c"] = fig2c(a.widths, a.n_test, a.quick)
+    record = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+              "load_before": os.getloadavg()}
+    record["fig2c"] = fig2c(a.widths, a.n_test, a.quick, a.samplers)
     if a.busy:
         record["busy"] = busy(a.n_test, a.quick)
     if a.image:
         record["image"] = image(a.quick)
-    folder = Path(tempfile.mkdtemp()) if a.quick else RESULTS
-    write_record(folder / "guided.json", record)
+    write_record(a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS) / "guided.json", record)
 
 
 if __name__ == "__main__":
