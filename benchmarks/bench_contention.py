@@ -32,6 +32,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -40,11 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from record import write_record  # benchmarks/record.py
+from record import busy_cores, write_record  # benchmarks/record.py
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONFIGS = ("defaults", "all_threads")
-BURNER = "import time\nend = time.time() + {limit}\nx = 0\nwhile time.time() < end:\n    for i in range(100000):\n        x += i\n"
 
 
 def child(config: str, width: int, warmup: int, draws: int, chains: int) -> dict:
@@ -75,28 +75,18 @@ def measure(config: str, busy: bool, a) -> dict:
     env = dict(os.environ)
     if config == "all_threads":
         env["OMP_NUM_THREADS"] = str(os.cpu_count())
-    burners = []
     load = os.getloadavg()
-    try:
-        if busy:
-            code = BURNER.format(limit=a.burn_limit)
-            burners = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(os.cpu_count() or 1)]
-            time.sleep(2.0)
+    with busy_cores(a.burn_limit) if busy else contextlib.nullcontext(0) as burners:
         cmd = [sys.executable, __file__, "--child", config, "--width", str(a.width), "--warmup", str(a.warmup),
                "--draws", str(a.draws), "--chains", str(a.chains)]
         t0 = time.perf_counter()
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.burn_limit)
         wall = time.perf_counter() - t0
-    finally:
-        for p in burners:
-            p.kill()
-        for p in burners:
-            p.wait()
     if res.returncode:
         raise RuntimeError(f"{config} busy={busy} failed:\n{res.stderr[-3000:]}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
     out |= dict(config=config, condition="busy" if busy else "quiet", load_before=load, process_wall_seconds=wall,
-                burners=len(burners))
+                burners=burners)
     print(f"{config:12s} {out['condition']:5s}  sample {out['sample_seconds']:7.1f} s  theory {out['theory_seconds']:.3f} s"
           f"  load before {load[0]:.1f}  threads {out['threads']}", flush=True)
     return out

@@ -37,8 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,10 +49,9 @@ import numpy as np  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from record import write_record  # noqa: E402  (benchmarks/record.py)
+from record import busy_cores, write_record  # noqa: E402  (benchmarks/record.py)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BURNER = "import time\nend = time.time() + {limit}\nx = 0\nwhile time.time() < end:\n    for i in range(100000):\n        x += i\n"
 
 
 def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
@@ -141,19 +138,13 @@ def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
     pair = [r for r in runs(100, quick) if r[0] in ("laplace-is", "wishart")]
     for _, sampler, settings in pair:  # compiled before the burners start
         measure(net, x, y, xt, 0.01, sampler, settings, 0)
-    burners = [subprocess.Popen([sys.executable, "-c", BURNER.format(limit=limit)]) for _ in range(os.cpu_count() or 1)]
-    try:
-        time.sleep(2.0)
+    with busy_cores(limit) as burners:
         res = {label: measure(net, x, y, xt, 0.01, sampler, settings, 1) for label, sampler, settings in pair}
-    finally:
-        for p in burners:
-            p.kill()
-            p.wait()
     for label, r in res.items():
         show(100, label + " (busy)", 2, r)
     ratio = res["laplace-is"]["ess_per_second_U"] / res["wishart"]["ess_per_second_U"]
     print(f"busy: laplace-is/wishart ESS/s {ratio:.2f}", flush=True)
-    return {"runs": res, "ratio": ratio, "burners": len(burners), "load": os.getloadavg()}
+    return {"runs": res, "ratio": ratio, "burners": burners, "load": os.getloadavg()}
 
 
 def landed_fig3():

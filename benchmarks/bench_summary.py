@@ -16,9 +16,8 @@ Output: ``benchmarks/results/summary.json`` (``--quick``: 4 × 500 draws, a temp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,8 +32,7 @@ import pandas as pd  # noqa: E402
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov, threads  # noqa: E402
 from bayes_attn.posterior import summary_table  # noqa: E402
-from bench_contention import BURNER  # noqa: E402  (benchmarks/bench_contention.py)
-from record import write_record  # noqa: E402
+from record import busy_cores, write_record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -49,19 +47,12 @@ def condition(draws, settings: dict, rounds: int, busy: bool) -> dict:
     """Median seconds of ``summary_table(draws, workers)`` per setting, alternating, ``busy``: beside one
     CPU-bound process per core (each ends by itself after 30 min and is killed at the end)."""
     load = os.getloadavg()
-    burners = [subprocess.Popen([sys.executable, "-c", BURNER.format(limit=1800)]) for _ in range(os.cpu_count() or 1)
-               ] if busy else []
-    try:
-        time.sleep(2.0 if busy else 0.0)
+    with busy_cores() if busy else contextlib.nullcontext():
         times = {name: [] for name in settings}
         for r in range(rounds):
             order = list(settings) if r % 2 == 0 else list(settings)[::-1]
             for name in order:
                 times[name].append(seconds(lambda: summary_table(draws, settings[name])))
-    finally:
-        for p in burners:
-            p.kill()
-            p.wait()
     med = {name: float(np.median(t)) for name, t in times.items()}
     out = {"load_before": load, "seconds": times, "median_seconds": med,
            "speedup": med["one thread"] / med["threads"]}

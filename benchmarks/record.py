@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+BURNER = "import time\nend = time.time() + {limit}\nx = 0\nwhile time.time() < end:\n    for i in range(100000):\n        x += i\n"
+"""A CPU-bound Python process that ends by itself after ``limit`` seconds."""
 
 
 def machine() -> dict:
@@ -41,3 +47,18 @@ def alternated(rounds: int, trees: dict) -> list[tuple[int, str]]:
     every round (so that neither code always runs first on a machine whose load drifts)."""
     return [(r, label) for r in range(rounds) for label in (("old", "new") if r % 2 else ("new", "old"))
             if label in trees]
+
+
+@contextlib.contextmanager
+def busy_cores(limit: float = 1800.0) -> Iterator[int]:
+    """The block runs beside one CPU-bound process per core (:data:`BURNER`, each ending by itself after ``limit``
+    seconds), started 2 s before it and killed when it ends; yields how many."""
+    burners = [subprocess.Popen([sys.executable, "-c", BURNER.format(limit=limit)]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(2.0)
+        yield len(burners)
+    finally:
+        for p in burners:
+            p.kill()
+        for p in burners:
+            p.wait()
