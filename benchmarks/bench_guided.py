@@ -1,11 +1,11 @@
 """Benchmark: the samplers guided by the finite-width expansion against NUTS, side by side (docs/theory.md §9).
 
-Problem: the Fig. 2c network (``markov.fig2c``: 4 paths, P = 100, temperature 0.01, float64) at N = 10, 100
+Problem: the Fig. 2c network (``markov.fig2c``: 4 paths, P = 100, temperature 0.01; float64 unless a label says float32) at N = 10, 100
 and 1000, ``--n-test`` test inputs (default 100: ``f_test`` is drawn for every kept draw). In one process,
 each sampler is called twice through :func:`bayes_attn.sample_posterior` (the second call with another seed,
 after compilation), in this order:
 
-- ``laplace-is``: 4 × 5000 proposals, resampled;
+- ``laplace-is``: 4 × 5000 proposals, resampled; ``laplace-is-f32``: the same in float32;
 - ``laplace-mh``: 4 × (200 + 5000);
 - ``auto``: 4 × 5000 (``laplace-is`` first; falls back as it says);
 - ``wishart``: 4 × (500 + 2000), starting at the expansion's mode with its metric (the default);
@@ -58,6 +58,7 @@ def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
     """``(label, sampler, settings)`` of every sampler at width ``N``."""
     q = (lambda n: max(20, n // 50)) if quick else (lambda n: n)  # noqa: E731
     out = [("laplace-is", "laplace-is", dict(num_chains=4, num_samples=q(5000))),
+           ("laplace-is-f32", "laplace-is", dict(num_chains=4, num_samples=q(5000), dtype="float32")),
            ("laplace-mh", "laplace-mh", dict(num_chains=4, num_warmup=q(200), num_samples=q(5000))),
            ("auto", "auto", dict(num_chains=4, num_warmup=q(500), num_samples=q(5000))),
            ("wishart", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000))),
@@ -67,11 +68,11 @@ def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
     return out
 
 
-def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, seed: int, dtype: str = "float64") -> dict:
-    """One call of ``sample_posterior``, timed, with its diagnostics."""
+def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, seed: int) -> dict:
+    """One call of ``sample_posterior``, timed, with its diagnostics (float64 unless ``settings`` say otherwise)."""
     t0 = time.perf_counter()
     post = ba.sample_posterior(net, x, y, temperature=temperature, x_test=xt, sampler=sampler, seed=seed,
-                               dtype=dtype, progress_bar=False, **settings)
+                               progress_bar=False, **({"dtype": "float64"} | settings))
     wall = time.perf_counter() - t0
     s = post.summary()
     u = s.table[s.table.index.str.startswith("U[")]
@@ -113,7 +114,7 @@ def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> 
                 show(N, label, call, r)
                 res[label].append(r)
         ratios = {}
-        for guided in ("laplace-is", "auto"):
+        for guided in ("laplace-is", "laplace-is-f32", "auto"):
             for ref in ("wishart", "wishart-prior"):
                 for call in (0, 1):
                     if guided in res and ref in res:
@@ -175,7 +176,7 @@ def image(quick: bool) -> dict:
             ("laplace-is", 100, "laplace-is", dict(num_chains=4, num_samples=n or 500)),
             ("laplace-is", 10, "laplace-is", dict(num_chains=4, num_samples=n or 500)),
             ("wishart", 10, "wishart", dict(num_chains=2, num_warmup=n or 100, num_samples=n or 200))):
-        r = measure(net.with_width(N), tr.x, tr.y, xt, chosen[str(N)], sampler, settings, 0, dtype="float32")
+        r = measure(net.with_width(N), tr.x, tr.y, xt, chosen[str(N)], sampler, settings | {"dtype": "float32"}, 0)
         show(N, label + " (image)", 1, r)
         out[f"{label} N={N}"] = r
     return out
