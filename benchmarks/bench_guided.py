@@ -1,9 +1,9 @@
 """Benchmark: the samplers guided by the finite-width expansion against NUTS, side by side (docs/theory.md §9).
 
-Problem: the Fig. 2c network (``markov.fig2c``: 4 paths, P = 100, temperature 0.01; float64 unless a label says float32) at N = 10, 100
-and 1000, ``--n-test`` test inputs (default 100: ``f_test`` is drawn for every kept draw). In one process,
-each sampler is called twice through :func:`bayes_attn.sample_posterior` (the second call with another seed,
-after compilation), in this order:
+Problem: the Fig. 2c network (``markov.fig2c``: 4 paths, P = 100, temperature 0.01; float64 unless a label
+says float32) at N = 10, 100 and 1000, ``--n-test`` test inputs (default 100: ``f_test`` is drawn for every
+kept draw). In one process, each sampler is called twice through :func:`bayes_attn.sample_posterior` (the
+second call with another seed, after compilation), in this order:
 
 - ``laplace-is``: 4 × 5000 proposals, resampled; ``laplace-is-f32``: the same in float32;
 - ``laplace-mh``: 4 × (200 + 5000);
