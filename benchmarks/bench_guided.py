@@ -7,7 +7,7 @@ second call with another seed, after compilation), in this order:
 
 - ``laplace-is``: 4 × 5000 proposals, resampled; ``laplace-is-f32``: the same in float32;
 - ``laplace-mh``: 4 × (200 + 5000);
-- ``auto``: 4 × 5000 (``laplace-is`` first; falls back as it says);
+- ``auto``: 4 × 5000 (``laplace-is`` first; falls back as it says); ``auto-f32``: the same in float32;
 - ``wishart``: 4 × (500 + 2000), starting at the expansion's mode with its metric (the default);
 - ``wishart`` with ``start="prior"``: 4 × (500 + 2000), NumPyro's adapted diagonal metric (the sampler before);
 - ``collapsed``: 2 × (300 + 300) at N = 10 and 100 (it needs minutes per call beyond).
@@ -61,6 +61,7 @@ def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
            ("laplace-is-f32", "laplace-is", dict(num_chains=4, num_samples=q(5000), dtype="float32")),
            ("laplace-mh", "laplace-mh", dict(num_chains=4, num_warmup=q(200), num_samples=q(5000))),
            ("auto", "auto", dict(num_chains=4, num_warmup=q(500), num_samples=q(5000))),
+           ("auto-f32", "auto", dict(num_chains=4, num_warmup=q(500), num_samples=q(5000), dtype="float32")),
            ("wishart", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000))),
            ("wishart-prior", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000), start="prior"))]
     if N <= 100:
@@ -114,15 +115,16 @@ def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> 
                 show(N, label, call, r)
                 res[label].append(r)
         ratios = {}
-        for guided in ("laplace-is", "laplace-is-f32", "auto"):
+        for guided in ("laplace-is", "laplace-is-f32", "auto", "auto-f32"):
             for ref in ("wishart", "wishart-prior"):
                 for call in (0, 1):
                     if guided in res and ref in res:
                         ratios[f"{guided}/{ref} ESS/s, call {call + 1}"] = (
                             res[guided][call]["ess_per_second_U"] / res[ref][call]["ess_per_second_U"])
         for ref in ("wishart", "wishart-prior"):
-            if ref in res and "auto" in res:
-                ratios[f"{ref}/auto wall, call 2"] = res[ref][1]["wall_seconds"] / res["auto"][1]["wall_seconds"]
+            for auto in ("auto", "auto-f32"):
+                if ref in res and auto in res:
+                    ratios[f"{ref}/{auto} wall, call 2"] = res[ref][1]["wall_seconds"] / res[auto][1]["wall_seconds"]
         if "wishart" in res:
             ratios["max |z| of U vs wishart (call 2)"] = {k: max_z(v[1], res["wishart"][1]) for k, v in res.items()}
         for k, v in ratios.items():
