@@ -54,16 +54,20 @@ from record import busy_cores, write_record  # noqa: E402  (benchmarks/record.py
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+F32 = ("laplace-is", "auto")  # the runs also made in float32 (labels ``<label>-f32``)
+
+
 def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
     """``(label, sampler, settings)`` of every sampler at width ``N``."""
     q = (lambda n: max(20, n // 50)) if quick else (lambda n: n)  # noqa: E731
     out = [("laplace-is", "laplace-is", dict(num_chains=4, num_samples=q(5000))),
-           ("laplace-is-f32", "laplace-is", dict(num_chains=4, num_samples=q(5000), dtype="float32")),
            ("laplace-mh", "laplace-mh", dict(num_chains=4, num_warmup=q(200), num_samples=q(5000))),
            ("auto", "auto", dict(num_chains=4, num_warmup=q(500), num_samples=q(5000))),
-           ("auto-f32", "auto", dict(num_chains=4, num_warmup=q(500), num_samples=q(5000), dtype="float32")),
            ("wishart", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000))),
            ("wishart-prior", "wishart", dict(num_chains=4, num_warmup=q(500), num_samples=q(2000), start="prior"))]
+    for label in F32:  # the same run in float32, after its float64 one
+        i = next(i for i, r in enumerate(out) if r[0] == label)
+        out.insert(i + 1, (f"{label}-f32", out[i][1], out[i][2] | {"dtype": "float32"}))
     if N <= 100:
         out.append(("collapsed", "collapsed", dict(num_chains=2, num_warmup=q(300), num_samples=q(300))))
     return out
@@ -73,7 +77,7 @@ def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, see
     """One call of ``sample_posterior``, timed, with its diagnostics (float64 unless ``settings`` say otherwise)."""
     t0 = time.perf_counter()
     post = ba.sample_posterior(net, x, y, temperature=temperature, x_test=xt, sampler=sampler, seed=seed,
-                               progress_bar=False, **({"dtype": "float64"} | settings))
+                               progress_bar=False, **settings)
     wall = time.perf_counter() - t0
     s = post.summary()
     u = s.table[s.table.index.str.startswith("U[")]
@@ -115,14 +119,14 @@ def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> 
                 show(N, label, call, r)
                 res[label].append(r)
         ratios = {}
-        for guided in ("laplace-is", "laplace-is-f32", "auto", "auto-f32"):
+        for guided in [label for label in res if label.startswith(F32)]:
             for ref in ("wishart", "wishart-prior"):
                 for call in (0, 1):
                     if guided in res and ref in res:
                         ratios[f"{guided}/{ref} ESS/s, call {call + 1}"] = (
                             res[guided][call]["ess_per_second_U"] / res[ref][call]["ess_per_second_U"])
         for ref in ("wishart", "wishart-prior"):
-            for auto in ("auto", "auto-f32"):
+            for auto in [label for label in res if label.startswith("auto")]:
                 if ref in res and auto in res:
                     ratios[f"{ref}/{auto} wall, call 2"] = res[ref][1]["wall_seconds"] / res[auto][1]["wall_seconds"]
         if "wishart" in res:
