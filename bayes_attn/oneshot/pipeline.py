@@ -3,7 +3,7 @@
 Pure steps, each small, and :func:`run_oneshot`, the whole job:
 
 1. :func:`datasets`: read the images and split the classes into three
-   disjoint sets — ``gd_train`` (with rotations as new classes when asked),
+   disjoint sets — ``gd_train`` (with rotations and mirror images as new classes when asked),
    ``validation``, ``test`` — plus the OOD sets. The theory's training
    episodes come from the ``gd_train`` classes, unrotated and unshifted (as
    the authors replay their training split), unless the split names its own
@@ -107,7 +107,7 @@ def episode_seed(spec: OneShotSpec, tag: str, *extra: int) -> int:
 
 # ----- 1. images ---------------------------------------------------------------
 class ImageSets(NamedTuple):
-    """The image sets: ``gd_train`` (with rotations when asked), ``theory_train`` (the
+    """The image sets: ``gd_train`` (with rotations and mirrors when asked), ``theory_train`` (the
     unrotated ``gd_train`` classes, or the split's own ``theory_train``),
     ``validation``, ``test`` (class-disjoint from the others) and the OOD sets by name."""
 
@@ -138,6 +138,7 @@ def datasets(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> Im
             raise ValueError(f"task.split names unknown digit classes {bad}; known: {list(index)}")
         parts = {p: digits.subset([index[n] for n in names]) for p, names in task.split.items()}
     gd = parts["gd_train"].with_rotations() if task.rotations else parts["gd_train"]
+    gd = gd.with_mirrors() if task.mirrors else gd
     ood = {}
     for name in task.ood:
         ood[name] = read_omniglot_runs(folder, task.size, task.runs_file) if name == "all_runs" else read_digits(task.size)

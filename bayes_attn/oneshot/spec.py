@@ -113,6 +113,7 @@ class TaskSpec:
             default :data:`ONESHOT_SPLIT` / :data:`DIGITS_SPLIT`.
         rotations: add 90°/180°/270° rotations as new classes to gradient-descent
             training only (the theory's episodes stay unrotated).
+        mirrors: add left-right mirror images (of the rotations too) as new classes, likewise.
         shift: random translation (pixels) of gradient-descent training images only.
         n_gd_train: fresh gradient-descent episodes per epoch.
         n_theory_train: ``P``, the theory/sampling training episodes.
@@ -135,6 +136,7 @@ class TaskSpec:
     label_scale: float = 1.0
     split: dict[str, tuple[str, ...]] | None = None
     rotations: bool = False
+    mirrors: bool = False
     shift: int = 0
     n_gd_train: int = 20000
     n_theory_train: int = 600
@@ -166,8 +168,9 @@ class TaskSpec:
         _checks.seed("task.seed", self.seed)
         if isinstance(self.label_scale, bool) or not isinstance(self.label_scale, (int, float)) or self.label_scale < 0:
             raise ValueError(f"task.label_scale must be a number >= 0, got {self.label_scale!r}")
-        if not isinstance(self.rotations, bool):
-            raise ValueError(f"task.rotations must be true or false, got {self.rotations!r}")
+        for name in ("rotations", "mirrors"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"task.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.ood, str) or not all(o in OOD_SETS for o in self.ood) or len(set(self.ood)) != len(self.ood):
             raise ValueError(f"task.ood must list distinct sets among {list(OOD_SETS)}, got {self.ood!r}")
         object.__setattr__(self, "ood", tuple(self.ood))
@@ -332,6 +335,8 @@ class OneShotSpec:
         t = dataclasses.asdict(self.task)
         for k in ("data_dir", "n_theory_train", "n_theory_draws", "n_validation", "n_test", "n_ood", "ood"):
             t.pop(k)
+        if not t["mirrors"]:  # settings from before the option keep their hash
+            t.pop("mirrors")
         t["split"] = {"gd_train": list(t["split"]["gd_train"])}
         return {"task": t, "model": dataclasses.asdict(self.model), "training": self.training.to_dict()}
 
@@ -365,10 +370,10 @@ TORCH_QK_SCALE = 1 / 3**0.5
 """``qk_scale`` giving PyTorch's default ``nn.Linear`` standard deviation ``1/sqrt(3·fan_in)``."""
 
 PAPER_RECIPE = {
-    "task.channels": 3, "task.rotations": False, "task.shift": 0, "task.label_scale": 1.0,
+    "task.channels": 3, "task.rotations": False, "task.mirrors": False, "task.shift": 0, "task.label_scale": 1.0,
     "model.width": 512, "model.d_qk": 128, "model.qk_scale": round(TORCH_QK_SCALE, 3),
     "training.optimizer": "adam", "training.lr": 3e-4, "training.weight_decay": 5e-5, "training.batch": 128,
-    "training.patience": None, "theory.score_width": 10, "theory.score_temperature": 0.5,
+    "training.patience": None, "training.lr_factor": None, "theory.score_width": 10, "theory.score_temperature": 0.5,
 }
 """The authors' settings (docs/theory.md §6) that a spec sets; :func:`deviations` lists the others."""
 

@@ -52,6 +52,10 @@ class TrainConfig:
             epoch with the highest one (the earliest on ties). Epochs are counted only once some epoch's
             validation accuracy was :data:`LEARNING_SIGMAS` binomial errors above chance (0.5): the loss
             plateau at the start of training, at chance for 10-20 epochs, does not stop it.
+        lr_factor, lr_patience, lr_min: ``None`` (default): a constant learning rate. Else the learning rate is
+            multiplied by ``lr_factor`` (in (0, 1)) after every ``lr_patience`` epochs without a higher
+            validation accuracy (counted as ``patience`` is, which they need), never below ``lr_min``
+            (default 0): Keras' ``ReduceLROnPlateau`` beside its ``EarlyStopping``. The weights are not reset.
     """
 
     lr: float = 3e-4
@@ -61,6 +65,12 @@ class TrainConfig:
     seed: int = 0
     optimizer: str = "adam"
     patience: int | None = None
+    lr_factor: float | None = None
+    lr_patience: int | None = None
+    lr_min: float | None = None
+
+    OPTIONAL = ("patience", "lr_factor", "lr_patience", "lr_min")
+    """Fields left out of :meth:`to_dict` when ``None``, so that settings without them keep their hash."""
 
     def __post_init__(self):
         object.__setattr__(self, "lr", _checks.positive("lr", self.lr))
@@ -71,13 +81,29 @@ class TrainConfig:
         _checks.choice("optimizer", self.optimizer, OPTIMIZERS)
         if self.patience is not None:
             object.__setattr__(self, "patience", _checks.positive_int("patience", self.patience))
+        if (self.lr_factor is None) != (self.lr_patience is None):
+            raise ValueError(f"lr_factor and lr_patience go together: give both or neither, got "
+                             f"lr_factor={self.lr_factor!r}, lr_patience={self.lr_patience!r}")
+        if self.lr_factor is not None:
+            factor = _checks.positive("lr_factor", self.lr_factor)
+            if factor >= 1:
+                raise ValueError(f"lr_factor must be in (0, 1), got {factor}")
+            object.__setattr__(self, "lr_factor", factor)
+            object.__setattr__(self, "lr_patience", _checks.positive_int("lr_patience", self.lr_patience))
+            if self.patience is None:
+                raise ValueError("lr_factor (learning-rate drops on a validation plateau) needs patience "
+                                 "(early stopping on the validation set) to be set")
+        if self.lr_min is not None:
+            if self.lr_factor is None:
+                raise ValueError(f"lr_min applies to learning-rate drops: give lr_factor and lr_patience, "
+                                 f"or leave lr_min unset (got {self.lr_min!r})")
+            object.__setattr__(self, "lr_min", _checks.nonnegative("lr_min", self.lr_min))
+            if self.lr_min > self.lr:
+                raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (``patience`` only when set, so that settings without it keep their hash)."""
-        d = asdict(self)
-        if d["patience"] is None:
-            del d["patience"]
-        return d
+        """JSON-ready dict (the :data:`OPTIONAL` fields only when set, so that settings without them keep their hash)."""
+        return {k: v for k, v in asdict(self).items() if not (k in self.OPTIONAL and v is None)}
 
     def optax(self) -> optax.GradientTransformation:
         """The optimiser: Adam on the gradient plus ``weight_decay·θ`` (``"adam"``), or AdamW."""
@@ -92,7 +118,8 @@ class History:
 
     loss: mean training MSE over the epoch's mini-batches (weighted by batch
     size, measured while training); val_accuracy / val_se: accuracy on the
-    validation set after the epoch (empty without one); seconds: wall time.
+    validation set after the epoch (empty without one); seconds: wall time; lr: the epoch's learning rate
+    (empty in records written before it was kept).
     kept_epoch: with early stopping (``TrainConfig.patience``), the 0-based epoch whose weights were kept;
     else ``None`` (the last).
     """
@@ -101,9 +128,10 @@ class History:
     val_accuracy: list[float] = field(default_factory=list)
     val_se: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
     kept_epoch: int | None = None
 
-    SERIES = ("loss", "val_accuracy", "val_se", "seconds")
+    SERIES = ("loss", "val_accuracy", "val_se", "seconds", "lr")
 
     def to_dict(self) -> dict:
         """JSON-ready dict (``kept_epoch`` only when set)."""
@@ -180,19 +208,24 @@ def train(
     B = train_config.batch
 
     @jax.jit
-    def step(params, opt_state, xb, yb, mb):
+    def step(params, opt_state, xb, yb, mb, lr_scale):
         def loss_fn(p):
             f = forward(p, xb)
             return jnp.sum(mb * (f - yb) ** 2) / jnp.sum(mb)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
+        # Adam's (and AdamW's) whole update is proportional to the learning rate: scaling it scales the rate
+        # (exactly the unscaled update at lr_scale = 1)
+        updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
         return optax.apply_updates(params, updates), opt_state, loss
 
     history = History()
     E, patience = train_config.epochs, train_config.patience
     best = None  # (validation accuracy, epoch, params) of the best epoch so far, with early stopping
     learning = False  # some validation accuracy was LEARNING_SIGMAS errors above chance
+    lr = train_config.lr
+    since_drop = 0  # epochs (counted once learning) since the best epoch or the last learning-rate drop
     for epoch in range(E):
         t0 = time.perf_counter()
         rng = np.random.default_rng([train_config.seed, epoch])
@@ -206,11 +239,13 @@ def train(
         idx = np.concatenate([perm, np.zeros(pad, dtype=perm.dtype)])
         mask = np.concatenate([np.ones(P), np.zeros(pad)])
         xd, yd = jnp.asarray(xe, dtype), jnp.asarray(ye, dtype)
+        scale = jnp.asarray(lr / train_config.lr, jnp.float32)
+        history.lr.append(lr)
         total = 0.0
         for start in range(0, P + pad, B):
             ib = idx[start : start + B]
             mb = mask[start : start + B]
-            params, opt_state, loss = step(params, opt_state, xd[ib], yd[ib], jnp.asarray(mb, dtype))
+            params, opt_state, loss = step(params, opt_state, xd[ib], yd[ib], jnp.asarray(mb, dtype), scale)
             total += float(loss) * float(mb.sum())
         history.loss.append(total / P)
         line = f"epoch {epoch + 1}/{E}  loss {history.loss[-1]:.4f}"
@@ -226,12 +261,19 @@ def train(
             acc = history.val_accuracy[-1]
             learning = learning or acc - 0.5 > LEARNING_SIGMAS * history.val_se[-1]
             if best is None or acc > best[0]:
-                best = (acc, epoch, params)
+                best, since_drop = (acc, epoch, params), 0
             elif learning and epoch - best[1] >= patience:
                 if progress_bar:
                     log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
                              f"epochs; keeping epoch {best[1] + 1} ({best[0]:.3f})")
                 break
+            elif learning and train_config.lr_factor is not None:
+                since_drop += 1
+                if since_drop >= train_config.lr_patience:
+                    lr, before, since_drop = max(lr * train_config.lr_factor, train_config.lr_min or 0.0), lr, 0
+                    if progress_bar and lr != before:
+                        log.info(f"learning rate {lr:.3g} from epoch {epoch + 2}: no better validation accuracy "
+                                 f"for {train_config.lr_patience} epochs")
     if best is not None:
         params, history.kept_epoch = best[2], best[1]
     return params, history

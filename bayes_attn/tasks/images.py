@@ -182,6 +182,20 @@ class ImageSet:
         sources = (self.sources + tuple(f"{s}@{a}" for a in angles for s in self.sources)) if self.sources else ()
         return ImageSet(np.concatenate(images), np.concatenate(classes), names, self.groups * (len(angles) + 1), sources)
 
+    def with_mirrors(self) -> ImageSet:
+        """Add left-right mirror images as NEW classes (after :meth:`with_rotations`: all 8 symmetries of the square).
+
+        Class ``c`` mirrored is class ``c + n_classes``, named ``"<name>~m"``, in
+        the same group as ``c``.
+        """
+        if any(n.endswith("~m") for n in self.class_names):
+            raise ValueError("with_mirrors: this set already holds mirrored classes (names ending in '~m')")
+        C = self.n_classes
+        sources = (self.sources + tuple(f"{s}~m" for s in self.sources)) if self.sources else ()
+        return ImageSet(np.concatenate([self.images, self.images[:, :, ::-1]]),
+                        np.concatenate([self.classes, self.classes + C]),
+                        self.class_names + tuple(f"{n}~m" for n in self.class_names), self.groups * 2, sources)
+
 
 # ----- splits ----------------------------------------------------------------
 def split_by_group(imageset: ImageSet, parts: Mapping[str, Sequence[str]] = DEFAULT_SPLIT) -> dict[str, ImageSet]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def test_data_check_resolves_the_spec_files_relative_data_dir(path, tmp_path, mo
 @pytest.mark.parametrize("table, match", [
     ({"model": {"width": "big"}}, "model.width must be an integer"),
     ({"task": {"rotations": 1}}, "task.rotations must be true or false"),
+    ({"task": {"mirrors": "yes"}}, "task.mirrors must be true or false"),
     ({"task": {"channels": 1.5}}, "task.channels must be an integer"),
     ({"theory": {"temperatures": [0.1, "hot"]}}, r"theory.temperatures\[1\] must be a number"),
     ({"training": {"lr": "fast"}}, "training.lr must be a number"),
@@ -161,7 +163,7 @@ def test_one_head_score_implementation():
 # ----- end to end on the real Omniglot files ------------------------------------------------
 TINY = OneShotSpec(
     name="tiny",
-    task=TaskSpec(data_dir=str(DATA), rotations=True, shift=2, n_gd_train=200, n_theory_train=40, n_theory_draws=3,
+    task=TaskSpec(data_dir=str(DATA), rotations=True, mirrors=True, shift=2, n_gd_train=200, n_theory_train=40, n_theory_draws=3,
                   n_validation=40, n_test=60, n_ood=20, seed=seed_of(0)),
     model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
     training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(0)),
@@ -193,13 +195,16 @@ def tiny_sets():
 def test_theory_episodes_come_from_training_classes_and_test_classes_are_disjoint(tiny_sets):
     sets, ev = tiny_sets
     parts = (sets.gd_train, sets.validation, sets.test)
-    names = [{n.split("@")[0] for n in s.class_names} for s in parts]
+    names = [{re.split("[@~]", n)[0] for n in s.class_names} for s in parts]  # source characters
     assert all(not (a & b) for i, a in enumerate(names) for b in names[i + 1:])
     assert set(sets.validation.groups) == {"Tagalog"} and "Tagalog" not in set(sets.gd_train.groups)
     assert set(sets.test.groups) == {"Balinese", "Early_Aramaic"}
-    assert any("@" in n for n in sets.gd_train.class_names) and not any("@" in n for n in sets.test.class_names)
-    # the theory's P episodes: unrotated drawings of the gradient-descent classes, every draw
-    assert set(sets.theory_train.class_names) == {n for n in sets.gd_train.class_names if "@" not in n}
+    # every source character of gradient-descent training in all 8 symmetries of the square, each its own class;
+    # validation and test classes in none but the identity
+    assert sets.gd_train.n_classes == 8 * len(names[0]) == len(set(sets.gd_train.class_names))
+    assert not any(c in n for c in "@~" for s in (sets.validation, sets.test) for n in s.class_names)
+    # the theory's P episodes: unrotated, unmirrored drawings of the gradient-descent classes, every draw
+    assert set(sets.theory_train.class_names) == {n for n in sets.gd_train.class_names if not set("@~") & set(n)}
     draws = oneshot.theory_draws(TINY, sets, ev["theory_train"])
     assert len(draws) == 3 and draws[0] is ev["theory_train"]
     assert not np.array_equal(draws[1].episodes.indices, draws[0].episodes.indices)

@@ -188,6 +188,64 @@ def test_early_stopping_keeps_the_best_validation_epoch():
         TrainConfig(patience=0)
 
 
+def expected_learning_rates(tc: TrainConfig, val_accuracy, val_se) -> list[float]:
+    """The learning rate of every epoch under ``tc``'s plateau rule, from the validation record alone: after
+    ``lr_patience`` epochs (counted once the model learns) without a higher accuracy, times ``lr_factor``."""
+    lr, out, best, wait, learning = tc.lr, [], -1.0, 0, False
+    for acc, se in zip(val_accuracy, val_se):
+        out.append(lr)
+        learning = learning or acc - 0.5 > training.LEARNING_SIGMAS * se
+        if acc > best:
+            best, wait = acc, 0
+        elif learning:
+            wait += 1
+            if wait == tc.lr_patience:
+                lr, wait = max(lr * tc.lr_factor, tc.lr_min or 0.0), 0
+    return out
+
+
+@pytest.mark.slow
+def test_learning_rate_drops_on_a_validation_plateau():
+    """``lr_factor``/``lr_patience``: the rate of each epoch follows the plateau rule applied to the recorded
+    validation accuracies; it changes the training only from the first drop on (before it, and with a floor
+    ``lr_min = lr`` that forbids drops, the steps are those of constant-rate training, bit for bit). The labels
+    flip from epoch 3 on, so the validation accuracy falls and drops are asserted to happen, not assumed."""
+    config = ModelConfig(N0=10, width=16, d_qk=4, heads=(2, 2), qk_scale=0.1)
+    xv, yv = linear_task(300, 1)
+
+    def augment(epoch, rng):
+        x, y = linear_task(400, int(rng.integers(1 << 30)))
+        return x, (y if epoch < 3 else -y)
+
+    def run(tc):
+        return training.train(config, None, None, tc, x_val=xv, y_val=yv, progress_bar=False, augment=augment)
+
+    tc = TrainConfig(lr=1e-2, weight_decay=1e-4, batch=64, epochs=9, seed=seed_of(0), patience=8,
+                     lr_factor=0.25, lr_patience=2)
+    params, hist = run(tc)
+    assert hist.lr == pytest.approx(expected_learning_rates(tc, hist.val_accuracy, hist.val_se), rel=1e-12)
+    first = next((e for e, lr in enumerate(hist.lr) if lr < tc.lr), None)
+    assert first is not None and first < len(hist.lr) - 1, hist.lr
+    assert training.History.from_dict(json.loads(json.dumps(hist.to_dict()))) == hist
+    # the training loss, averaged while training, sees every step: the same as constant-rate training's up to the
+    # first drop, different in the epoch that trains at the lower rate
+    constant = replace(tc, lr_factor=None, lr_patience=None)
+    p_const, chist = run(constant)
+    assert hist.loss[:first] == chist.loss[:first] and hist.loss[first] != chist.loss[first]
+    floored, fhist = run(replace(tc, lr_min=tc.lr))
+    assert fhist.lr == [tc.lr] * len(fhist.lr) and fhist.loss == chist.loss
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(floored), jax.tree.leaves(p_const)))
+    # the settings' dict (and hash) without the options is as before they existed
+    assert not {"lr_factor", "lr_patience", "lr_min"} & set(constant.to_dict())
+    for bad, match in (({"lr_patience": None}, "go together"), ({"lr_factor": 1.0, "lr_patience": 2}, "lr_factor"),
+                       ({"lr_factor": 0.5, "lr_patience": 0}, "lr_patience"),
+                       ({"lr_factor": 0.5, "lr_patience": 2, "patience": None}, "needs patience"),
+                       ({"lr_min": 1e-4, "lr_factor": None, "lr_patience": None}, "lr_min"),
+                       ({"lr_min": 1.0}, "must not exceed lr")):
+        with pytest.raises(ValueError, match=match):
+            replace(tc, **bad)
+
+
 @pytest.mark.slow
 def test_progress_line_is_logged(caplog):
     caplog.set_level("INFO", logger="bayes_attn")

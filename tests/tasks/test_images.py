@@ -111,6 +111,13 @@ def test_imageset_subset_rotations_and_splits(fake_omniglot):
     assert r.n_classes == 16 and len(r) == 40
     assert r.class_names[4] == "AlphaA/character01@90" and r.groups[4] == "AlphaA"
     np.testing.assert_array_equal(r.images[r.classes == 4][0], np.rot90(s.images[s.classes == 0][0]))
+    m = r.with_mirrors()  # a mirrored class is a new label, never its source's
+    assert m.n_classes == 32 and len(m) == 80 and m.class_names[20] == "AlphaA/character01@90~m"
+    assert m.groups[20] == "AlphaA" and m.class_names[:16] == r.class_names
+    np.testing.assert_array_equal(m.images[m.classes == 20], r.images[r.classes == 4][:, :, ::-1])
+    assert not np.array_equal(m.images[m.classes == 20], m.images[m.classes == 4])
+    with pytest.raises(ValueError, match="already holds mirrored"):
+        m.with_mirrors()
     parts = split_by_group(r, {"a": ["AlphaA"], "b": ["AlphaB", "Shared"]})
     assert set(parts["a"].class_names).isdisjoint(parts["b"].class_names)
     assert parts["a"].n_classes == 8 and parts["b"].n_classes == 8
