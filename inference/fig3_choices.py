@@ -41,6 +41,15 @@ VARIANTS = {
     "rotations": {"task.rotations": True},
     "rotations+shift": {"task.rotations": True, "task.shift": 2},
     "rotations+shift+wide": {"task.rotations": True, "task.shift": 2, "model.width": 256, "model.d_qk": 64},
+    # from 2e-3 (which leaves the initial loss plateau) down to the authors' 3e-4 in two drops on validation plateaus
+    "rotations+lr-drop": {"task.rotations": True, "training.lr_factor": 0.4, "training.lr_patience": 4,
+                          "training.lr_min": 3e-4},
+    # the authors' three (repeated grey) channels: N0 = 192, so position and label codes overlap the pixels less
+    "rotations+3ch": {"task.rotations": True, "task.channels": 3},
+    # and their mirror images: every character in the 8 symmetries of the square (1432 classes)
+    "rotations+mirrors": {"task.rotations": True, "task.mirrors": True},
+    # 2 x 8 heads: not a candidate for the default spec (the paper's Fig. 3 is 2 x 4), the 2x8 spec's question
+    "rotations+2x8": {"task.rotations": True, "model.heads": [8, 8]},
 }
 """Changes to the plain spec, by field (``section.name``)."""
 
