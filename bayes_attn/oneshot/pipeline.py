@@ -192,10 +192,12 @@ def theory_draws(spec: OneShotSpec, sets: ImageSets, first: EpisodeSet | None = 
 
 
 def gd_episodes(spec: OneShotSpec, sets: ImageSets, epoch: int) -> EpisodeSet:
-    """``task.n_gd_train`` fresh gradient-descent episodes of ``epoch`` (images shifted by up to ``task.shift``)."""
+    """``task.n_gd_train`` fresh gradient-descent episodes of ``epoch`` (images shifted by up to ``task.shift``;
+    both classes from one alphabet with ``task.within_alphabet``)."""
     epoch = _checks.positive_int("epoch", epoch, minimum=0)
     t = _check_spec(spec).task
-    return _episode_set(spec, sets.gd_train, t.n_gd_train, "gd_train", epoch, shift=t.shift)
+    return _episode_set(spec, sets.gd_train, t.n_gd_train, "gd_train", epoch, shift=t.shift,
+                        within_group=t.within_alphabet)
 
 
 # ----- 3. the gradient-descent model -------------------------------------------

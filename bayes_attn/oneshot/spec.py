@@ -114,6 +114,8 @@ class TaskSpec:
         rotations: add 90°/180°/270° rotations as new classes to gradient-descent
             training only (the theory's episodes stay unrotated).
         mirrors: add left-right mirror images (of the rotations too) as new classes, likewise.
+        within_alphabet: both classes of every gradient-descent training episode from one alphabet (group), as
+            in the validation alphabet's episodes: negatives that share the alphabet's strokes.
         shift: random translation (pixels) of gradient-descent training images only.
         n_gd_train: fresh gradient-descent episodes per epoch.
         n_theory_train: ``P``, the theory/sampling training episodes.
@@ -137,6 +139,7 @@ class TaskSpec:
     split: dict[str, tuple[str, ...]] | None = None
     rotations: bool = False
     mirrors: bool = False
+    within_alphabet: bool = False
     shift: int = 0
     n_gd_train: int = 20000
     n_theory_train: int = 600
@@ -168,7 +171,7 @@ class TaskSpec:
         _checks.seed("task.seed", self.seed)
         if isinstance(self.label_scale, bool) or not isinstance(self.label_scale, (int, float)) or self.label_scale < 0:
             raise ValueError(f"task.label_scale must be a number >= 0, got {self.label_scale!r}")
-        for name in ("rotations", "mirrors"):
+        for name in ("rotations", "mirrors", "within_alphabet"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"task.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.ood, str) or not all(o in OOD_SETS for o in self.ood) or len(set(self.ood)) != len(self.ood):
@@ -335,8 +338,9 @@ class OneShotSpec:
         t = dataclasses.asdict(self.task)
         for k in ("data_dir", "n_theory_train", "n_theory_draws", "n_validation", "n_test", "n_ood", "ood"):
             t.pop(k)
-        if not t["mirrors"]:  # settings from before the option keep their hash
-            t.pop("mirrors")
+        for k in ("mirrors", "within_alphabet"):  # settings from before these options keep their hash
+            if not t[k]:
+                t.pop(k)
         t["split"] = {"gd_train": list(t["split"]["gd_train"])}
         return {"task": t, "model": dataclasses.asdict(self.model), "training": self.training.to_dict()}
 
@@ -370,7 +374,7 @@ TORCH_QK_SCALE = 1 / 3**0.5
 """``qk_scale`` giving PyTorch's default ``nn.Linear`` standard deviation ``1/sqrt(3·fan_in)``."""
 
 PAPER_RECIPE = {
-    "task.channels": 3, "task.rotations": False, "task.mirrors": False, "task.shift": 0, "task.label_scale": 1.0,
+    "task.channels": 3, "task.rotations": False, "task.mirrors": False, "task.within_alphabet": False, "task.shift": 0, "task.label_scale": 1.0,
     "model.width": 512, "model.d_qk": 128, "model.qk_scale": round(TORCH_QK_SCALE, 3),
     "training.optimizer": "adam", "training.lr": 3e-4, "training.weight_decay": 5e-5, "training.batch": 128,
     "training.patience": None, "training.lr_factor": None, "theory.score_width": 10, "theory.score_temperature": 0.5,

@@ -91,6 +91,7 @@ def test_data_check_resolves_the_spec_files_relative_data_dir(path, tmp_path, mo
     ({"model": {"width": "big"}}, "model.width must be an integer"),
     ({"task": {"rotations": 1}}, "task.rotations must be true or false"),
     ({"task": {"mirrors": "yes"}}, "task.mirrors must be true or false"),
+    ({"task": {"within_alphabet": 1}}, "task.within_alphabet must be true or false"),
     ({"task": {"channels": 1.5}}, "task.channels must be an integer"),
     ({"theory": {"temperatures": [0.1, "hot"]}}, r"theory.temperatures\[1\] must be a number"),
     ({"training": {"lr": "fast"}}, "training.lr must be a number"),
@@ -215,6 +216,21 @@ def test_theory_episodes_come_from_training_classes_and_test_classes_are_disjoin
         assert used <= names[0] and not used & (names[1] | names[2])
         assert np.array_equal(d.episodes.images, sets.theory_train.images[d.episodes.indices])  # unshifted
     assert ev["theory_train"].x.shape == (40, 48, 64) and set(ev) >= {"validation", "test", "ood/all_runs", "ood/digits"}
+
+
+@pytest.mark.slow
+def test_within_alphabet_training_episodes_pair_classes_of_one_alphabet(tiny_sets):
+    """``task.within_alphabet``: both classes of every gradient-descent episode from one alphabet; without it
+    some episodes cross alphabets (of 200, all within one by chance with probability ~0.2^200)."""
+    sets, _ = tiny_sets
+    groups = np.asarray(sets.gd_train.groups)
+    within = dataclasses.replace(TINY, task=dataclasses.replace(TINY.task, within_alphabet=True))
+    for spec, expect in ((within, True), (TINY, False)):
+        classes = oneshot.gd_episodes(spec, sets, 1).episodes.classes
+        same = groups[classes[:, 0]] == groups[classes[:, 1]]
+        assert bool(same.all()) is expect and (groups[classes[:, 2]] == groups[classes[:, 0]]).any()
+    assert within.training_hash() != TINY.training_hash()
+    assert "within_alphabet" not in TINY.training_settings()["task"]  # older settings keep their hash
 
 
 @pytest.mark.slow
