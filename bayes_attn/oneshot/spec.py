@@ -374,7 +374,8 @@ TORCH_QK_SCALE = 1 / 3**0.5
 """``qk_scale`` giving PyTorch's default ``nn.Linear`` standard deviation ``1/sqrt(3·fan_in)``."""
 
 PAPER_RECIPE = {
-    "task.channels": 3, "task.rotations": False, "task.mirrors": False, "task.within_alphabet": False, "task.shift": 0, "task.label_scale": 1.0,
+    "task.channels": 3, "task.rotations": False, "task.mirrors": False, "task.within_alphabet": False,
+    "task.shift": 0, "task.label_scale": 1.0,
     "model.width": 512, "model.d_qk": 128, "model.qk_scale": round(TORCH_QK_SCALE, 3),
     "training.optimizer": "adam", "training.lr": 3e-4, "training.weight_decay": 5e-5, "training.batch": 128,
     "training.patience": None, "training.lr_factor": None, "theory.score_width": 10, "theory.score_temperature": 0.5,

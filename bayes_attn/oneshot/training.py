@@ -217,7 +217,7 @@ def train(
         updates, opt_state = opt.update(grads, opt_state, params)
         # Adam's (and AdamW's) whole update is proportional to the learning rate: scaling it scales the rate
         # (exactly the unscaled update at lr_scale = 1)
-        updates = jax.tree.map(lambda u: u * lr_scale.astype(u.dtype), updates)
+        updates = jax.tree.map(lambda u: u * lr_scale, updates)
         return optax.apply_updates(params, updates), opt_state, loss
 
     history = History()
@@ -239,7 +239,7 @@ def train(
         idx = np.concatenate([perm, np.zeros(pad, dtype=perm.dtype)])
         mask = np.concatenate([np.ones(P), np.zeros(pad)])
         xd, yd = jnp.asarray(xe, dtype), jnp.asarray(ye, dtype)
-        scale = jnp.asarray(lr / train_config.lr, jnp.float32)
+        scale = jnp.asarray(lr / train_config.lr, dtype)
         history.lr.append(lr)
         total = 0.0
         for start in range(0, P + pad, B):
