@@ -175,12 +175,7 @@ class ImageSet:
             raise ValueError(f"angles must be distinct multiples of 90 that are not multiples of 360, got {angles!r}")
         if any("@" in n for n in self.class_names):
             raise ValueError("with_rotations: this set already holds rotated classes (names with '@')")
-        C = self.n_classes
-        images = [self.images] + [np.rot90(self.images, k=(a % 360) // 90, axes=(1, 2)) for a in angles]
-        classes = [self.classes + k * C for k in range(len(angles) + 1)]
-        names = self.class_names + tuple(f"{n}@{a}" for a in angles for n in self.class_names)
-        sources = (self.sources + tuple(f"{s}@{a}" for a in angles for s in self.sources)) if self.sources else ()
-        return ImageSet(np.concatenate(images), np.concatenate(classes), names, self.groups * (len(angles) + 1), sources)
+        return self._with_copies({f"@{a}": np.rot90(self.images, k=(a % 360) // 90, axes=(1, 2)) for a in angles})
 
     def with_mirrors(self) -> ImageSet:
         """Add left-right mirror images as NEW classes (after :meth:`with_rotations`: all 8 symmetries of the square).
@@ -190,11 +185,17 @@ class ImageSet:
         """
         if any(n.endswith("~m") for n in self.class_names):
             raise ValueError("with_mirrors: this set already holds mirrored classes (names ending in '~m')")
-        C = self.n_classes
-        sources = (self.sources + tuple(f"{s}~m" for s in self.sources)) if self.sources else ()
-        return ImageSet(np.concatenate([self.images, self.images[:, :, ::-1]]),
-                        np.concatenate([self.classes, self.classes + C]),
-                        self.class_names + tuple(f"{n}~m" for n in self.class_names), self.groups * 2, sources)
+        return self._with_copies({"~m": self.images[:, :, ::-1]})
+
+    def _with_copies(self, copies: Mapping[str, np.ndarray]) -> ImageSet:
+        """This set followed by each transformed copy of its images as new classes: copy ``k`` (1-based, in
+        order) holds class ``c`` as ``c + k·n_classes``, named and sourced with the copy's suffix, same group."""
+        C, suffixes = self.n_classes, tuple(copies)
+        names = self.class_names + tuple(f"{n}{x}" for x in suffixes for n in self.class_names)
+        sources = (self.sources + tuple(f"{s}{x}" for x in suffixes for s in self.sources)) if self.sources else ()
+        return ImageSet(np.concatenate([self.images, *copies.values()]),
+                        np.concatenate([self.classes + k * C for k in range(len(copies) + 1)]),
+                        names, self.groups * (len(copies) + 1), sources)
 
 
 # ----- splits ----------------------------------------------------------------
