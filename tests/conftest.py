@@ -7,6 +7,7 @@ JAX's 64-bit mode (the package itself never does: see test_package.py).
 import contextlib
 import functools
 import gc
+import json
 import logging
 import os
 import shutil
@@ -79,6 +80,47 @@ def z_bound(comparisons: int, rate: float = 1e-3, df: float | None = None) -> fl
 
     tail = rate / (2 * comparisons)
     return float(scipy.stats.norm.isf(tail) if df is None else scipy.stats.t.isf(tail, df))
+
+
+# ----------------------------------------------------------------------------
+# checked statistics: recorded with their thresholds, so that tests/robustness.py can put each threshold in
+# the statistic's distribution over seed offsets (its mean, spread and the distance in standard deviations)
+# ----------------------------------------------------------------------------
+TAIL = 1e-3  # the false-failure rate each stochastic check is held to (one-sided)
+SCALES = ("linear", "log", "p")
+STAT_PREFIX = "stat:"  # the property names of checked statistics in the JUnit report
+
+
+def record_check(record_property, name: str, value: float, threshold: float, *, fails: str = "above",
+                 scale: str = "linear") -> bool:
+    """Record the statistic ``name`` with its threshold (pytest's ``record_property``, read back by
+    tests/robustness.py) and say whether it passes; :func:`check` asserts it.
+
+    ``fails``: ``"above"`` when the test fails for ``value >= threshold`` (a |z|, a distance, R-hat), ``"below"``
+    when it fails for ``value <= threshold`` (an ESS, a p-value, an accuracy). ``scale``: where the statistic is
+    near normal over seeds: ``"linear"``, ``"log"`` (an ESS, a ratio of positive numbers) or ``"p"`` (a p-value,
+    uniform under the null: its tail at the threshold is the threshold itself)."""
+    if fails not in ("above", "below") or scale not in SCALES:
+        raise ValueError(f"fails must be 'above' or 'below' and scale one of {SCALES}, got {fails!r}, {scale!r}")
+    value, threshold = float(value), float(threshold)
+    record_property(STAT_PREFIX + name, json.dumps({"value": value, "threshold": threshold, "fails": fails,
+                                                    "scale": scale}))
+    return value < threshold if fails == "above" else value > threshold
+
+
+@pytest.fixture
+def check(record_property):
+    """``check(name, value, threshold, fails="above", scale="linear", detail="")``: record the statistic with
+    its threshold (:func:`record_check`) and assert that it passes, with every digit needed to see why not."""
+
+    def _check(name: str, value: float, threshold: float, *, fails: str = "above", scale: str = "linear",
+               detail: object = "") -> None:
+        ok = record_check(record_property, name, value, threshold, fails=fails, scale=scale)
+        side = ">=" if fails == "above" else "<="
+        assert ok, f"{name} = {float(value):.6g} {side} threshold {float(threshold):.6g}" + (
+            f": {detail}" if detail != "" else "")
+
+    return _check
 
 
 def pytest_report_header(config):
