@@ -28,15 +28,18 @@ def test_labels_must_be_signs():
 
 
 @pytest.mark.stochastic
-def test_power_law_slope_recovers_a_known_exponent_within_its_error():
+def test_power_law_slope_recovers_a_known_exponent_within_its_error(check):
     """The fitted slope within ``z_bound(1)`` (3.3) of its standard errors of 1.5 (false failures 1e-3)."""
     rng = rng_of(0)
     N = np.array([10.0, 30, 100, 300, 1000])
     mcse = 0.02 * 3.0 * N**-1.5
     gap = 3.0 * N**-1.5 + rng.normal(0, mcse)
     slope, se, used = power_law_slope(1 / N, gap, mcse, np.zeros_like(N))
+    # every point used: each gap resolved, gap > noise floor (0) + 2 mcse (power_law_slope's n_sigma)
+    check("min_gap_over_mcse", np.min(gap / mcse), 2.0, fails="below", scale="log")
     assert used.all()
-    assert abs(slope - 1.5) < z_bound(1) * se and se < 0.05
+    check("slope_abs_z", abs(slope - 1.5) / se, z_bound(1))
+    check("slope_se", se, 0.05, scale="log")
 
 
 def test_power_law_slope_leaves_out_gaps_inside_the_noise():

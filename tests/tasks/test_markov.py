@@ -21,7 +21,7 @@ def test_shapes_labels_and_position_codes():
 
 
 @pytest.mark.stochastic
-def test_stay_probabilities_and_noise_free_tokens():
+def test_stay_probabilities_and_noise_free_tokens(check):
     """Stay frequencies within ``Z`` binomial errors of 0.7 and 0.3 (false failures 6.3e-5 each)."""
     task = markov.MarkovTask(noise_sum=0.0, noise_diff=0.0, noise_perp=0.0, n_train=400, n_test=2, seed=seed_of(0))
     x, y, _, _ = task.generate()
@@ -33,11 +33,11 @@ def test_stay_probabilities_and_noise_free_tokens():
     stays = (plus[:, 1:] == plus[:, :-1]).astype(float)
     for label, p in ((1.0, 0.7), (-1.0, 0.3)):
         s = stays[y == label].ravel()
-        assert abs(s.mean() - p) < Z * math.sqrt(p * (1 - p) / s.size)
+        check(f"stay_abs_z_{'plus' if label > 0 else 'minus'}", abs(s.mean() - p) / math.sqrt(p * (1 - p) / s.size), Z)
 
 
 @pytest.mark.stochastic
-def test_noise_components_have_requested_strengths():
+def test_noise_components_have_requested_strengths(check):
     """Noise variances within ``Z`` standard errors (false failures 6.3e-5 each)."""
     task = markov.MarkovTask(noise_sum=0.5, noise_diff=2.0, noise_perp=3.0, n_train=300, n_test=2, seed=seed_of(0))
     x, _, _, _ = task.generate()
@@ -50,8 +50,8 @@ def test_noise_components_have_requested_strengths():
     # and the perpendicular part, whose variances do not depend on the state.
     perp = noise - c_sum[..., None] * e_sum - (noise @ e_diff)[..., None] * e_diff
     n = c_sum.size
-    assert abs(c_sum.var() - 0.25) < Z * 0.25 * math.sqrt(2 / n)
-    assert abs((perp**2).sum(-1).mean() / 198 - 9.0) < Z * 9.0 * math.sqrt(2 / (n * 198))
+    check("sum_var_abs_z", abs(c_sum.var() - 0.25) / (0.25 * math.sqrt(2 / n)), Z)
+    check("perp_var_abs_z", abs((perp**2).sum(-1).mean() / 198 - 9.0) / (9.0 * math.sqrt(2 / (n * 198))), Z)
 
 
 def test_same_token_head_copies_previous_token_in_same_state():
@@ -100,7 +100,7 @@ def test_unknown_head_kind():
 
 
 @pytest.mark.stochastic
-def test_noise_along_state_difference_has_requested_strength():
+def test_noise_along_state_difference_has_requested_strength(check):
     """Same seed, same random stream: the noisy minus the noise-free tokens is the noise itself; its variance
     within ``Z`` standard errors (false failures 6.3e-5)."""
     clean = markov.MarkovTask(noise_sum=0.0, noise_diff=0.0, noise_perp=0.0, n_train=300, n_test=2, seed=seed_of(0))
@@ -110,4 +110,4 @@ def test_noise_along_state_difference_has_requested_strength():
     e_diff = (vp - vm) / np.linalg.norm(vp - vm)
     c = noise @ e_diff
     np.testing.assert_allclose(noise, c[..., None] * e_diff, atol=1e-12)  # only along v+ − v−
-    assert abs(c.var() - 4.0) < Z * 4.0 * math.sqrt(2 / c.size)
+    check("diff_var_abs_z", abs(c.var() - 4.0) / (4.0 * math.sqrt(2 / c.size)), Z)

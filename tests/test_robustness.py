@@ -1,0 +1,118 @@
+"""tests/robustness.py: each threshold placed in its statistic's distribution over seed offsets, flags and exit
+status; and every stochastic test records what it checks (tests/conftest.py: ``check``)."""
+
+import ast
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.stats
+from conftest import record_check
+
+sys.path.insert(0, str(Path(__file__).parent))
+import robustness  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _runs(stats_at, outcome="passed"):
+    """Runs at offsets 0..len-1 of one test ``t.py::a`` whose statistics at offset ``i`` are ``stats_at[i]``."""
+    return [{"offset": i, "outcomes": {"t.py::a": outcome}, "stats": {"t.py::a": s}} for i, s in enumerate(stats_at)]
+
+
+def _stat(value, threshold, fails="above", scale="linear"):
+    return {"value": value, "threshold": threshold, "fails": fails, "scale": scale}
+
+
+def test_distance_is_the_margin_in_standard_deviations():
+    """A normal statistic with mean 1, sd 0.25 against a threshold of 2 sits 4 sds away; against 1.5, 2 (flagged)."""
+    z = np.linspace(-1.5, 1.5, 12)
+    values = 1 + 0.25 * z / np.std(z, ddof=1)
+    for threshold, distance in ((2.0, 4.0), (1.5, 2.0)):
+        (row,) = robustness.tails(_runs([{"x": _stat(v, threshold)} for v in values]))
+        assert row["distance"] == pytest.approx(distance)
+        assert row["tail"] == pytest.approx(scipy.stats.norm.sf(distance))
+        assert row["flag"] == (distance < robustness.FLAG)
+
+
+def test_ess_is_measured_on_the_log_scale_and_fails_below():
+    ess = np.exp(np.log(400) + 0.2 * np.linspace(-1.5, 1.5, 12))
+    (row,) = robustness.tails(_runs([{"ess": _stat(v, 100, "below", "log")} for v in ess]))
+    sd = np.std(np.log(ess), ddof=1)
+    assert row["distance"] == pytest.approx((np.log(ess).mean() - np.log(100)) / sd)
+    assert not row["flag"]
+
+
+def test_a_p_value_against_its_null_has_its_threshold_as_tail_and_is_checked_for_uniformity():
+    uniform = [{"p": _stat(p, 1e-3, "below", "p")} for p in (np.arange(12) + 0.5) / 12]
+    (row,) = robustness.tails(_runs(uniform))
+    assert row["distance"] == pytest.approx(scipy.stats.norm.isf(1e-3)) and not row["flag"]
+    (row,) = robustness.tails(_runs([{"p": _stat(p, 0.05, "below", "p")} for p in (np.arange(12) + 0.5) / 12]))
+    assert row["flag"]  # a 5 % test is not a 1e-3 one
+    small = [{"p": _stat(p, 1e-3, "below", "p")} for p in np.linspace(0.002, 0.01, 30)]
+    (row,) = robustness.tails(_runs(small))
+    assert row["uniform_p"] < 1e-3 and row["flag"]  # p-values piled up near the threshold: not the null
+
+
+def test_a_failure_or_nan_at_any_offset_is_flagged_and_fails_the_run(capsys):
+    (row,) = robustness.tails(_runs([{"x": _stat(v, 1.0)} for v in (0.1, 0.2, 1.3)]))
+    assert row["distance"] == -math.inf and row["flag"]
+    (row,) = robustness.tails(_runs([{"x": _stat(v, 1.0)} for v in (0.1, math.nan, 0.3)]))
+    assert row["flag"]
+    assert robustness.report(_runs([{"x": _stat(0.1 * i, 1.0)} for i in range(3)], outcome="failed")) == 1
+    assert "FAILED t.py::a at offsets 0, 1, 2" in capsys.readouterr().out
+
+
+def test_nothing_ran_is_a_failure_and_a_test_without_statistic_is_named(capsys):
+    assert robustness.report([]) == 1
+    assert "no test ran" in capsys.readouterr().out
+    runs = _runs([{}] * 3)
+    assert robustness.report(runs) == 1
+    assert "NO STATISTIC t.py::a" in capsys.readouterr().out
+
+
+def test_a_deterministic_statistic_is_infinitely_far_and_constant_runs_pass(capsys):
+    runs = _runs([{"x": _stat(0.5, 1.0), "y": _stat(3.0, 1.0, "below", "log")}] * 3)
+    assert all(r["distance"] == math.inf and not r["flag"] for r in robustness.tails(runs))
+    assert robustness.report(runs) == 0
+
+
+def test_record_check_writes_what_robustness_reads():
+    recorded = {}
+    assert record_check(lambda k, v: recorded.__setitem__(k, v), "ess", 250.0, 100, fails="below", scale="log")
+    assert not record_check(lambda k, v: None, "z", 5.0, 4.0)
+    (key, value), = recorded.items()
+    assert key == robustness.STAT_PREFIX + "ess" and json.loads(value) == _stat(250.0, 100.0, "below", "log")
+    with pytest.raises(ValueError, match="fails must be"):
+        record_check(lambda k, v: None, "z", 1.0, 2.0, fails="sideways")
+
+
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
+    script = ROOT / "tests" / "robustness.py"
+    for args, message in ((["--json", str(tmp_path / "missing" / "out.json")], "--json: folder"),
+                          (["--offsets", "0"], "--offsets must be")):
+        r = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+    merged = tmp_path / "runs.json"
+    merged.write_text(json.dumps({"runs": _runs([{"x": _stat(0.1 * i, 1.0)} for i in range(1, 4)])}))
+    r = subprocess.run([sys.executable, script, "--merge", str(merged)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "1 tests, 1 statistics at offsets [0, 1, 2]: 0 failures, 0 flagged" in r.stdout
+
+
+def test_every_stochastic_test_records_the_statistics_it_checks():
+    """Each test marked ``stochastic`` calls ``check`` or ``record_check`` (directly, or through a helper it hands
+    ``check`` to), so that the robustness script sees its thresholds."""
+    missing = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            marks = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
+            if node.__class__ is ast.FunctionDef and any(m.endswith("mark.stochastic") for m in marks):
+                names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                if not names & {"check", "record_check"}:
+                    missing.append(f"{path.relative_to(ROOT)}::{node.name}")
+    assert not missing, missing
