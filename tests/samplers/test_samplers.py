@@ -55,36 +55,31 @@ def _means_and_mcse(post) -> tuple[np.ndarray, np.ndarray]:
     return mean, se
 
 
-def _assert_same_means(a, b, what: str, record=None):
+def _assert_same_means(a, b, what: str, check):
     ma, sa = _means_and_mcse(a)
     mb, sb = _means_and_mcse(b)
     z = (ma - mb) / np.sqrt(sa**2 + sb**2)
-    if record is not None:
-        record("max_abs_z_over_bound", float(np.max(np.abs(z)) / Z))
     assert np.all(np.isfinite(z)), what
-    assert np.max(np.abs(z)) <= Z, f"{what}: z-scores {np.round(z, 2)}"
+    check("max_abs_z", np.max(np.abs(z)), Z, detail=f"{what}: z-scores {np.round(z, 2)}")
 
 
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_collapsed_and_full_agree_within_mc_error(runs, record_property):
+def test_collapsed_and_full_agree_within_mc_error(runs, check):
     """Posterior means of ``U`` and ``f_test`` agree within ``Z`` MC standard errors (false failures <= 1e-3);
     the chains clear the preconditions R-hat < 1.05 and ESS > ``MIN_ESS`` with a margin at every offset, and
     the MC error is small against the posterior spread (the test has power)."""
     net, x, y, xt, full, coll = runs
     for which, post in (("full", full), ("collapsed", coll)):  # the comparison means something for converged chains
         s = post.summary()
-        record_property(f"min_ess_{which}", s.min_ess)
-        record_property(f"max_rhat_{which}", s.max_rhat)
-        assert s.max_rhat < 1.05, s.by_variable()
-        assert s.min_ess > MIN_ESS, s.by_variable()
-    _assert_same_means(full, coll, "collapsed vs full", record_property)
+        check(f"max_rhat_{which}", s.max_rhat, 1.05, detail=s.by_variable())
+        check(f"min_ess_{which}", s.min_ess, MIN_ESS, fails="below", scale="log", detail=s.by_variable())
+    _assert_same_means(full, coll, "collapsed vs full", check)
     # the test has power: the MC error is small against the posterior spread of the observables
     _, se = _means_and_mcse(coll)
     sd = np.r_[coll.tree["posterior"]["U"].std(("chain", "draw")).values[np.triu_indices(net.D)],
                coll.tree["posterior"]["f_test"].std(("chain", "draw")).values]
-    record_property("max_mcse_over_sd", float(np.max(se / sd)))
-    assert np.all(se < 0.1 * sd)
+    check("max_mcse_over_sd", np.max(se / sd), 0.1, scale="log")
 
 
 # ----------------------------------------------------------------------------
@@ -143,7 +138,7 @@ def test_potentials_token_path_and_collapsed_are_exact(heads):
 # ----------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_float32_collapsed_sampling_matches_float64(runs, record_property):
+def test_float32_collapsed_sampling_matches_float64(runs, check):
     """float32 chains store float32 numbers and agree with the float64 ones within ``Z`` MC standard errors
     (false failures <= 1e-3)."""
     net, x, y, xt, full, coll = runs
@@ -155,8 +150,8 @@ def test_float32_collapsed_sampling_matches_float64(runs, record_property):
         assert np.all(np.isfinite(v))
         # sampled in float32: every stored value is exactly a float32 number
         np.testing.assert_array_equal(v.astype(np.float32).astype(np.float64), v)
-    assert post.summary().max_rhat < 1.05
-    _assert_same_means(post, coll, "float32 vs float64 collapsed", record_property)
+    check("max_rhat_float32", post.summary().max_rhat, 1.05, detail=post.summary().by_variable())
+    _assert_same_means(post, coll, "float32 vs float64 collapsed", check)
 
 
 # ----------------------------------------------------------------------------
@@ -174,7 +169,7 @@ def _sbc_problem():
 @pytest.mark.parametrize("sampler", ["full", "collapsed", "wishart"])
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_simulation_based_calibration(sampler, record_property):
+def test_simulation_based_calibration(sampler, check):
     """Ranks of the true U, U_2 (upper triangles), Ua, f(x_test) and f(x_train[0]) among posterior draws are uniform.
 
     Per observable a chi-square test over 100 independent replications;
@@ -190,13 +185,12 @@ def test_simulation_based_calibration(sampler, record_property):
     assert res.labels[:1] == ["U[1-1,1-1]"] and {"U_2[1,2]", "Ua", "f_test[0]", "f_train[0]"} <= set(res.labels)
     assert res.ranks.min() >= 0 and res.ranks.max() <= res.num_draws
     u = calibration.uniformity(res, SBC_BINS)
-    record_property("p_pooled", u["p_pooled"])
-    assert u["p_pooled"] > SBC_LEVEL, u
+    check("p_pooled", u["p_pooled"], SBC_LEVEL, fails="below", scale="p", detail=u)
 
 
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_simulation_based_calibration_has_power(record_property):
+def test_simulation_based_calibration_has_power(check):
     """Negative control: the sampler's likelihood at T/16 while the data come from T must be rejected (wishart:
     cheapest; started from the prior: from each replication's expansion the chains of the wrong posterior take
     74 leapfrog steps per draw, twice the time, and the control tests the check, not the start) at the
@@ -207,8 +201,7 @@ def test_simulation_based_calibration_has_power(record_property):
                                 start="prior", **SBC_SETTINGS)
     assert res.config["likelihood_temperature"] == SBC_SETTINGS["temperature"] / 16
     u = calibration.uniformity(res, SBC_BINS)
-    record_property("p_pooled", u["p_pooled"])
-    assert u["p_pooled"] < SBC_LEVEL, u
+    check("p_pooled_wrong_temperature", u["p_pooled"], SBC_LEVEL, fails="above", scale="p", detail=u)
 
 
 # ----------------------------------------------------------------------------
