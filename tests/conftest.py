@@ -87,7 +87,7 @@ def z_bound(comparisons: int, rate: float = 1e-3, df: float | None = None) -> fl
 # the statistic's distribution over seed offsets (its mean, spread and the distance in standard deviations)
 # ----------------------------------------------------------------------------
 TAIL = 1e-3  # the false-failure rate each stochastic check is held to (one-sided)
-SCALES = ("linear", "log", "p")
+SCALES = ("linear", "log", "p", "z")
 STAT_PREFIX = "stat:"  # the property names of checked statistics in the JUnit report
 
 
@@ -98,8 +98,9 @@ def record_check(record_property, name: str, value: float, threshold: float, *, 
 
     ``fails``: ``"above"`` when the test fails for ``value >= threshold`` (a |z|, a distance, R-hat), ``"below"``
     when it fails for ``value <= threshold`` (an ESS, a p-value, an accuracy). ``scale``: where the statistic is
-    near normal over seeds: ``"linear"``, ``"log"`` (an ESS, a ratio of positive numbers) or ``"p"`` (a p-value,
-    uniform under the null: its tail at the threshold is the threshold itself)."""
+    near normal over seeds: ``"linear"``, ``"log"`` (an ESS, a ratio of positive numbers), ``"p"`` (a p-value,
+    uniform under the null: its tail at the threshold is the threshold itself) or ``"z"`` (one ``|z|`` that is
+    standard normal under the null: its tail is ``2 Φ(−threshold)``)."""
     if fails not in ("above", "below") or scale not in SCALES:
         raise ValueError(f"fails must be 'above' or 'below' and scale one of {SCALES}, got {fails!r}, {scale!r}")
     value, threshold = float(value), float(threshold)

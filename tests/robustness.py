@@ -10,8 +10,11 @@ state. So each test records the statistics it checks with their thresholds
 and standard deviation over the offsets on the scale where it is near normal
 (log for ESS and ratios) and the distance of the threshold from the mean in
 standard deviations. A distance under 3.09 (the normal's 1e-3 one-sided tail)
-is flagged. A p-value checked against its null (``scale = "p"``, failing below)
-has a known tail, the threshold itself.
+is flagged. A statistic with a known null law has a known tail: a p-value
+checked against its null (``scale = "p"``, failing below) the threshold
+itself, a standard normal ``|z|`` (``scale = "z"``) ``2 Φ(−bound)``; their
+values over the offsets are tested for being no smaller than uniform p-values
+(one-sided Kolmogorov–Smirnov at 1e-3).
 
     python tests/robustness.py                      # offsets 0..4, the tests marked ``stochastic``
     python tests/robustness.py -k 6 --first 6       # offsets 6..11
@@ -81,16 +84,24 @@ def run_offset(offset: int, marker: str, extra: list[str]) -> dict:
 
 def _margin(stat: dict) -> float:
     """How far ``value`` is on the passing side of ``threshold``, on the statistic's scale (negative: failed):
-    log for ``"log"`` and for a p-value that must be small (a negative control), the normal quantile for a p-value
-    against its null (uniform under it, so its quantile is standard normal)."""
+    log for ``"log"``, the normal quantile ``isf(p)`` for a p-value (against its null, or a negative control's)."""
     from scipy.stats import norm
 
-    v, t = stat["value"], stat["threshold"]
-    if stat["scale"] == "p" and stat["fails"] == "below":
-        v, t = norm.ppf(min(max(v, 1e-300), 1.0)), norm.ppf(t)
-    elif stat["scale"] in ("log", "p"):
+    v, t = _as_p(stat) if stat["scale"] == "z" else (stat["value"], stat["threshold"])
+    if stat["scale"] in ("p", "z"):  # the normal quantile of a p-value: standard normal under the null, shifted under
+        v, t = norm.isf(min(max(v, 1e-300), 1.0)), norm.isf(t)  # an alternative (a negative control)
+    elif stat["scale"] == "log":
         v, t = (math.log(x) if x > 0 else -math.inf for x in (v, t))
-    return t - v if stat["fails"] == "above" else v - t
+    fails = "below" if stat["scale"] == "z" else stat["fails"]  # a large |z| is a small p-value
+    above = (fails == "above") != (stat["scale"] in ("p", "z"))  # isf turns a p-value's sides around
+    return t - v if above else v - t
+
+
+def _as_p(stat: dict) -> tuple[float, float]:
+    """A standard normal ``|z|`` (``scale = "z"``) and its bound as two-sided p-values ``2 Φ(−|z|)``."""
+    from scipy.stats import norm
+
+    return 2 * float(norm.sf(abs(stat["value"]))), 2 * float(norm.sf(stat["threshold"]))
 
 
 def tails(runs: list[dict]) -> list[dict]:
@@ -106,25 +117,27 @@ def tails(runs: list[dict]) -> list[dict]:
                 row = rows.setdefault((test, name), {"test": test, "stat": name, "fails": stat["fails"],
                                                      "scale": stat["scale"], "values": [], "thresholds": [],
                                                      "margins": [], "offsets": []})
-                row["values"].append(stat["value"])
-                row["thresholds"].append(stat["threshold"])
+                value, threshold = _as_p(stat) if stat["scale"] == "z" else (stat["value"], stat["threshold"])
+                row["values"].append(value)  # a |z| as its p-value
+                row["thresholds"].append(threshold)
                 row["margins"].append(_margin(stat))
                 row["offsets"].append(run["offset"])
     out = []
     for row in rows.values():
         margins, n = row["margins"], len(row["margins"])
-        ok = [x for x in margins if x > 0 and math.isfinite(x)]  # NaN and failures are not "ok"
-        mean = statistics.fmean(ok) if ok else math.nan
-        sd = statistics.stdev(ok) if len(ok) > 1 else math.nan
-        null_p = row["scale"] == "p" and row["fails"] == "below"
-        if len(ok) < n:
+        passed = sum(x > 0 for x in margins)  # NaN is a failure
+        finite = [x for x in margins if math.isfinite(x)]  # a p-value of 1 is infinitely far on the z scale
+        mean = statistics.fmean(finite) if finite else math.nan
+        sd = statistics.stdev(finite) if len(finite) > 1 else math.nan
+        null_p = (row["scale"] == "p" and row["fails"] == "below") or row["scale"] == "z"
+        if passed < n:
             distance = -math.inf  # failed (or NaN) at some offset
         elif null_p:
             distance = float(norm.isf(max(row["thresholds"])))  # the null's own tail
         else:
             distance = math.inf if sd == 0 else mean / sd
         values = [v for v in row["values"] if math.isfinite(v)]
-        uniform = kstest(values, "uniform").pvalue if null_p and values else 1.0
+        uniform = kstest(values, "uniform", alternative="greater").pvalue if null_p and values else 1.0  # too small
         out.append(row | {"n": n, "mean_margin": mean, "sd_margin": sd,
                           "mean": statistics.fmean(values) if values else math.nan,
                           "sd": statistics.stdev(values) if len(values) > 1 else math.nan,
@@ -172,6 +185,22 @@ def report(runs: list[dict]) -> int:
     return 1 if total or flagged or untracked else 0
 
 
+def markdown(runs: list[dict]) -> str:
+    """The table of :func:`tails` as Markdown, with the offsets, machines' wall times and worker seconds."""
+    offsets = sorted({r["offset"] for r in runs})
+    lines = [f"Stochastic tests at seed offsets {', '.join(map(str, offsets))} (`python tests/robustness.py`): each "
+             "checked statistic's mean and sd over the offsets, its threshold, the margin's sd on the statistic's "
+             "scale (log for ESS and ratios, the normal quantile for p-values), the distance of the threshold "
+             f"from the mean in those sds and the normal tail beyond it. Flagged: distance < {FLAG}.", "",
+             "| test | statistic | n | mean | sd | threshold | scale | sd of margin | distance | tail | flag |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tails(runs):
+        lines.append(f"| `{r['test'].removeprefix('tests/')}` | {r['stat']} | {r['n']} | {_fmt(r['mean'])} | "
+                     f"{_fmt(r['sd'])} | {_fmt(r['threshold'])} | {r['scale']} | {_fmt(r['sd_margin'])} | "
+                     f"{r['distance']:.2f} | {r['tail']:.1e} | {'FLAG' if r['flag'] else ''} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", "--offsets", type=int, default=5, help="how many seed offsets (default 5)")
@@ -179,13 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-m", "--marker", default="stochastic", help="pytest -m expression (default: stochastic)")
     parser.add_argument("--json", type=Path, help="also write the runs and the table to this file")
     parser.add_argument("--merge", type=Path, nargs="+", help="report the runs of these --json files; run nothing")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     args, extra = parser.parse_known_args(argv)
     if args.offsets < 1 or args.first < 0:
         parser.error("--offsets must be >= 1 and --first >= 0")
-    if args.json is not None and not (args.json.parent.is_dir() and os.access(args.json.parent, os.W_OK)):
-        parser.error(f"--json: folder {str(args.json.parent)!r} does not exist or is not writable")
+    for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
+        if path is not None and not (path.parent.is_dir() and os.access(path.parent, os.W_OK)):
+            parser.error(f"{flag}: folder {str(path.parent)!r} does not exist or is not writable")
     if args.merge:
-        runs = [run for path in args.merge for run in json.loads(path.read_text())["runs"]]
+        by_offset = {run["offset"]: run for path in args.merge for run in json.loads(path.read_text())["runs"]}
+        runs = [by_offset[k] for k in sorted(by_offset)]  # an offset run twice counts once (the last file's)
     else:
         runs = []
         for offset in range(args.first, args.first + args.offsets):
@@ -195,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"offset {offset}: {failed} failed of {len(run['outcomes'])} in {run['seconds']:.0f} s, "
                   f"{run['worker_seconds']:.0f} worker s (load {run['load_average']:.1f})", flush=True)
     status = report(runs)
+    if args.markdown:
+        args.markdown.write_text(markdown(runs))
     if args.json:
         args.json.write_text(json.dumps({"marker": args.marker, "runs": runs, "table": tails(runs)}, indent=1) + "\n")
     return status

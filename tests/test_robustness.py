@@ -116,3 +116,13 @@ def test_every_stochastic_test_records_the_statistics_it_checks():
                 if not names & {"check", "record_check"}:
                     missing.append(f"{path.relative_to(ROOT)}::{node.name}")
     assert not missing, missing
+
+
+def test_a_standard_normal_z_has_its_two_sided_tail():
+    """``scale = "z"``: a ``|z|`` bound of 4 is a known two-sided tail 2Φ(−4) = 6.3e-5 (distance 3.83), whatever the
+    few values seen; |z| values that are too large for a standard normal are flagged by the uniformity test."""
+    calm = [{"z": _stat(v, 4.0, scale="z")} for v in (0.03, 1.1, 0.7, 1.06, 0.4, 1.58, 1.63, 3.9, 0.2, 0.9, 1.3, 0.5)]
+    (row,) = robustness.tails(_runs(calm))
+    assert row["distance"] == pytest.approx(scipy.stats.norm.isf(2 * scipy.stats.norm.sf(4.0))) and not row["flag"]
+    loud = [{"z": _stat(v, 4.0, scale="z")} for v in np.linspace(2.5, 3.9, 12)]
+    assert robustness.tails(_runs(loud))[0]["flag"]

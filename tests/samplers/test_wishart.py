@@ -45,7 +45,8 @@ from bayes_attn.samplers.wishart import (
 Z = 5.0  # |z| bound on z-scores of 20 000 iid draws: 2Φ(−5) = 5.7e-7 each, <= 140 per test -> false failures < 1e-4
 NDRAW = 20000
 # posterior means vs the collapsed sampler: up to 70 comparisons with estimated MCSEs -> false failures <= 1e-3
-Z_POSTERIOR = z_bound(70, 1e-3, df=MIN_ESS)
+# (Student t with the smaller run's ESS as degrees of freedom, at least POSTERIOR_MIN_ESS)
+POSTERIOR_MIN_ESS = 40
 
 # three layers, widths below the path counts at two levels (U_1: 8×8 of rank 3, U_2: 4×4 of rank 3)
 SINGULAR = dict(heads=(2, 2, 2), widths=(3, 3, 2, 4), variances=(1.0, 0.7, 1.3, 0.8, 1.5))
@@ -407,16 +408,18 @@ def test_posterior_matches_collapsed(layers, width, variances, check):
     wish = ba.sample_posterior(net, x, y, sampler="wishart", seed=seed_of(1), **common)
     coll = ba.sample_posterior(net, x, y, sampler="collapsed", seed=seed_of(2), **common)
     names = [f"U_{l}" for l in range(2, net.L + 1)] + ["U", "Ua", "f_test"]
+    ess = []
     for which, post in (("wishart", wish), ("collapsed", coll)):
         s = post.summary()
         check(f"max_rhat_{which}", s.max_rhat, 1.05, detail=s.by_variable())
-        check(f"min_ess_{which}", s.min_ess, MIN_ESS, fails="below", scale="log", detail=s.by_variable())
+        check(f"min_ess_{which}", s.min_ess, POSTERIOR_MIN_ESS, fails="below", scale="log", detail=s.by_variable())
+        ess.append(s.min_ess)
     # no divergence: an integer count, so "fails at >= 1" is "== 0"
     check("divergences_wishart", int(wish.tree["sample_stats"]["diverging"].sum()), 1)
     ma, sa, sd = _means_and_mcse(wish, names)
     mb, sb, _ = _means_and_mcse(coll, names)
     z = (ma - mb) / np.sqrt(sa**2 + sb**2)
     assert np.all(np.isfinite(z))
-    check("max_abs_z", np.max(np.abs(z)), Z_POSTERIOR, detail=np.round(z, 2))
+    check("max_abs_z", np.max(np.abs(z)), z_bound(70, 1e-3, df=min(ess)), detail=np.round(z, 2))
     # power: the MC error is small against the posterior spread
     check("max_mcse_over_sd_wishart", np.max(sa / sd), 0.15, scale="log")

@@ -33,7 +33,7 @@ def test_stay_probabilities_and_noise_free_tokens(check):
     stays = (plus[:, 1:] == plus[:, :-1]).astype(float)
     for label, p in ((1.0, 0.7), (-1.0, 0.3)):
         s = stays[y == label].ravel()
-        check(f"stay_abs_z_{'plus' if label > 0 else 'minus'}", abs(s.mean() - p) / math.sqrt(p * (1 - p) / s.size), Z)
+        check(f"stay_abs_z_{'plus' if label > 0 else 'minus'}", abs(s.mean() - p) / math.sqrt(p * (1 - p) / s.size), Z, scale="z")
 
 
 @pytest.mark.stochastic
@@ -50,8 +50,8 @@ def test_noise_components_have_requested_strengths(check):
     # and the perpendicular part, whose variances do not depend on the state.
     perp = noise - c_sum[..., None] * e_sum - (noise @ e_diff)[..., None] * e_diff
     n = c_sum.size
-    check("sum_var_abs_z", abs(c_sum.var() - 0.25) / (0.25 * math.sqrt(2 / n)), Z)
-    check("perp_var_abs_z", abs((perp**2).sum(-1).mean() / 198 - 9.0) / (9.0 * math.sqrt(2 / (n * 198))), Z)
+    check("sum_var_abs_z", abs(c_sum.var() - 0.25) / (0.25 * math.sqrt(2 / n)), Z, scale="z")
+    check("perp_var_abs_z", abs((perp**2).sum(-1).mean() / 198 - 9.0) / (9.0 * math.sqrt(2 / (n * 198))), Z, scale="z")
 
 
 def test_same_token_head_copies_previous_token_in_same_state():
@@ -110,4 +110,4 @@ def test_noise_along_state_difference_has_requested_strength(check):
     e_diff = (vp - vm) / np.linalg.norm(vp - vm)
     c = noise @ e_diff
     np.testing.assert_allclose(noise, c[..., None] * e_diff, atol=1e-12)  # only along v+ − v−
-    check("diff_var_abs_z", abs(c.var() - 4.0) / (4.0 * math.sqrt(2 / c.size)), Z)
+    check("diff_var_abs_z", abs(c.var() - 4.0) / (4.0 * math.sqrt(2 / c.size)), Z, scale="z")
