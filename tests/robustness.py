@@ -16,7 +16,7 @@ itself, a standard normal ``|z|`` (``scale = "z"``) ``2 Φ(−bound)``; their
 values over the offsets are tested for being no smaller than uniform p-values
 (one-sided Kolmogorov–Smirnov at 1e-3).
 
-    python tests/robustness.py                      # offsets 0..4, the tests marked ``stochastic``
+    python tests/robustness.py                      # offsets 0..11, the tests marked ``stochastic``
     python tests/robustness.py -k 6 --first 6       # offsets 6..11
     python tests/robustness.py -m "stochastic and not slow" --json out.json
     python tests/robustness.py --merge a.json b.json  # the table of runs made before (here or elsewhere)
@@ -203,7 +203,7 @@ def markdown(runs: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-k", "--offsets", type=int, default=5, help="how many seed offsets (default 5)")
+    parser.add_argument("-k", "--offsets", type=int, default=12, help="how many seed offsets (default 12)")
     parser.add_argument("--first", type=int, default=0, help="the first offset (default 0)")
     parser.add_argument("-m", "--marker", default="stochastic", help="pytest -m expression (default: stochastic)")
     parser.add_argument("--json", type=Path, help="also write the runs and the table to this file")

@@ -119,12 +119,13 @@ def trained():
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_training_lowers_the_loss_and_beats_chance(trained, check):
-    """16 epochs on a linearly separable task: the loss falls below 0.6 of its first epoch's, validation accuracy
-    above 0.8 and 5 binomial errors above chance. Measured at offsets 0-6: loss ratio 0.35-0.50, accuracy
-    0.88-0.91 (after 8 epochs the ratio was 0.65 at offset 3)."""
+    """16 epochs on a linearly separable task: the loss falls below 0.75 of its first epoch's, validation accuracy
+    above 0.8 and 5 binomial errors above chance. The loss ratio's log-mean over the offsets is log 0.41 with a
+    log-sd of 0.16 (tests/robustness.md): 0.75 is 3.8 sds above it (0.6 was 2.5); training that does not learn
+    keeps a ratio near 1."""
     config, tc, params, hist, (xv, yv) = trained
     assert len(hist.loss) == tc.epochs and len(hist.val_accuracy) == tc.epochs
-    check("loss_ratio", hist.loss[-1] / hist.loss[0], 0.6, scale="log")
+    check("loss_ratio", hist.loss[-1] / hist.loss[0], 0.75, scale="log")
     acc, se = model.accuracy(params, xv, yv)
     check("accuracy", acc, 0.8, fails="below")
     check("accuracy_minus_5se", acc - 5 * se, 0.5, fails="below")

@@ -442,8 +442,10 @@ RESOLVED = 3.5
 THREE_LAYER_BIAS = 0.2
 """How far (in posterior sds) the corrected means of the three-layer test may be from the exact ones beyond the
 noise: its next order, 0.14 at most over offsets 20-31 (test_three_layers_against_wishart)."""
-THREE_LAYER_GAIN = 2 / 3
-"""Largest ratio of the corrected theory's distance to the leading order's there: 0.545 at most over offsets 20-31."""
+THREE_LAYER_GAIN = 0.8
+"""Largest ratio of the corrected theory's distance to the leading order's there. Over offsets 0-16 the ratio for
+``U_1`` had a log-mean of log 0.37 and a log-sd of 0.22 (0.545 at most at offsets 20-31): 0.8 is 3.5 sds above
+its mean; a correction that is absent gives 1 (tests/robustness.md)."""
 FIG2C_10 = pytest.mark.xdist_group("fig2c_10")  # the tests that read fig2c_wishart(10) run on one worker
 
 
@@ -532,9 +534,13 @@ def _per_draw_moments(net, x, y, T, U, xt):
 def test_fig2c_predictor_against_wishart(record_property, check):
     """N = 10: the corrected predictor mean is within Monte-Carlo error of the mean of the sampler's ``f_test``
     draws, and (Rao-Blackwellised over ``V0``: the exact conditional moments per draw of ``U``) much closer than
-    the leading order's; so is the corrected predictor variance ``E[variance] + Var[mean]``. False failures:
-    40 z-scores at |z| < 4.5 with MCSEs from ESS > 400 (Student t, 3.4e-4); the distance ratios are properties
-    of the data, their margins recorded for tests/robustness.py."""
+    the leading order's (distance ratio below 0.6; the Monte-Carlo floor below 0.45 of the leading order's
+    distance, so that the ratio is resolved); so is the corrected predictor variance ``E[variance] + Var[mean]``
+    (ratio below 0.25). False failures: 40 z-scores at |z| < 4.5 with MCSEs from ESS > 400 (Student t, 3.4e-4);
+    the distance ratios are properties of the data, their thresholds at >= 3.1 sds of their log over the offsets
+    (tests/robustness.md: the mean ratio 0.25 with a log-sd of 0.25, so 0.6 is 3.5 sds above it; the ratio was
+    0.40 on one machine and 0.398 on another at offset 0, against the former bound 0.4). A correction that does
+    nothing gives a ratio of 1."""
     import arviz_stats as azs
 
     net, x, y, xt, sol, post = _fig2c(10)
@@ -550,8 +556,8 @@ def test_fig2c_predictor_against_wishart(record_property, check):
     lead_mean, lead_var = th.solve_theory(net, x, y, temperature=0.01).predict(xt)
     d_lead, d_corr = _rel(lead_mean, m_s), _rel(mean, m_s)
     _check_all(record_property, [
-        ("floor_over_lead", floor / d_lead, 0.3, "above", "log"),
-        ("corr_over_lead", d_corr / d_lead, 0.4, "above", "log"),
+        ("floor_over_lead", floor / d_lead, 0.45, "above", "log"),
+        ("corr_over_lead", d_corr / d_lead, 0.6, "above", "log"),
         ("variance_corr_over_lead", _rel(var, v_s) / _rel(lead_var, v_s), 0.25, "above", "log"),
     ], detail=(d_lead, d_corr, floor, _rel(lead_var, v_s), _rel(var, v_s)))
 
@@ -611,7 +617,7 @@ def test_three_layers_against_wishart(record_property, check):
              "linear"),
             # below THREE_LAYER_GAIN times the leading order's distance, or within the noise
             (f"{name}_corr_over_allowance", d_corr / max(THREE_LAYER_GAIN * d_lead, RESOLVED * floor), 1.0, "above",
-             "log"),
+             "linear"),  # a distance at the noise's level: chi-like, not log-normal (its log runs to −∞ near 0)
         ]
         if name == "U":  # power: the sampler resolves the first level's leading-order error, and the correction cuts it
             stats += [(f"{name}_lead_over_floor", d_lead / floor, RESOLVED, "below", "log"),
