@@ -337,8 +337,8 @@ def test_auto_agrees_with_wishart_on_fig2c(N, check, record_property):
     # s.failures() == [] (bayes_attn.posterior.diagnostic_failures): its random numbers, then the rest of it
     check("max_rhat", d["max_r_hat"], MAX_RHAT, detail=s.by_variable())
     check("min_ess_bulk", d["min_ess_bulk"], MIN_ESS, fails="below", scale="log", detail=s.by_variable())
-    if "pareto_k" in d:  # laplace-is kept
-        check("pareto_k", d["pareto_k"], MAX_KHAT)
+    if "pareto_k" in d:  # laplace-is kept, so its k̂ passed auto's rule: a property, not a check that can fail
+        record_property("pareto_k", d["pareto_k"])
     assert s.failures() == [], s.failures()
     check("min_ess", s.min_ess, MIN_ESS, fails="below", scale="log", detail=s.by_variable())
     record_property("adapted", post.tree.attrs.get("adapted"))
