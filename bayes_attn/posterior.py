@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import time
 import warnings
@@ -47,6 +48,10 @@ MIN_BFMI = 0.3
 MAX_KHAT = 0.7
 """The diagnostics a verdict trusts (:func:`diagnostic_failures`): R-hat, bulk ESS of every compared entry,
 BFMI, and the Pareto ``k̂`` of importance sampling (``laplace-is``)."""
+
+log = logging.getLogger(__name__)
+GUIDED = ("laplace-is", "laplace-mh")
+"""The samplers that draw ``guided_samples`` per chain (docs/theory.md §9)."""
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
@@ -176,7 +181,9 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). ``laplace-mh`` is not
     tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
     docs/theory.md §9). What was tried, its cost and why it was left go into the attribute ``auto`` (JSON); the
-    last sampler's draws are returned whatever their diagnostics (the verdict then says so). The expansion's
+    last sampler's draws are returned whatever their diagnostics (the verdict then says so); each entry is also
+    logged at INFO. An explicit ``guided_samples`` too big for the memory is refused (``ValueError``), never left
+    for ``wishart``. The expansion's
     proposal is computed once, by the first sampler that needs it (:class:`~bayes_attn.samplers.laplace.GuideOnce`;
     its cost counts in that sampler's seconds), and shared by the others."""
     from .samplers.laplace import GuideOnce
@@ -184,26 +191,42 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     tried, guide_of = [], GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
-            tried.append({"sampler": name, "seconds": 0.0, "left_because": "not tried: laplace-is's k-hat "
-                          f"{tried[-1]['pareto_k']:.2g} > 1 (weights without a finite mean: an independence chain "
-                          "on this proposal sticks)"})
+            tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat "
+                                f"{tried[-1]['pareto_k']:.2g} > 1 (weights without a finite mean: an independence "
+                                "chain on this proposal sticks)"))
             continue
         t0 = time.perf_counter()
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
                            guide_of, requested_sampler=AUTO)
+        except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
+            if name in GUIDED and cfg.guided_samples is not None:
+                raise ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}") \
+                    from None
+            if i + 1 == len(AUTO_ORDER):
+                raise
+            tried.append(_tried(name, time.perf_counter() - t0, str(err)))
+            continue
         except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
-            tried.append({"sampler": name, "seconds": time.perf_counter() - t0, "left_because": str(err)})
+            if i + 1 == len(AUTO_ORDER):
+                raise
+            tried.append(_tried(name, time.perf_counter() - t0, str(err)))
             continue
         summary = post.summary()
         failures = summary.failures()
-        tried.append({"sampler": name, "seconds": time.perf_counter() - t0,
-                      "left_because": "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else ""}
+        tried.append(_tried(name, time.perf_counter() - t0,
+                            "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else "")
                      | ({"pareto_k": summary.pareto_k} if np.isfinite(summary.pareto_k) else {}))
         if not failures or i + 1 == len(AUTO_ORDER):
             post.tree.attrs["auto"] = json.dumps(tried)
             return post
     raise AssertionError("unreachable: the last sampler of AUTO_ORDER always returns")
+
+
+def _tried(name: str, seconds: float, left_because: str) -> dict:
+    """One entry of ``auto``'s record (attribute ``auto``), also logged at INFO."""
+    log.info(f"auto: {name} ({seconds:.1f} s) " + (f"left: {left_because}" if left_because else "kept"))
+    return {"sampler": name, "seconds": seconds, "left_because": left_because}
 
 
 def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:

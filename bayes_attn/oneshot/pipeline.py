@@ -385,6 +385,10 @@ def run_oneshot(
     if not isinstance(retrain, bool):
         raise ValueError(f"retrain must be a bool, got {retrain!r}")
     check_data(spec, data_dir)
+    if spec.theory.sample_widths:  # an explicit guided_samples that cannot fit: refused before training
+        from ..samplers.memory import check_guided_draws
+
+        check_guided_draws(spec.sampler, "prune's [sampler]")
     with outputs.output_folder(out, force=force, command="prune", files=PRUNE_FILES) as stage:  # checked, held
         for name in ("model.npz", "model.json"):  # a model trained with the same settings is reused
             if (out / name).is_file() and not (out / name).is_symlink():

@@ -184,6 +184,21 @@ def needs_omniglot():
     assert (DATA / "images_background_small1.zip").is_file(), f"the shipped Omniglot subset is missing from {DATA}"
 
 
+def test_prune_refuses_guided_samples_too_big_before_training(tmp_path, monkeypatch):
+    """An explicit ``guided_samples`` no memory can hold is refused before the data are read or a model trained,
+    not left for ``auto``'s ``wishart`` at the end (issue 53)."""
+    from conftest import forbid_calls
+
+    from bayes_attn.oneshot import pipeline
+
+    needs_omniglot()
+    forbid_calls(monkeypatch, (pipeline, "datasets"), (pipeline, "train_model"))
+    spec = dataclasses.replace(TINY, sampler=TINY.sampler.replace(name="auto", guided_samples=100_000_000_000))
+    with pytest.raises(ValueError, match=r"guided_samples=100000000000 cannot be honoured"):
+        oneshot.run_oneshot(spec, tmp_path / "out", progress_bar=False)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     needs_omniglot()
