@@ -5,9 +5,10 @@ embedded default, the Fig. 2c Markov network at width 10 (``prune``: the
 shipped one-shot spec ``models/omniglot_oneshot.toml``). Each calls one
 library function, which holds its own output folder (:mod:`bayes_attn.outputs`);
 each has its own default folder, so that no command replaces another's files.
-Exit status: 0 success, 2 bad input (before anything is computed), 3
-inconclusive (the sampler's diagnostics failed; results written), 4 failed
-sweep jobs, 130 interrupted. The theory: ``docs/theory.md``.
+Exit status: 0 success, 1 failed after computing (one line; what was kept is
+named), 2 bad input (before anything is computed), 3 inconclusive (the
+sampler's diagnostics failed; results written), 4 failed sweep jobs, 130
+interrupted. The theory: ``docs/theory.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from . import _checks
 from .compile_cache import enable_compile_cache
-from .outputs import FolderBusyError
+from .outputs import FailedAfterComputing, FolderBusyError
 from .precision import DTYPES
 from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
 from .spec import CompareSpec, Spec, load_spec
@@ -83,7 +84,8 @@ def parser() -> argparse.ArgumentParser:
         description="Bayesian posterior (NUTS, or samplers guided by the finite-width expansion) and "
         "statistical-mechanics theory of attention networks "
         "with fixed attention (Tiberi et al., NeurIPS 2024). The theory: docs/theory.md.",
-        epilog="Exit status: 0 success; 2 bad input (nothing computed); 3 inconclusive (the sampler's diagnostics "
+        epilog="Exit status: 0 success; 1 failed after computing (what was kept is named); 2 bad input (nothing "
+        "computed); 3 inconclusive (the sampler's diagnostics "
         "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
     )
     top.add_argument("-v", "--verbose", action="store_true",
@@ -196,6 +198,8 @@ def _settings(spec: Spec, args) -> SamplerSettings:
     )
 
 
+EXIT_FAILED = 1
+"""Exit status for a failure after something was computed (not bad input): one line naming what was kept."""
 EXIT_USAGE = 2
 """Exit status for bad input (spec, options, output folder), before anything is computed."""
 EXIT_DIAGNOSTICS = 3
@@ -426,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FolderBusyError) as err:
         _error(args.command, str(err))
         return EXIT_USAGE
+    except FailedAfterComputing as err:
+        _error(args.command, str(err))
+        return EXIT_FAILED
     except KeyboardInterrupt:
         _error(args.command, "interrupted (Ctrl-C); the output folder keeps the previous run's files")
         return EXIT_INTERRUPTED

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bayes_attn import oneshot
-from bayes_attn.oneshot import checkpoints, model, pruning
+from bayes_attn.oneshot import checkpoints, model, pruning, training
 from bayes_attn.oneshot.scan import path_inputs, predictor_mean, temperature_scan
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.samplers import SamplerSettings
@@ -197,6 +197,34 @@ def test_prune_refuses_guided_samples_too_big_before_training(tmp_path, monkeypa
     with pytest.raises(ValueError, match=r"guided_samples=100000000000 cannot be honoured"):
         oneshot.run_oneshot(spec, tmp_path / "out", progress_bar=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # trains TINY's model (one epoch)
+def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch, capsys):
+    """A failure after training (here the theory scan) keeps the trained model in the output folder, claimed by
+    its manifest; the command exits 1 (failed after computing, not 2: bad input) with one line; a rerun reuses
+    the model instead of training again (issue 53)."""
+    from conftest import forbid_calls, one_line
+
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    needs_omniglot()
+    spec_path, out = tmp_path / "tiny.toml", tmp_path / "out"
+    spec_path.write_text(TINY.to_toml())
+
+    def no_rho(*a, **k):
+        raise ValueError("every pair of scores and drops has a constant side: no ρ")
+
+    monkeypatch.setattr(pipeline, "temperature_scan", no_rho)
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_FAILED == 1
+    assert "no ρ" in one_line(capsys.readouterr().err)
+    assert (out / "model.npz").is_file() and (out / "model.json").is_file()
+    assert {"model.npz", "model.json"} <= set(json.loads((out / "manifest.json").read_text())["files"])
+    forbid_calls(monkeypatch, (training, "train"))
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == 1  # reused, not trained
+    capsys.readouterr()
+    assert (out / "model.npz").is_file()
 
 
 @pytest.fixture(scope="module")
