@@ -64,7 +64,7 @@ def _correction(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chains", type=int, help="number of chains")
+    p.add_argument("--chains", type=int, help="number of chains (at least 2: the verdict checks R-hat)")
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
     p.add_argument("--guided-samples", type=int,
@@ -190,12 +190,28 @@ def _setup(args) -> tuple[Spec, Path, float]:
     return spec, out, args.temperature or spec.temperature
 
 
-def _settings(spec: Spec, args) -> SamplerSettings:
-    return spec.sampler.replace(
+def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
+    """The spec's sampler settings with the command line's applied; ``samples``: the command samples (then at
+    least :data:`MIN_CHAINS` chains)."""
+    cfg = spec.sampler.replace(
         num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples, seed=args.seed,
         name=args.sampler, dtype=args.dtype, chain_method=args.chain_method,
         guided_samples=getattr(args, "guided_samples", None),
     )
+    if samples:
+        check_chains(cfg, "--chains (the spec's sampler.num_chains)")
+    return cfg
+
+
+MIN_CHAINS = 2
+"""Chains a verdict needs: R-hat compares chains (ArviZ gives NaN for one), so one chain could never pass."""
+
+
+def check_chains(cfg: SamplerSettings, what: str) -> None:
+    """One-line ``ValueError`` before computing when ``cfg`` has fewer than :data:`MIN_CHAINS` chains."""
+    if cfg.num_chains < MIN_CHAINS:
+        raise ValueError(f"{what} must be at least {MIN_CHAINS}, got {cfg.num_chains}: the verdict needs R-hat, "
+                         "which compares chains (one chain gives none)")
 
 
 EXIT_FAILED = 1
@@ -342,7 +358,8 @@ def cmd_sweep(args) -> int:
     from .sweep.table import inconclusive_points, sweep, unsolved_points
 
     spec, out, temperature = _setup(args)
-    cfg = _settings(spec, args)
+    sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
+    cfg = _settings(spec, args, samples=bool(sampled))
     executor = executor_from_options(args.executor, args.workers, args.scheduler,
                                      spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
     if isinstance(executor, DaskLocal) and not (args.no_compile_cache or disabled_by_env()):
@@ -383,6 +400,8 @@ def cmd_prune(args) -> int:
 
     spec = load_oneshot_spec(args.spec)  # None: the embedded shipped spec, models/omniglot_oneshot.toml
     out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
+    if spec.theory.sample_widths:
+        check_chains(spec.sampler, "the spec's [sampler] num_chains")
     report = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
                    force=args.force)
     rho = report["spearman"]

@@ -11,7 +11,7 @@ from bayes_attn import cli, outputs
 from bayes_attn.spec import spec_from_dict
 from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
 
-FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
+FAST = ["--samples", "10", "--warmup", "10", "--chains", "2", "--no-progress"]
 
 
 
@@ -75,6 +75,25 @@ def test_huge_width_or_seed_is_a_usage_error(capsys, monkeypatch, argv, match):
     assert match in _one_line(capsys.readouterr().err)
     with pytest.raises(ValueError, match="sampler.seed must be an integer between"):
         spec_from_dict(TINY | {"sampler": TINY["sampler"] | {"seed": 2**70}})
+
+
+def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    """A verdict checks R-hat, which one chain cannot give (ArviZ: NaN): ``--chains 1`` (or a spec's
+    ``num_chains = 1``) is refused before computing, naming the argument, rather than always inconclusive with
+    the advice to sample longer (issue 53)."""
+    import bayes_attn as ba
+    from bayes_attn.run import pipeline
+
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
+    for command in ("sample", "run", "sweep"):
+        argv = [command, str(_spec_file(tmp_path)), "--out", str(tmp_path / command), *FAST, "--chains", "1"]
+        assert cli.main(argv) == cli.EXIT_USAGE
+        line = _one_line(capsys.readouterr().err)
+        assert "--chains" in line and "at least 2" in line and "R-hat" in line, line
+        assert not (tmp_path / command).exists()
+    one = _spec_file(tmp_path, TINY | {"sampler": TINY["sampler"] | {"num_chains": 1}})
+    assert cli.main(["sample", str(one), "--out", str(tmp_path / "o"), "--no-progress"]) == cli.EXIT_USAGE
+    assert "sampler.num_chains) must be at least 2" in _one_line(capsys.readouterr().err)
 
 
 def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):

@@ -175,7 +175,7 @@ TINY = OneShotSpec(
     model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
     training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(0)),
     theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10, score_temperature=1.0),
-    sampler=SamplerSettings(num_chains=1, num_warmup=10, num_samples=10, max_tree_depth=4, seed=seed_of(0)),
+    sampler=SamplerSettings(num_chains=2, num_warmup=10, num_samples=10, max_tree_depth=4, seed=seed_of(0)),
     pruning=PruningSpec(n_random=2, n_bootstrap=20, spread_bootstrap=5, seed=seed_of(0)),
 )
 
