@@ -26,7 +26,7 @@ from pathlib import Path
 from . import _checks
 from .compile_cache import enable_compile_cache
 from .outputs import FailedAfterComputing, FolderBusyError
-from .precision import DTYPES
+from .precision import DTYPES, check_temperature
 from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
 from .spec import CompareSpec, Spec, load_spec
 from .theory.correction import CORRECTIONS, THEORY_NAMES
@@ -200,6 +200,10 @@ def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
     )
     if samples:
         check_chains(cfg, "--chains (the spec's sampler.num_chains)")
+        grid = getattr(args, "temperatures", None)
+        name = "--temperatures" if grid else "--temperature" if args.temperature else "the spec's temperature"
+        for t in grid or [args.temperature or spec.temperature]:  # the sampler's dtype holds T and 1/T
+            check_temperature(t, cfg.dtype, name)
     return cfg
 
 

@@ -37,7 +37,7 @@ from . import _checks, _io, gp, threads
 from .fingerprints import fingerprint
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
-from .precision import x64
+from .precision import check_temperature, x64
 from .samplers import SAMPLERS, Storage, SamplerSettings, get, memory, nuts, prepare
 from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
@@ -109,6 +109,7 @@ def sample_posterior(
         cfg = sampler.replace(**settings)
     else:
         cfg = SamplerSettings().replace(name=sampler, **settings)
+    temperature = check_temperature(temperature, cfg.dtype)
     options = Storage(bool(keep_weights), bool(keep_effective_weights))
     if cfg.name == AUTO:
         return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)

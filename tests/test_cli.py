@@ -96,6 +96,27 @@ def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
     assert "sampler.num_chains) must be at least 2" in _one_line(capsys.readouterr().err)
 
 
+def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    """``--dtype float32 --temperature 1e39`` (past float32's largest number) is a one-line error naming the
+    temperature and the dtype before anything is computed, not ArviZ's failure after sampling (issue 53)."""
+    import bayes_attn as ba
+    from bayes_attn.run import pipeline
+
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
+    for command, temperature in (("sample", "1e39"), ("run", "1e39"), ("sample", "1e-25"), ("sweep", "1e30")):
+        argv = [command, str(_spec_file(tmp_path)), "--out", str(tmp_path / command), *FAST, "--dtype", "float32",
+                "--temperatures" if command == "sweep" else "--temperature", temperature]
+        assert cli.main(argv) == cli.EXIT_USAGE
+        line = _one_line(capsys.readouterr().err)
+        assert "temperature" in line and "float32" in line, line
+    from bayes_attn.precision import check_temperature
+
+    assert check_temperature(1e39, "float64") == 1e39 and check_temperature(0.01, "float32") == 0.01
+    for bad in (float("inf"), float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError, match="temperature"):
+            check_temperature(bad, "float32")
+
+
 def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):
     def full(*a, **k):
         raise RuntimeError("NetCDF: HDF error")

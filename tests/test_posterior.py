@@ -306,3 +306,16 @@ def test_token_form_thinning_one_chain_without_test_inputs(tiny):
     assert np.all(np.isfinite(p["f_train"].values)) and post.sampler == "full-token"
     s = post.summary()
     assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train"}
+
+
+def test_temperature_out_of_the_dtypes_range_is_refused_before_sampling(tiny, monkeypatch):
+    """A temperature whose square or inverse square overflows the sampler's dtype is refused before computing,
+    naming it and the dtype, for every sampler and ``auto`` (which fell back to ``wishart`` with 100
+    divergences; issue 53)."""
+    from conftest import forbid_calls
+
+    net, x, y, _ = tiny
+    forbid_calls(monkeypatch, (bp, "prepare"))
+    for sampler in ("wishart", "laplace-is", "auto"):
+        with pytest.raises(ValueError, match=r"temperature 1e\+39 is out of range for dtype float32"):
+            ba.sample_posterior(net, x, y, temperature=1e39, sampler=sampler, dtype="float32", progress_bar=False)
