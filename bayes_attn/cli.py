@@ -18,6 +18,7 @@ import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -384,8 +385,10 @@ def cmd_sweep(args) -> int:
             print(ds[names].to_dataframe().to_string())
     for prefix, corr in (("", ds.attrs.get("correction")), ("alternative_", ds.attrs.get("alternative_correction"))):
         if f"{prefix}slope_U" in ds.attrs:
-            print(f"{corr or 'none'} theory: U gap ~ N^-slope, slope {ds.attrs[f'{prefix}slope_U']:.2f} ± "
-                  f"{ds.attrs[f'{prefix}slope_U_se']:.2f} ({ds.attrs[f'{prefix}slope_U_points']} widths above the noise floor)")
+            slope, se, points = (ds.attrs[f"{prefix}slope_U{k}"] for k in ("", "_se", "_points"))
+            print(f"{corr or 'none'} theory: U gap ~ N^-slope, " + (
+                f"slope {slope:.2f} ± {se:.2f}" if math.isfinite(slope) and math.isfinite(se) else "slope not estimated")
+                  + f" ({points} widths above the noise floor)")
     print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:
@@ -410,7 +413,7 @@ def cmd_prune(args) -> int:
                    force=args.force)
     rho = report["spearman"]
     print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: "
-          f"Spearman rho = {rho['rho']}, p = {rho['p_value']}")
+          f"Spearman rho = {rho['rho']:.3g}, p = {rho['p_value']:.2g}")
     print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {report['verdict']})")
     if report["verdict"] == "inconclusive":
         return _inconclusive(report["inconclusive_reasons"], "some sampled width")

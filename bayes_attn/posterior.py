@@ -192,9 +192,9 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     tried, guide_of = [], GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
-            tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat "
-                                f"{tried[-1]['pareto_k']:.2g} > 1 (weights without a finite mean: an independence "
-                                "chain on this proposal sticks)"))
+            tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
+                                "an independence chain on this proposal sticks)".format(
+                                    *_checks.versus(tried[-1]["pareto_k"], 1.0, 2))))
             continue
         t0 = time.perf_counter()
         try:
@@ -235,15 +235,16 @@ def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
     none); a number that is absent is not checked."""
     out = []
     if diagnostics.get("max_r_hat", 1.0) > MAX_RHAT or not np.isfinite(diagnostics.get("max_r_hat", 1.0)):
-        out.append(f"max R-hat {diagnostics['max_r_hat']:.3g} > {MAX_RHAT}")
+        out.append("max R-hat {} > {}".format(*_checks.versus(diagnostics["max_r_hat"], MAX_RHAT)))
     if diagnostics.get("min_ess_bulk", np.inf) < MIN_ESS or np.isnan(diagnostics.get("min_ess_bulk", np.inf)):
-        out.append(f"min bulk ESS {diagnostics['min_ess_bulk']:.3g} < {MIN_ESS:g}")
+        out.append("min bulk ESS {} < {}".format(*_checks.versus(diagnostics["min_ess_bulk"], MIN_ESS)))
     if diagnostics.get("divergences", 0) > 0:
         out.append(f"{int(diagnostics['divergences'])} divergent transitions")
     if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
-        out.append(f"min BFMI {diagnostics['min_bfmi']:.3g} < {MIN_BFMI}")
+        out.append("min BFMI {} < {}".format(*_checks.versus(diagnostics["min_bfmi"], MIN_BFMI)))
     if not diagnostics.get("pareto_k", -np.inf) <= MAX_KHAT and "pareto_k" in diagnostics:
-        out.append(f"importance-sampling Pareto k-hat {diagnostics['pareto_k']:.3g} > {MAX_KHAT}")
+        out.append("importance-sampling Pareto k-hat {} > {}".format(*_checks.versus(diagnostics["pareto_k"],
+                                                                                     MAX_KHAT)))
     return out
 
 

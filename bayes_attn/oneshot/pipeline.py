@@ -83,6 +83,8 @@ __all__ = [
     "train_model",
 ]
 
+FULL_ZIPS = ("images_background.zip", "images_evaluation.zip")
+"""Omniglot's full archives, which a spec reads when ``task.files`` names them (the default: the small ones)."""
 MODEL_FILES = ("model.npz", "model.json")
 """The trained model, moved into the output folder as soon as training ends."""
 PRUNE_FILES = ("spec.toml", "model.npz", "model.json", "pruning.json", "oneshot.nc", "report.md", *results.FIGURES)
@@ -165,7 +167,12 @@ def tokenizer(spec: OneShotSpec) -> Tokenizer:
 
 def _episode_set(spec: OneShotSpec, images: ImageSet, n: int, tag: str, *extra: int, shift: int = 0,
                  within_group: bool = False) -> EpisodeSet:
-    ep = make_episodes(images, n, seed=episode_seed(spec, tag, *extra), shift=shift, within_group=within_group)
+    try:
+        ep = make_episodes(images, n, seed=episode_seed(spec, tag, *extra), shift=shift, within_group=within_group)
+    except ValueError as err:  # name the split and its alphabets (task.split), not only the image set
+        groups = sorted(set(images.groups))
+        raise ValueError(f"the {tag!r} episodes (alphabets {groups[:5]}{' …' if len(groups) > 5 else ''}; "
+                         f"see task.split): {err}") from None
     return EpisodeSet(ep, tokenizer(spec)(ep), ep.y)
 
 
@@ -406,8 +413,17 @@ def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> 
     """One-line ``ValueError`` when the data folder is missing, a file, or lacks a zip the task reads."""
     t = spec.task
     files = (list(t.files) if t.kind == "omniglot" else []) + ([t.runs_file] if "all_runs" in t.ood else [])
-    if files:
-        _checks.data_folder("data_dir", spec.data_path(data_dir), files)
+    if not files:
+        return
+    folder = spec.data_path(data_dir)
+    try:
+        _checks.data_folder("data_dir", folder, files)
+    except ValueError as err:
+        full = [f for f in FULL_ZIPS if (Path(folder) / f).is_file() and f not in files]
+        if not full:
+            raise
+        raise ValueError(f"{err}; the folder holds {', '.join(full)}: to read it instead, set task.files = "
+                         f"{full!r} in the spec") from None
 
 
 def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> dict:

@@ -227,6 +227,41 @@ def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch
     assert (out / "model.npz").is_file()
 
 
+def test_only_the_full_zip_gets_a_hint_to_set_task_files(tmp_path):
+    """A folder with Omniglot's full ``images_background.zip`` but not the small zips the spec reads is refused
+    with the hint to set ``task.files`` (issue 53)."""
+    from bayes_attn.oneshot import pipeline
+
+    (tmp_path / "images_background.zip").write_bytes(b"")
+    spec = dataclasses.replace(TINY, task=dataclasses.replace(TINY.task, data_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match=r"lacks images_background_small1\.zip.*set task\.files = "
+                                         r"\['images_background\.zip'\]") as err:
+        pipeline.check_data(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_too_few_classes_names_the_split(tiny_sets):
+    """An episode set drawn from one class names its split and alphabets, not only "imageset" (issue 53)."""
+    sets, _ = tiny_sets
+    one = sets._replace(validation=sets.validation.subset([0]))
+    with pytest.raises(ValueError, match=r"'validation' episodes \(alphabets \[.+\]; see task\.split\): imageset "
+                                         r"must hold at least 2 classes, got 1"):
+        oneshot.evaluation_episodes(TINY, one)
+
+
+def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
+    """The command prints ρ and its p-value rounded, not with every digit of a float (issue 53)."""
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    report = {"spearman": {"rho": 0.123456789012, "p_value": 0.0123456789}, "base_accuracy": 0.9, "base_se": 0.01,
+              "verdict": "agree", "inconclusive_reasons": []}
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: report)
+    assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "rho = 0.123, p = 0.012" in out and "0.1234" not in out, out
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     needs_omniglot()
