@@ -85,15 +85,17 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     ``BAYES_ATTN_NO_EXPORTED_PROGRAMS`` is set, the theory's traced programs are kept there too
     (:func:`exported_jit`). Returns the folder,
     or ``None`` when ``enabled`` is False, the environment turns the cache
-    off, or the folder cannot be created (then the run goes on without it).
+    off, or the folder cannot be created or written (then the run goes on without it, after one warning).
     """
     if not enabled or disabled_by_env():
         return None
     folder = cache_dir()
     try:
         own_folder(folder)
+        if not os.access(folder, os.W_OK | os.X_OK):  # else JAX warns at every program it cannot write
+            raise PermissionError(f"{os.fspath(folder)!r} is not writable")
     except (OSError, ValueError) as err:
-        warnings.warn(f"running without the compilation cache: {err}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"running without the persistent cache: {err}", RuntimeWarning, stacklevel=2)
         return None
     import jax
 

@@ -322,3 +322,25 @@ def test_program_failing_at_its_first_call_is_traced_again(exported, monkeypatch
     _later_process(monkeypatch, caplog)
     _assert_equal(_theory_values(), traced())
     assert len(_debug_lines(caplog)) == 1
+
+
+def test_a_read_only_cache_is_one_warning_and_off(monkeypatch, tmp_path):
+    """A cache folder this user cannot write turns the cache off with one warning, instead of JAX's two-line
+    PermissionError at every program it compiles (issue 53)."""
+    import warnings
+
+    import jax
+
+    monkeypatch.delenv(compile_cache.ENV_OFF, raising=False)
+    monkeypatch.setenv(compile_cache.ENV_DIR, str(tmp_path / "ro"))
+    (tmp_path / "ro").mkdir(mode=0o700)
+    real_access = os.access
+    monkeypatch.setattr(compile_cache.os, "access", lambda p, mode: False if os.fspath(p) == str(tmp_path / "ro")
+                        else real_access(p, mode))  # a read-only folder, also when the tests run as root
+    before = jax.config.jax_compilation_cache_dir
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert compile_cache.enable_compile_cache() is None
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].startswith("running without the persistent cache:") and "not writable" in said[0]
+    assert jax.config.jax_compilation_cache_dir == before
