@@ -28,7 +28,7 @@ from . import _checks
 from .compile_cache import enable_compile_cache
 from .outputs import FailedAfterComputing, FolderBusyError
 from .precision import DTYPES, check_temperature
-from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
+from .samplers.settings import AUTO, AUTO_ORDER, CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
 from .spec import CompareSpec, Spec, load_spec
 from .theory.correction import CORRECTIONS, THEORY_NAMES
 from .threads import one_blas_thread
@@ -294,6 +294,23 @@ def _inconclusive(reasons: list[str], what: str) -> int:
     return EXIT_DIAGNOSTICS
 
 
+def sampling_plan(cfg: SamplerSettings, P: int) -> str:
+    """The sampler and what it will compute for ``P`` training examples, for a command's first line: NUTS's chains
+    × (warm-up + draws), a guided sampler's proposals and batches (:func:`bayes_attn.samplers.laplace.plan`),
+    ``auto``'s samplers in the order it tries them."""
+    from .posterior import GUIDED
+    from .samplers import laplace
+
+    def plan(name: str) -> str:
+        if name in GUIDED:
+            return laplace.plan(cfg.replace(name=name), P)
+        return f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws"
+
+    if cfg.name == AUTO:
+        return "sampler=auto: " + ", else ".join(f"{n} ({plan(n)})" for n in AUTO_ORDER)
+    return f"sampler={cfg.name}: {plan(cfg.name)}"
+
+
 def cmd_sample(args) -> int:
     from .run.pipeline import sample_run
 
@@ -301,7 +318,7 @@ def cmd_sample(args) -> int:
     cfg = _settings(spec, args)
     net = spec.net(args.width)
     print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={spec.task.n_train}, temperature={temperature}, "
-          f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws, sampler={cfg.name}")
+          f"{sampling_plan(cfg, spec.task.n_train)}")
     res = sample_run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
                      force=args.force, **cfg.to_dict())
     print(res.summary)
@@ -344,8 +361,8 @@ def cmd_run(args) -> int:
     if args.correction is not None:
         spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
     cfg = _settings(spec, args)
-    print(f"{spec.name}: theory + {cfg.name} sampling ({cfg.num_chains} chains × ({cfg.num_warmup} + "
-          f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
+    print(f"{spec.name}: theory + {sampling_plan(cfg, spec.task.n_train)} + comparison at "
+          f"N={args.width or spec.network.width} → {out}")
     res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
               force=args.force, **cfg.to_dict())
     print(res.posterior.summary())

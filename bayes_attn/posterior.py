@@ -137,7 +137,7 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             memory.check_memory(memory.guided_bytes(inputs, cfg), memory.available_bytes(),
                                 f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
             t0 = time.perf_counter()
-            guided = smp.draw(inputs, cfg, key_mcmc, **given)
+            guided = smp.draw(inputs, cfg, key_mcmc, progress_bar=progress_bar, **given)
             draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
         else:
             model, args = smp.build(inputs)

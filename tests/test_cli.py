@@ -159,3 +159,31 @@ def test_messages_go_through_logging_quiet_or_verbose(tmp_path, capsys):
     assert stale_then_hold(logging.WARNING) == ""
     logging.getLogger("bayes_attn.cli").warning("look")
     assert capsys.readouterr().err == "WARNING: look\n"
+
+
+@pytest.mark.parametrize("name", ["laplace-is", "laplace-mh", "auto"])
+def test_guided_sampler_header_names_its_own_settings(name):
+    """A guided sampler's first line names its proposals and batches (what its progress bars count), not the NUTS
+    chains × warm-up; ``auto`` names each sampler it may try, NUTS last (issue 53 row 8)."""
+    cfg = cli.SamplerSettings(name=name, num_chains=2, num_warmup=50, num_samples=50, guided_samples=200_000)
+    line = cli.sampling_plan(cfg, 12)
+    assert line.startswith(f"sampler={name}: ") and "batches of 1024" in line
+    proposals = {"laplace-is": "2 chains × 200000 proposals", "laplace-mh": "2 chains × (50 dropped + 200000) proposals"}
+    if name == "auto":
+        assert all(f"{n} ({proposals[n]}" in line for n in proposals)
+        assert line.endswith("else wishart (2 chains × (50 warm-up + 50) draws)")
+    else:
+        assert proposals[name] in line and "warm-up" not in line
+    assert cli.sampling_plan(cfg.replace(name="wishart"), 12) == "sampler=wishart: 2 chains × (50 warm-up + 50) draws"
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_guided_sampler_shows_progress_over_its_batches(tmp_path, capsys, progress):
+    """laplace-is draws in batches with a progress bar on stderr, as NUTS does; --no-progress hides it (row 8)."""
+    args = ["sample", str(_spec_file(tmp_path)), "--sampler", "laplace-is", "--samples", "10", "--warmup", "10",
+            "--chains", "2", "--guided-samples", "300", "--out", str(tmp_path / "o")]
+    assert cli.main(args + ([] if progress else ["--no-progress"])) in (0, cli.EXIT_DIAGNOSTICS)
+    out, err = capsys.readouterr()
+    assert "2 chains × 300 proposals in 1 batch of" in out.splitlines()[0]
+    shown = ["laplace-is pilot 1", "laplace-is proposals", "1/1"]
+    assert all(s in err for s in shown) if progress else not any(s in err for s in shown), err
