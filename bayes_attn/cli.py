@@ -14,6 +14,7 @@ interrupted. The theory: ``docs/theory.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import json
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from . import _checks
 from .compile_cache import enable_compile_cache
+from .interrupt import exit_on_interrupt
 from .outputs import FailedAfterComputing, FolderBusyError
 from .precision import DTYPES, check_temperature
 from .samplers.settings import AUTO, AUTO_ORDER, CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
@@ -458,6 +460,19 @@ def _set_host_device_count(n: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={n}", *flags])
 
 
+INTERRUPTED = "interrupted (Ctrl-C); the output folder keeps the previous run's files"
+
+
+def _interrupt_handling(args) -> contextlib.AbstractContextManager:
+    """Ctrl-C during a command: one line and :data:`EXIT_INTERRUPTED` at once, without unwinding
+    (:func:`bayes_attn.interrupt.exit_on_interrupt`: no ``KeyboardInterrupt`` inside a JAX callback, no exit racing
+    XLA's threads). A Dask sweep keeps ``KeyboardInterrupt``, so that its cluster is shut down."""
+    if getattr(args, "executor", None) == "dask":
+        return contextlib.nullcontext()
+    lead = "" if getattr(args, "no_progress", True) else "\n"  # after a progress bar's unfinished line
+    return exit_on_interrupt(f"{lead}bayes-attn {args.command}: error: {INTERRUPTED}", EXIT_INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "no_progress", False)
@@ -469,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     # draw); must happen before JAX starts its backend.
     _set_host_device_count(host_devices(getattr(args, "chains", None)))
     try:
-        return args.func(args)
+        with _interrupt_handling(args):
+            return args.func(args)
     except (ValueError, FolderBusyError) as err:
         _error(args.command, str(err))
         return EXIT_USAGE
@@ -477,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         _error(args.command, str(err))
         return EXIT_FAILED
     except KeyboardInterrupt:
-        _error(args.command, "interrupted (Ctrl-C); the output folder keeps the previous run's files")
+        _error(args.command, INTERRUPTED)
         return EXIT_INTERRUPTED
     except MemoryError:
         _error(args.command, "out of memory: make the task, the width or the number of chains or draws smaller")

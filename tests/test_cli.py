@@ -187,3 +187,42 @@ def test_guided_sampler_shows_progress_over_its_batches(tmp_path, capsys, progre
     assert "2 chains × 300 proposals in 1 batch of" in out.splitlines()[0]
     shown = ["laplace-is pilot 1", "laplace-is proposals", "1/1"]
     assert all(s in err for s in shown) if progress else not any(s in err for s in shown), err
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_ctrl_c_while_sampling_is_one_line_and_status_130(tmp_path, progress):
+    """SIGINT while NUTS runs: exit status 130 and one line, with or without the progress bar (before: a JAX
+    traceback from the bar's callback; a segmentation fault without it), and the folder gets no results (row 4)."""
+    import signal
+    import subprocess
+    import sys
+
+    spec, out, log = _spec_file(tmp_path), tmp_path / "o", tmp_path / "stderr"
+    # SIGINT handled as a terminal's Ctrl-C finds it, even where this process ignores it (a background job)
+    command = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "runpy.run_module('bayes_attn', run_name='__main__')")
+    args = [sys.executable, "-c", command, *([] if progress else ["-v"]), "sample", str(spec), "--width", "3",
+            "--warmup", "20000", "--samples", "20000", "--chains", "2", "--out", str(out),
+            *([] if progress else ["--no-progress"])]
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 120
+            # sampling: the bar's first update (its callback is where the old KeyboardInterrupt was raised), or
+            # some seconds after the memory line, which comes just before (shown by -v)
+            started = b"2000/40000" if progress else b"sampling with"
+            while started not in log.read_bytes():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+            time.sleep(1.0 if progress else 4.0)
+            assert proc.poll() is None, "sampling ended before the signal: make it longer"
+            mark = len(log.read_bytes())
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    after = log.read_bytes()[mark:].decode(errors="replace")
+    lines = [line for line in after.replace("\r", "\n").splitlines() if line.strip() and "it/s]" not in line]
+    assert rc == cli.EXIT_INTERRUPTED and "Traceback" not in after, after
+    assert len(lines) == 1 and lines[0].startswith("bayes-attn sample: error: interrupted (Ctrl-C)"), after
+    assert not (out / "posterior.nc").exists()
