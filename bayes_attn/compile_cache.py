@@ -104,7 +104,40 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     global _exported_dir
     _exported_dir = None if disabled_by_env(ENV_NO_EXPORTED) else folder / "exported"
+    _one_line_for_unreadable_entries(folder)
     return folder
+
+
+UNREADABLE = "Error reading persistent compilation cache entry"
+"""How JAX's warning for a cache entry it cannot read begins (one per program; it then compiles and rewrites it)."""
+
+
+def _one_line_for_unreadable_entries(folder: Path) -> None:
+    """JAX's warnings for unreadable entries of the cache (truncated or corrupt files: one per program, each
+    compiled afresh, the file left as it is) become one warning line at the first (logger ``bayes_attn``), the
+    rest counted in :data:`unreadable_entries`; other warnings are shown as before. Installed once per process."""
+    shown = warnings.showwarning
+    if getattr(shown, "_bayes_attn", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if not text.startswith(UNREADABLE):
+            return shown(message, category, filename, lineno, file, line)
+        unreadable_entries[0] += 1
+        if unreadable_entries[0] == 1:
+            what = text[len(UNREADABLE):].removeprefix(" for ")
+            _log.warning(f"compile cache {os.fspath(folder)!r}: an unreadable entry ({what}) is compiled afresh, "
+                         "as are further ones in this run, without a message; JAX does not rewrite them: remove the "
+                         "folder to rebuild the cache")
+        return None
+
+    show._bayes_attn = True
+    warnings.showwarning = show
+
+
+unreadable_entries = [0]
+"""Unreadable cache entries this process met (:func:`_one_line_for_unreadable_entries`)."""
 
 
 def exported_jit(fn: Callable) -> Callable:

@@ -344,3 +344,32 @@ def test_a_read_only_cache_is_one_warning_and_off(monkeypatch, tmp_path):
     said = [str(w.message) for w in caught]
     assert len(said) == 1 and said[0].startswith("running without the persistent cache:") and "not writable" in said[0]
     assert jax.config.jax_compilation_cache_dir == before
+
+
+@pytest.mark.slow
+def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
+    """Truncated entries of the compile cache: one warning line for the run, saying how to rebuild the cache (JAX
+    wrote one per program, 16 for the tiny theory), each compiled afresh, the same result (issue 53 row 9)."""
+    import subprocess
+    import sys
+
+    from conftest import spec_file
+
+    spec, env = spec_file(tmp_path), {**os.environ, compile_cache.ENV_DIR: str(tmp_path / "cache")}
+    env.pop(compile_cache.ENV_OFF, None)
+
+    def theory(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bayes_attn", "theory", str(spec), "--out", str(tmp_path / out)],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    first = theory("a")
+    entries = list((tmp_path / "cache").glob("*-cache"))
+    assert first.returncode == 0 and len(entries) > 2, first.stderr
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:10])
+    second = theory("b")
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert second.returncode == 0 and len(lines) == 1, second.stderr
+    assert lines[0].startswith("WARNING: compile cache") and "unreadable entry" in lines[0] and "remove" in lines[0]
+    accuracy = [[line for line in run.stdout.splitlines() if line.startswith("test accuracy")] for run in (first, second)]
+    assert accuracy[0] == accuracy[1] and accuracy[0]
