@@ -66,6 +66,10 @@ def _correction(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"{what} (default: the spec's compare.correction, {CompareSpec().correction})")
 
 
+NO_PROGRESS_HELP = ("no progress bars or lines and no info messages on stderr (warnings and errors only); the "
+                    "result still goes to stdout")
+
+
 def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chains", type=int, help="number of chains (at least 2: the verdict checks R-hat)")
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
@@ -78,7 +82,7 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
     p.add_argument("--chain-method", choices=list(CHAIN_METHODS),
                    help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
     _out(p, "prune")
     p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
-    p.add_argument("--no-progress", action="store_true", help="hide progress lines")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_prune)
     return top
 

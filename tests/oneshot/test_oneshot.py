@@ -262,6 +262,32 @@ def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
     assert "rho = 0.123, p = 0.012" in out and "0.1234" not in out, out
 
 
+def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path, monkeypatch, capsys):
+    """--no-progress leaves stderr to warnings and errors; the result (base accuracy, ρ) stays on stdout, as
+    ``sample``'s summary does, and the option's help says so (issue 53 row 10)."""
+    import logging
+
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    report = {"spearman": {"rho": 0.5, "p_value": 0.01}, "base_accuracy": 0.9, "base_se": 0.01, "verdict": "agree",
+              "inconclusive_reasons": []}
+
+    def fake(*a, **k):
+        logging.getLogger("bayes_attn.oneshot").info("epoch 1: val accuracy 0.5")  # a progress line
+        return report
+
+    monkeypatch.setattr(pipeline, "run_oneshot", fake)
+    assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("base accuracy 0.900 ± 0.010") and err == ""
+    assert cli.main(["prune", "--out", str(tmp_path / "o")]) == 0
+    assert "epoch 1" in capsys.readouterr().err
+    helps = [a.help for a in cli.parser()._subparsers._group_actions[0].choices["prune"]._actions
+             if "--no-progress" in a.option_strings]
+    assert helps == [cli.NO_PROGRESS_HELP] and "result still goes to stdout" in helps[0]
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     needs_omniglot()
