@@ -32,7 +32,9 @@ to the last bit on the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import hashlib
 import importlib.util
 import json
@@ -114,8 +116,9 @@ UNREADABLE = "Error reading persistent compilation cache entry"
 
 def _one_line_for_unreadable_entries(folder: Path) -> None:
     """JAX's warnings for unreadable entries of the cache (truncated or corrupt files: one per program, each
-    compiled afresh, the file left as it is) become one warning line at the first (logger ``bayes_attn``), the
-    rest counted in :data:`unreadable_entries`; other warnings are shown as before. Installed once per process."""
+    compiled afresh) become one warning line at the first (logger ``bayes_attn``), the rest counted in
+    :data:`unreadable_entries`; the entries that fail to decompress are removed (:func:`_remove_unreadable`), so
+    that JAX writes them afresh. Other warnings are shown as before. Installed once per process."""
     shown = warnings.showwarning
     if getattr(shown, "_bayes_attn", False):
         return
@@ -125,15 +128,38 @@ def _one_line_for_unreadable_entries(folder: Path) -> None:
         if not text.startswith(UNREADABLE):
             return shown(message, category, filename, lineno, file, line)
         unreadable_entries[0] += 1
+        what = text[len(UNREADABLE):].removeprefix(" for ")
+        removed = _remove_unreadable(folder, what.split("'")[1] if what.count("'") >= 2 else "")
         if unreadable_entries[0] == 1:
-            what = text[len(UNREADABLE):].removeprefix(" for ")
-            _log.warning(f"compile cache {os.fspath(folder)!r}: an unreadable entry ({what}) is compiled afresh, "
-                         "as are further ones in this run, without a message; JAX does not rewrite them: remove the "
-                         "folder to rebuild the cache")
+            _log.warning(f"compile cache {os.fspath(folder)!r}: unreadable entries (the first: {what}) are "
+                         + ("compiled afresh and written again" if removed else "compiled afresh (remove the folder to "
+                            "rebuild the cache)") + "; no further message for them in this run")
         return None
 
     show._bayes_attn = True
     warnings.showwarning = show
+
+
+def _remove_unreadable(folder: Path, name: str) -> bool:
+    """Remove the entries of program ``name`` (``<name>-<hash>-cache``, this user's plain files) in ``folder`` that
+    JAX cannot decompress; whether any was removed (JAX skips writing an entry whose file exists)."""
+    try:
+        from jax._src.compilation_cache import decompress_executable
+    except ImportError:
+        return False
+    removed = False
+    for path in folder.glob(f"{glob.escape(name)}-*-cache") if name else ():
+        try:
+            if not _is_own(os.lstat(path), stat.S_ISREG):
+                continue
+            decompress_executable(path.read_bytes())
+        except OSError:
+            continue
+        except Exception:  # noqa: BLE001 (zlib.error, zstd's): truncated or corrupt
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed = True
+    return removed
 
 
 unreadable_entries = [0]
