@@ -48,5 +48,7 @@ bench: $(BIN)/python
 	$(BIN)/python benchmarks/bench_solver.py
 	$(BIN)/python benchmarks/bench_sampler.py
 
+# what the build made, never results: runs/ (every command's default output folder) stays
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

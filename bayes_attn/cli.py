@@ -5,18 +5,21 @@ embedded default, the Fig. 2c Markov network at width 10 (``prune``: the
 shipped one-shot spec ``models/omniglot_oneshot.toml``). Each calls one
 library function, which holds its own output folder (:mod:`bayes_attn.outputs`);
 each has its own default folder, so that no command replaces another's files.
-Exit status: 0 success, 2 bad input (before anything is computed), 3
-inconclusive (the sampler's diagnostics failed; results written), 4 failed
-sweep jobs, 130 interrupted. The theory: ``docs/theory.md``.
+Exit status: 0 success, 1 failed after computing (one line; what was kept is
+named), 2 bad input (before anything is computed), 3 inconclusive (the
+sampler's diagnostics failed; results written), 4 failed sweep jobs, 130
+interrupted. The theory: ``docs/theory.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -24,9 +27,10 @@ from pathlib import Path
 
 from . import _checks
 from .compile_cache import enable_compile_cache
-from .outputs import FolderBusyError
-from .precision import DTYPES
-from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
+from .interrupt import exit_on_interrupt
+from .outputs import FailedAfterComputing, FolderBusyError
+from .precision import DTYPES, check_temperature
+from .samplers.settings import AUTO, AUTO_ORDER, CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
 from .spec import CompareSpec, Spec, load_spec
 from .theory.correction import CORRECTIONS, THEORY_NAMES
 from .threads import one_blas_thread
@@ -62,8 +66,12 @@ def _correction(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"{what} (default: the spec's compare.correction, {CompareSpec().correction})")
 
 
+NO_PROGRESS_HELP = ("no progress bars or lines and no info messages on stderr (warnings and errors only); the "
+                    "result still goes to stdout")
+
+
 def _sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chains", type=int, help="number of chains")
+    p.add_argument("--chains", type=int, help="number of chains (at least 2: the verdict checks R-hat)")
     p.add_argument("--warmup", type=int, help="warm-up draws per chain")
     p.add_argument("--samples", type=int, help="kept draws per chain")
     p.add_argument("--guided-samples", type=int,
@@ -74,7 +82,7 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
     p.add_argument("--chain-method", choices=list(CHAIN_METHODS),
                    help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -83,7 +91,8 @@ def parser() -> argparse.ArgumentParser:
         description="Bayesian posterior (NUTS, or samplers guided by the finite-width expansion) and "
         "statistical-mechanics theory of attention networks "
         "with fixed attention (Tiberi et al., NeurIPS 2024). The theory: docs/theory.md.",
-        epilog="Exit status: 0 success; 2 bad input (nothing computed); 3 inconclusive (the sampler's diagnostics "
+        epilog="Exit status: 0 success; 1 failed after computing (what was kept is named); 2 bad input (nothing "
+        "computed); 3 inconclusive (the sampler's diagnostics "
         "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
     )
     top.add_argument("-v", "--verbose", action="store_true",
@@ -160,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
     _out(p, "prune")
     p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
-    p.add_argument("--no-progress", action="store_true", help="hide progress lines")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_prune)
     return top
 
@@ -188,14 +197,36 @@ def _setup(args) -> tuple[Spec, Path, float]:
     return spec, out, args.temperature or spec.temperature
 
 
-def _settings(spec: Spec, args) -> SamplerSettings:
-    return spec.sampler.replace(
+def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
+    """The spec's sampler settings with the command line's applied; ``samples``: the command samples (then at
+    least :data:`MIN_CHAINS` chains)."""
+    cfg = spec.sampler.replace(
         num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples, seed=args.seed,
         name=args.sampler, dtype=args.dtype, chain_method=args.chain_method,
         guided_samples=getattr(args, "guided_samples", None),
     )
+    if samples:
+        check_chains(cfg, "--chains (the spec's sampler.num_chains)")
+        grid = getattr(args, "temperatures", None)
+        name = "--temperatures" if grid else "--temperature" if args.temperature else "the spec's temperature"
+        for t in grid or [args.temperature or spec.temperature]:  # the sampler's dtype holds T and 1/T
+            check_temperature(t, cfg.dtype, name)
+    return cfg
 
 
+MIN_CHAINS = 2
+"""Chains a verdict needs: R-hat compares chains (ArviZ gives NaN for one), so one chain could never pass."""
+
+
+def check_chains(cfg: SamplerSettings, what: str) -> None:
+    """One-line ``ValueError`` before computing when ``cfg`` has fewer than :data:`MIN_CHAINS` chains."""
+    if cfg.num_chains < MIN_CHAINS:
+        raise ValueError(f"{what} must be at least {MIN_CHAINS}, got {cfg.num_chains}: the verdict needs R-hat, "
+                         "which compares chains (one chain gives none)")
+
+
+EXIT_FAILED = 1
+"""Exit status for a failure after something was computed (not bad input): one line naming what was kept."""
 EXIT_USAGE = 2
 """Exit status for bad input (spec, options, output folder), before anything is computed."""
 EXIT_DIAGNOSTICS = 3
@@ -269,6 +300,23 @@ def _inconclusive(reasons: list[str], what: str) -> int:
     return EXIT_DIAGNOSTICS
 
 
+def sampling_plan(cfg: SamplerSettings, P: int) -> str:
+    """The sampler and what it will compute for ``P`` training examples, for a command's first line: NUTS's chains
+    × (warm-up + draws), a guided sampler's proposals and batches (:func:`bayes_attn.samplers.laplace.plan`),
+    ``auto``'s samplers in the order it tries them."""
+    from .posterior import GUIDED
+    from .samplers import laplace
+
+    def plan(name: str) -> str:
+        if name in GUIDED:
+            return laplace.plan(cfg.replace(name=name), P)
+        return f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws"
+
+    if cfg.name == AUTO:
+        return "sampler=auto: " + ", else ".join(f"{n} ({plan(n)})" for n in AUTO_ORDER)
+    return f"sampler={cfg.name}: {plan(cfg.name)}"
+
+
 def cmd_sample(args) -> int:
     from .run.pipeline import sample_run
 
@@ -276,7 +324,7 @@ def cmd_sample(args) -> int:
     cfg = _settings(spec, args)
     net = spec.net(args.width)
     print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={spec.task.n_train}, temperature={temperature}, "
-          f"{cfg.num_chains} chains × ({cfg.num_warmup} warm-up + {cfg.num_samples}) draws, sampler={cfg.name}")
+          f"{sampling_plan(cfg, spec.task.n_train)}")
     res = sample_run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
                      force=args.force, **cfg.to_dict())
     print(res.summary)
@@ -319,8 +367,8 @@ def cmd_run(args) -> int:
     if args.correction is not None:
         spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
     cfg = _settings(spec, args)
-    print(f"{spec.name}: theory + {cfg.name} sampling ({cfg.num_chains} chains × ({cfg.num_warmup} + "
-          f"{cfg.num_samples}) draws) + comparison at N={args.width or spec.network.width} → {out}")
+    print(f"{spec.name}: theory + {sampling_plan(cfg, spec.task.n_train)} + comparison at "
+          f"N={args.width or spec.network.width} → {out}")
     res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
               force=args.force, **cfg.to_dict())
     print(res.posterior.summary())
@@ -338,7 +386,8 @@ def cmd_sweep(args) -> int:
     from .sweep.table import inconclusive_points, sweep, unsolved_points
 
     spec, out, temperature = _setup(args)
-    cfg = _settings(spec, args)
+    sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
+    cfg = _settings(spec, args, samples=bool(sampled))
     executor = executor_from_options(args.executor, args.workers, args.scheduler,
                                      spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
     if isinstance(executor, DaskLocal) and not (args.no_compile_cache or disabled_by_env()):
@@ -359,8 +408,10 @@ def cmd_sweep(args) -> int:
             print(ds[names].to_dataframe().to_string())
     for prefix, corr in (("", ds.attrs.get("correction")), ("alternative_", ds.attrs.get("alternative_correction"))):
         if f"{prefix}slope_U" in ds.attrs:
-            print(f"{corr or 'none'} theory: U gap ~ N^-slope, slope {ds.attrs[f'{prefix}slope_U']:.2f} ± "
-                  f"{ds.attrs[f'{prefix}slope_U_se']:.2f} ({ds.attrs[f'{prefix}slope_U_points']} widths above the noise floor)")
+            slope, se, points = (ds.attrs[f"{prefix}slope_U{k}"] for k in ("", "_se", "_points"))
+            print(f"{corr or 'none'} theory: U gap ~ N^-slope, " + (
+                f"slope {slope:.2f} ± {se:.2f}" if math.isfinite(slope) and math.isfinite(se) else "slope not estimated")
+                  + f" ({points} widths above the noise floor)")
     print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:
@@ -379,11 +430,13 @@ def cmd_prune(args) -> int:
 
     spec = load_oneshot_spec(args.spec)  # None: the embedded shipped spec, models/omniglot_oneshot.toml
     out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
+    if spec.theory.sample_widths:
+        check_chains(spec.sampler, "the spec's [sampler] num_chains")
     report = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
                    force=args.force)
     rho = report["spearman"]
     print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: "
-          f"Spearman rho = {rho['rho']}, p = {rho['p_value']}")
+          f"Spearman rho = {rho['rho']:.3g}, p = {rho['p_value']:.2g}")
     print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {report['verdict']})")
     if report["verdict"] == "inconclusive":
         return _inconclusive(report["inconclusive_reasons"], "some sampled width")
@@ -411,6 +464,19 @@ def _set_host_device_count(n: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join([f"--xla_force_host_platform_device_count={n}", *flags])
 
 
+INTERRUPTED = "interrupted (Ctrl-C); the output folder keeps the previous run's files"
+
+
+def _interrupt_handling(args) -> contextlib.AbstractContextManager:
+    """Ctrl-C during a command: one line and :data:`EXIT_INTERRUPTED` at once, without unwinding
+    (:func:`bayes_attn.interrupt.exit_on_interrupt`: no ``KeyboardInterrupt`` inside a JAX callback, no exit racing
+    XLA's threads). A Dask sweep keeps ``KeyboardInterrupt``, so that its cluster is shut down."""
+    if getattr(args, "executor", None) == "dask":
+        return contextlib.nullcontext()
+    lead = "" if getattr(args, "no_progress", True) else "\n"  # after a progress bar's unfinished line
+    return exit_on_interrupt(f"{lead}bayes-attn {args.command}: error: {INTERRUPTED}", EXIT_INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "no_progress", False)
@@ -422,12 +488,16 @@ def main(argv: list[str] | None = None) -> int:
     # draw); must happen before JAX starts its backend.
     _set_host_device_count(host_devices(getattr(args, "chains", None)))
     try:
-        return args.func(args)
+        with _interrupt_handling(args):
+            return args.func(args)
     except (ValueError, FolderBusyError) as err:
         _error(args.command, str(err))
         return EXIT_USAGE
+    except FailedAfterComputing as err:
+        _error(args.command, str(err))
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        _error(args.command, "interrupted (Ctrl-C); the output folder keeps the previous run's files")
+        _error(args.command, INTERRUPTED)
         return EXIT_INTERRUPTED
     except MemoryError:
         _error(args.command, "out of memory: make the task, the width or the number of chains or draws smaller")

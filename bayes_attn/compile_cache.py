@@ -32,7 +32,9 @@ to the last bit on the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import hashlib
 import importlib.util
 import json
@@ -85,15 +87,17 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     ``BAYES_ATTN_NO_EXPORTED_PROGRAMS`` is set, the theory's traced programs are kept there too
     (:func:`exported_jit`). Returns the folder,
     or ``None`` when ``enabled`` is False, the environment turns the cache
-    off, or the folder cannot be created (then the run goes on without it).
+    off, or the folder cannot be created or written (then the run goes on without it, after one warning).
     """
     if not enabled or disabled_by_env():
         return None
     folder = cache_dir()
     try:
         own_folder(folder)
+        if not os.access(folder, os.W_OK | os.X_OK):  # else JAX warns at every program it cannot write
+            raise PermissionError(f"{os.fspath(folder)!r} is not writable")
     except (OSError, ValueError) as err:
-        warnings.warn(f"running without the compilation cache: {err}", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"running without the persistent cache: {err}", RuntimeWarning, stacklevel=2)
         return None
     import jax
 
@@ -102,7 +106,64 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     global _exported_dir
     _exported_dir = None if disabled_by_env(ENV_NO_EXPORTED) else folder / "exported"
+    _one_line_for_unreadable_entries(folder)
     return folder
+
+
+UNREADABLE = "Error reading persistent compilation cache entry"
+"""How JAX's warning for a cache entry it cannot read begins (one per program; it then compiles and rewrites it)."""
+
+
+def _one_line_for_unreadable_entries(folder: Path) -> None:
+    """JAX's warnings for unreadable entries of the cache (truncated or corrupt files: one per program, each
+    compiled afresh) become one warning line at the first (logger ``bayes_attn``), the rest counted in
+    :data:`unreadable_entries`; the entries that fail to decompress are removed (:func:`_remove_unreadable`), so
+    that JAX writes them afresh. Other warnings are shown as before. Installed once per process."""
+    shown = warnings.showwarning
+    if getattr(shown, "_bayes_attn", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if not text.startswith(UNREADABLE):
+            return shown(message, category, filename, lineno, file, line)
+        unreadable_entries[0] += 1
+        what = text[len(UNREADABLE):].removeprefix(" for ")
+        removed = _remove_unreadable(folder, what.split("'")[1] if what.count("'") >= 2 else "")
+        if unreadable_entries[0] == 1:
+            _log.warning(f"compile cache {os.fspath(folder)!r}: unreadable entries (the first: {what}) are "
+                         + ("compiled afresh and written again" if removed else "compiled afresh (remove the folder to "
+                            "rebuild the cache)") + "; no further message for them in this run")
+        return None
+
+    show._bayes_attn = True
+    warnings.showwarning = show
+
+
+def _remove_unreadable(folder: Path, name: str) -> bool:
+    """Remove the entries of program ``name`` (``<name>-<hash>-cache``, this user's plain files) in ``folder`` that
+    JAX cannot decompress; whether any was removed (JAX skips writing an entry whose file exists)."""
+    try:
+        from jax._src.compilation_cache import decompress_executable
+    except ImportError:
+        return False
+    removed = False
+    for path in folder.glob(f"{glob.escape(name)}-*-cache") if name else ():
+        try:
+            if not _is_own(os.lstat(path), stat.S_ISREG):
+                continue
+            decompress_executable(path.read_bytes())
+        except OSError:
+            continue
+        except Exception:  # noqa: BLE001 (zlib.error, zstd's): truncated or corrupt
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed = True
+    return removed
+
+
+unreadable_entries = [0]
+"""Unreadable cache entries this process met (:func:`_one_line_for_unreadable_entries`)."""
 
 
 def exported_jit(fn: Callable) -> Callable:

@@ -90,6 +90,10 @@ class ReplacesResultsError(ValueError):
     """The run would remove another command's results in the folder (pass ``force=True`` to replace them)."""
 
 
+class FailedAfterComputing(RuntimeError):
+    """A run failed after it computed something: not bad input (the message names what was kept)."""
+
+
 @dataclass(frozen=True)
 class Staging:
     """Where a held run writes: ``path(name)`` in the staging folder; ``folder`` is the final place.
@@ -100,6 +104,7 @@ class Staging:
     folder: Path
     staging: Path
     record: dict = field(default_factory=dict)
+    published: list[str] = field(default_factory=list)
 
     def path(self, name: str) -> Path:
         """The staged location of the output ``name`` (a plain file name, no folders)."""
@@ -357,16 +362,17 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def commit(folder: Path, staging: Path, record: dict | None = None, *, command: str | None = None,
-           files: Collection[str] | None = None, what: str = "out") -> list[str]:
+           files: Collection[str] | None = None, what: str = "out", published: Collection[str] = ()) -> list[str]:
     """Move the staged files into ``folder``, removing the previous run's other files; write the manifest.
 
     The clashes are checked again first (a file made meanwhile is not replaced:
     :class:`ClashError`, nothing moved). Only names listed in the previous
     run's own manifest (:data:`FORMAT`) are removed, and only plain files or
     links (never a folder, never followed). ``files``: the names the run
-    declared; staging another is an error of the package (nothing moved).
+    declared; staging another is an error of the package (nothing moved). ``published``: files the run moved
+    in already (:func:`publish`), kept as its own.
     """
-    names = sorted(p.name for p in staging.iterdir())
+    names = sorted({*(p.name for p in staging.iterdir()), *published})
     if files is not None and not set(names) <= set(files):
         raise RuntimeError(f"{command or 'the run'} wrote {sorted(set(names) - set(files))}, which it did not declare "
                            "(their clashes were not checked before computing)")
@@ -378,7 +384,8 @@ def commit(folder: Path, staging: Path, record: dict | None = None, *, command: 
     _write_json(folder / MANIFEST, head | {"run_id": uuid.uuid4().hex, "state": "replacing",
                                            "files": sorted({*old, *names})})
     for name in names:
-        os.replace(staging / name, folder / name)
+        if name not in published:
+            os.replace(staging / name, folder / name)
     for name in old:
         if name not in names and not _real_dir(folder / name):
             (folder / name).unlink(missing_ok=True)
@@ -386,6 +393,20 @@ def commit(folder: Path, staging: Path, record: dict | None = None, *, command: 
                        "finished": datetime.datetime.now().isoformat(timespec="seconds"), "versions": versions()}
     _write_json(folder / MANIFEST, manifest | (record or {}))
     return names
+
+
+def publish(stage: Staging, names: Collection[str], *, command: str | None = None, what: str = "out") -> None:
+    """Move the staged files ``names`` into the folder now, each atomically, and claim them in its manifest, so
+    that a later failure of the run keeps them (a trained model); the run's commit keeps them as its own."""
+    folder, names = stage.folder, sorted(names)
+    previous = _own_manifest(stage.folder)
+    _check_clashes(folder, names, previous, what)
+    old = [f for f in previous["files"] if _safe_name(f)] if previous else []
+    base = previous or {"format": FORMAT, "command": command}
+    _write_json(folder / MANIFEST, base | {"run_id": uuid.uuid4().hex, "files": sorted({*old, *names})})
+    for name in names:
+        os.replace(stage.staging / name, folder / name)
+    stage.published.extend(n for n in names if n not in stage.published)
 
 
 def cache_folder(held: Path, name: str, what: str = "out") -> Path:
@@ -422,6 +443,6 @@ def output_folder(folder: str | os.PathLike, what: str = "out", *, force: bool =
         try:
             stage = Staging(held, staging)
             yield stage
-            commit(held, staging, stage.record, command=command, files=files, what=what)
+            commit(held, staging, stage.record, command=command, files=files, what=what, published=stage.published)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import time
 import warnings
@@ -36,7 +37,7 @@ from . import _checks, _io, gp, threads
 from .fingerprints import fingerprint
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
-from .precision import x64
+from .precision import check_temperature, x64
 from .samplers import SAMPLERS, Storage, SamplerSettings, get, memory, nuts, prepare
 from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
@@ -47,6 +48,10 @@ MIN_BFMI = 0.3
 MAX_KHAT = 0.7
 """The diagnostics a verdict trusts (:func:`diagnostic_failures`): R-hat, bulk ESS of every compared entry,
 BFMI, and the Pareto ``k̂`` of importance sampling (``laplace-is``)."""
+
+log = logging.getLogger(__name__)
+GUIDED = ("laplace-is", "laplace-mh")
+"""The samplers that draw ``guided_samples`` per chain (docs/theory.md §9)."""
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
@@ -104,6 +109,7 @@ def sample_posterior(
         cfg = sampler.replace(**settings)
     else:
         cfg = SamplerSettings().replace(name=sampler, **settings)
+    temperature = check_temperature(temperature, cfg.dtype)
     options = Storage(bool(keep_weights), bool(keep_effective_weights))
     if cfg.name == AUTO:
         return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
@@ -131,7 +137,7 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             memory.check_memory(memory.guided_bytes(inputs, cfg), memory.available_bytes(),
                                 f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
             t0 = time.perf_counter()
-            guided = smp.draw(inputs, cfg, key_mcmc, **given)
+            guided = smp.draw(inputs, cfg, key_mcmc, progress_bar=progress_bar, **given)
             draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
         else:
             model, args = smp.build(inputs)
@@ -176,7 +182,9 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). ``laplace-mh`` is not
     tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
     docs/theory.md §9). What was tried, its cost and why it was left go into the attribute ``auto`` (JSON); the
-    last sampler's draws are returned whatever their diagnostics (the verdict then says so). The expansion's
+    last sampler's draws are returned whatever their diagnostics (the verdict then says so); each entry is also
+    logged at INFO. An explicit ``guided_samples`` too big for the memory is refused (``ValueError``), never left
+    for ``wishart``. The expansion's
     proposal is computed once, by the first sampler that needs it (:class:`~bayes_attn.samplers.laplace.GuideOnce`;
     its cost counts in that sampler's seconds), and shared by the others."""
     from .samplers.laplace import GuideOnce
@@ -184,21 +192,31 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     tried, guide_of = [], GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
-            tried.append({"sampler": name, "seconds": 0.0, "left_because": "not tried: laplace-is's k-hat "
-                          f"{tried[-1]['pareto_k']:.2g} > 1 (weights without a finite mean: an independence chain "
-                          "on this proposal sticks)"})
+            tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
+                                "an independence chain on this proposal sticks)".format(
+                                    *_checks.versus(tried[-1]["pareto_k"], 1.0, 2))))
             continue
         t0 = time.perf_counter()
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
                            guide_of, requested_sampler=AUTO)
+        except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
+            if name in GUIDED and cfg.guided_samples is not None:
+                raise ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}") \
+                    from None
+            if i + 1 == len(AUTO_ORDER):
+                raise
+            tried.append(_tried(name, time.perf_counter() - t0, str(err)))
+            continue
         except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
-            tried.append({"sampler": name, "seconds": time.perf_counter() - t0, "left_because": str(err)})
+            if i + 1 == len(AUTO_ORDER):
+                raise
+            tried.append(_tried(name, time.perf_counter() - t0, str(err)))
             continue
         summary = post.summary()
         failures = summary.failures()
-        tried.append({"sampler": name, "seconds": time.perf_counter() - t0,
-                      "left_because": "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else ""}
+        tried.append(_tried(name, time.perf_counter() - t0,
+                            "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else "")
                      | ({"pareto_k": summary.pareto_k} if np.isfinite(summary.pareto_k) else {}))
         if not failures or i + 1 == len(AUTO_ORDER):
             post.tree.attrs["auto"] = json.dumps(tried)
@@ -206,20 +224,27 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     raise AssertionError("unreachable: the last sampler of AUTO_ORDER always returns")
 
 
+def _tried(name: str, seconds: float, left_because: str) -> dict:
+    """One entry of ``auto``'s record (attribute ``auto``), also logged at INFO."""
+    log.info(f"auto: {name} ({seconds:.1f} s) " + (f"left: {left_because}" if left_because else "kept"))
+    return {"sampler": name, "seconds": seconds, "left_because": left_because}
+
+
 def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
     """Reasons the sampler's diagnostics (:meth:`Summary.diagnostics`) make a comparison inconclusive (empty when
     none); a number that is absent is not checked."""
     out = []
     if diagnostics.get("max_r_hat", 1.0) > MAX_RHAT or not np.isfinite(diagnostics.get("max_r_hat", 1.0)):
-        out.append(f"max R-hat {diagnostics['max_r_hat']:.3g} > {MAX_RHAT}")
+        out.append("max R-hat {} > {}".format(*_checks.versus(diagnostics["max_r_hat"], MAX_RHAT)))
     if diagnostics.get("min_ess_bulk", np.inf) < MIN_ESS or np.isnan(diagnostics.get("min_ess_bulk", np.inf)):
-        out.append(f"min bulk ESS {diagnostics['min_ess_bulk']:.3g} < {MIN_ESS:g}")
+        out.append("min bulk ESS {} < {}".format(*_checks.versus(diagnostics["min_ess_bulk"], MIN_ESS)))
     if diagnostics.get("divergences", 0) > 0:
         out.append(f"{int(diagnostics['divergences'])} divergent transitions")
     if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
-        out.append(f"min BFMI {diagnostics['min_bfmi']:.3g} < {MIN_BFMI}")
+        out.append("min BFMI {} < {}".format(*_checks.versus(diagnostics["min_bfmi"], MIN_BFMI)))
     if not diagnostics.get("pareto_k", -np.inf) <= MAX_KHAT and "pareto_k" in diagnostics:
-        out.append(f"importance-sampling Pareto k-hat {diagnostics['pareto_k']:.3g} > {MAX_KHAT}")
+        out.append("importance-sampling Pareto k-hat {} > {}".format(*_checks.versus(diagnostics["pareto_k"],
+                                                                                     MAX_KHAT)))
     return out
 
 

@@ -35,3 +35,26 @@ def x64(enabled: bool = True) -> Iterator[None]:
 def float64() -> contextlib.AbstractContextManager[None]:
     """Context in which JAX computes in float64 (used by the theory)."""
     return x64(True)
+
+
+def temperature_range(dtype: str) -> tuple[float, float]:
+    """The temperatures a sampler in ``dtype`` takes: ``T`` and ``1/T`` at most the square root of the dtype's
+    largest number, so that the likelihood's squares and sums over examples stay finite."""
+    import numpy as np
+
+    top = float(np.sqrt(np.finfo(np.dtype(dtype)).max))
+    return 1.0 / top, top
+
+
+def check_temperature(temperature, dtype: str, name: str = "temperature") -> float:
+    """``temperature`` as a float, checked finite, > 0 and within :func:`temperature_range` of ``dtype`` (a
+    one-line ``ValueError`` naming both, before computing)."""
+    from . import _checks
+
+    t = _checks.positive(name, temperature)
+    low, high = temperature_range(dtype)
+    if not low <= t <= high:
+        raise ValueError(f"{name} {t:.6g} is out of range for dtype {dtype}: T and 1/T must stay below "
+                         f"{high:.2g} (the square root of its largest number); choose a temperature in "
+                         f"[{low:.2g}, {high:.2g}]" + (" or float64" if dtype != "float64" else ""))
+    return t

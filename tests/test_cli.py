@@ -11,7 +11,7 @@ from bayes_attn import cli, outputs
 from bayes_attn.spec import spec_from_dict
 from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
 
-FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
+FAST = ["--samples", "10", "--warmup", "10", "--chains", "2", "--no-progress"]
 
 
 
@@ -77,6 +77,46 @@ def test_huge_width_or_seed_is_a_usage_error(capsys, monkeypatch, argv, match):
         spec_from_dict(TINY | {"sampler": TINY["sampler"] | {"seed": 2**70}})
 
 
+def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    """A verdict checks R-hat, which one chain cannot give (ArviZ: NaN): ``--chains 1`` (or a spec's
+    ``num_chains = 1``) is refused before computing, naming the argument, rather than always inconclusive with
+    the advice to sample longer (issue 53)."""
+    import bayes_attn as ba
+    from bayes_attn.run import pipeline
+
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
+    for command in ("sample", "run", "sweep"):
+        argv = [command, str(_spec_file(tmp_path)), "--out", str(tmp_path / command), *FAST, "--chains", "1"]
+        assert cli.main(argv) == cli.EXIT_USAGE
+        line = _one_line(capsys.readouterr().err)
+        assert "--chains" in line and "at least 2" in line and "R-hat" in line, line
+        assert not (tmp_path / command).exists()
+    one = _spec_file(tmp_path, TINY | {"sampler": TINY["sampler"] | {"num_chains": 1}})
+    assert cli.main(["sample", str(one), "--out", str(tmp_path / "o"), "--no-progress"]) == cli.EXIT_USAGE
+    assert "sampler.num_chains) must be at least 2" in _one_line(capsys.readouterr().err)
+
+
+def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    """``--dtype float32 --temperature 1e39`` (past float32's largest number) is a one-line error naming the
+    temperature and the dtype before anything is computed, not ArviZ's failure after sampling (issue 53)."""
+    import bayes_attn as ba
+    from bayes_attn.run import pipeline
+
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
+    for command, temperature in (("sample", "1e39"), ("run", "1e39"), ("sample", "1e-25"), ("sweep", "1e30")):
+        argv = [command, str(_spec_file(tmp_path)), "--out", str(tmp_path / command), *FAST, "--dtype", "float32",
+                "--temperatures" if command == "sweep" else "--temperature", temperature]
+        assert cli.main(argv) == cli.EXIT_USAGE
+        line = _one_line(capsys.readouterr().err)
+        assert "temperature" in line and "float32" in line, line
+    from bayes_attn.precision import check_temperature
+
+    assert check_temperature(1e39, "float64") == 1e39 and check_temperature(0.01, "float32") == 0.01
+    for bad in (float("inf"), float("nan"), 0.0, -1.0):
+        with pytest.raises(ValueError, match="temperature"):
+            check_temperature(bad, "float32")
+
+
 def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):
     def full(*a, **k):
         raise RuntimeError("NetCDF: HDF error")
@@ -119,3 +159,70 @@ def test_messages_go_through_logging_quiet_or_verbose(tmp_path, capsys):
     assert stale_then_hold(logging.WARNING) == ""
     logging.getLogger("bayes_attn.cli").warning("look")
     assert capsys.readouterr().err == "WARNING: look\n"
+
+
+@pytest.mark.parametrize("name", ["laplace-is", "laplace-mh", "auto"])
+def test_guided_sampler_header_names_its_own_settings(name):
+    """A guided sampler's first line names its proposals and batches (what its progress bars count), not the NUTS
+    chains × warm-up; ``auto`` names each sampler it may try, NUTS last (issue 53 row 8)."""
+    cfg = cli.SamplerSettings(name=name, num_chains=2, num_warmup=50, num_samples=50, guided_samples=200_000)
+    line = cli.sampling_plan(cfg, 12)
+    assert line.startswith(f"sampler={name}: ") and "batches of 1024" in line
+    proposals = {"laplace-is": "2 chains × 200000 proposals", "laplace-mh": "2 chains × (50 dropped + 200000) proposals"}
+    if name == "auto":
+        assert all(f"{n} ({proposals[n]}" in line for n in proposals)
+        assert line.endswith("else wishart (2 chains × (50 warm-up + 50) draws)")
+    else:
+        assert proposals[name] in line and "warm-up" not in line
+    assert cli.sampling_plan(cfg.replace(name="wishart"), 12) == "sampler=wishart: 2 chains × (50 warm-up + 50) draws"
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_guided_sampler_shows_progress_over_its_batches(tmp_path, capsys, progress):
+    """laplace-is draws in batches with a progress bar on stderr, as NUTS does; --no-progress hides it (row 8)."""
+    args = ["sample", str(_spec_file(tmp_path)), "--sampler", "laplace-is", "--samples", "10", "--warmup", "10",
+            "--chains", "2", "--guided-samples", "300", "--out", str(tmp_path / "o")]
+    assert cli.main(args + ([] if progress else ["--no-progress"])) in (0, cli.EXIT_DIAGNOSTICS)
+    out, err = capsys.readouterr()
+    assert "2 chains × 300 proposals in 1 batch of" in out.splitlines()[0]
+    shown = ["laplace-is pilot 1", "laplace-is proposals", "1/1"]
+    assert all(s in err for s in shown) if progress else not any(s in err for s in shown), err
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_ctrl_c_while_sampling_is_one_line_and_status_130(tmp_path, progress):
+    """SIGINT while NUTS runs: exit status 130 and one line, with or without the progress bar (before: a JAX
+    traceback from the bar's callback; a segmentation fault without it), and the folder gets no results (row 4)."""
+    import signal
+    import subprocess
+    import sys
+
+    spec, out, log = _spec_file(tmp_path), tmp_path / "o", tmp_path / "stderr"
+    # SIGINT handled as a terminal's Ctrl-C finds it, even where this process ignores it (a background job)
+    command = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "runpy.run_module('bayes_attn', run_name='__main__')")
+    args = [sys.executable, "-c", command, *([] if progress else ["-v"]), "sample", str(spec), "--width", "3",
+            "--warmup", "20000", "--samples", "20000", "--chains", "2", "--out", str(out),
+            *([] if progress else ["--no-progress"])]
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            deadline = time.monotonic() + 120
+            # sampling: the bar's first update (its callback is where the old KeyboardInterrupt was raised), or
+            # some seconds after the memory line, which comes just before (shown by -v)
+            started = b"2000/40000" if progress else b"sampling with"
+            while started not in log.read_bytes():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+            time.sleep(1.0 if progress else 4.0)
+            assert proc.poll() is None, "sampling ended before the signal: make it longer"
+            mark = len(log.read_bytes())
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    after = log.read_bytes()[mark:].decode(errors="replace")
+    lines = [line for line in after.replace("\r", "\n").splitlines() if line.strip() and "it/s]" not in line]
+    assert rc == cli.EXIT_INTERRUPTED and "Traceback" not in after, after
+    assert len(lines) == 1 and lines[0].startswith("bayes-attn sample: error: interrupted (Ctrl-C)"), after
+    assert not (out / "posterior.nc").exists()

@@ -211,3 +211,17 @@ def test_import_circle_detector_can_fail():
     assert _cycles({"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}) == [["a.py", "b.py", "c.py"]]
     graph = _import_graph()
     assert "bayes_attn/oneshot/model.py" in graph["bayes_attn/oneshot/training.py"]
+
+
+def test_make_clean_removes_only_what_the_build_made():
+    """``make clean`` (dry run) removes the environment and caches, never ``runs/`` (the commands' results)."""
+    import shlex
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    out = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    removed = [w.removeprefix("./").rstrip("/") for line in out.splitlines() if line.startswith("rm ")
+               for w in shlex.split(line)[1:] if not w.startswith("-")]
+    assert ".venv" in removed and ".pytest_cache" in removed, out
+    assert not any(w == "runs" or w.startswith("runs/") or w in ("", "*") for w in removed), out

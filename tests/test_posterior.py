@@ -307,3 +307,26 @@ def test_token_form_thinning_one_chain_without_test_inputs(tiny):
     assert np.all(np.isfinite(p["f_train"].values)) and post.sampler == "full-token"
     s = post.summary()
     assert set(s.by_variable().index) == {"U", "U_2", "Ua", "f_train"}
+
+
+def test_temperature_out_of_the_dtypes_range_is_refused_before_sampling(tiny, monkeypatch):
+    """A temperature whose square or inverse square overflows the sampler's dtype is refused before computing,
+    naming it and the dtype, for every sampler and ``auto`` (which fell back to ``wishart`` with 100
+    divergences; issue 53)."""
+    from conftest import forbid_calls
+
+    net, x, y, _ = tiny
+    forbid_calls(monkeypatch, (bp, "prepare"))
+    for sampler in ("wishart", "laplace-is", "auto"):
+        with pytest.raises(ValueError, match=r"temperature 1e\+39 is out of range for dtype float32"):
+            ba.sample_posterior(net, x, y, temperature=1e39, sampler=sampler, dtype="float32", progress_bar=False)
+
+
+def test_a_failed_diagnostic_never_reads_as_a_pass():
+    """Each failure shows the value with the digits that make it differ from its bound ("max R-hat 1.0103 >
+    1.01", not "1.01 > 1.01"; issue 53)."""
+    failures = bp.diagnostic_failures({"max_r_hat": 1.0103, "min_ess_bulk": 99.96, "divergences": 0,
+                                       "min_bfmi": 0.29999, "pareto_k": 0.70004})
+    assert failures == ["max R-hat 1.0103 > 1.01", "min bulk ESS 99.96 < 100", "min BFMI 0.29999 < 0.3",
+                        "importance-sampling Pareto k-hat 0.70004 > 0.7"], failures
+    assert bp.diagnostic_failures({"max_r_hat": float("nan")}) == ["max R-hat nan > 1.01"]

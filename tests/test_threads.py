@@ -322,3 +322,60 @@ def test_program_failing_at_its_first_call_is_traced_again(exported, monkeypatch
     _later_process(monkeypatch, caplog)
     _assert_equal(_theory_values(), traced())
     assert len(_debug_lines(caplog)) == 1
+
+
+def test_a_read_only_cache_is_one_warning_and_off(monkeypatch, tmp_path):
+    """A cache folder this user cannot write turns the cache off with one warning, instead of JAX's two-line
+    PermissionError at every program it compiles (issue 53)."""
+    import warnings
+
+    import jax
+
+    monkeypatch.delenv(compile_cache.ENV_OFF, raising=False)
+    monkeypatch.setenv(compile_cache.ENV_DIR, str(tmp_path / "ro"))
+    (tmp_path / "ro").mkdir(mode=0o700)
+    real_access = os.access
+    monkeypatch.setattr(compile_cache.os, "access", lambda p, mode: False if os.fspath(p) == str(tmp_path / "ro")
+                        else real_access(p, mode))  # a read-only folder, also when the tests run as root
+    before = jax.config.jax_compilation_cache_dir
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert compile_cache.enable_compile_cache() is None
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].startswith("running without the persistent cache:") and "not writable" in said[0]
+    assert jax.config.jax_compilation_cache_dir == before
+
+
+@pytest.mark.slow
+def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
+    """Truncated entries of the compile cache: one warning line for the run (JAX wrote one per program, 16 for the
+    tiny theory), each compiled afresh and written again (JAX keeps an existing file, so they are removed first),
+    the same result; the next run reads them without a message (issue 53 row 9)."""
+    import subprocess
+    import sys
+
+    from conftest import spec_file
+
+    spec, env = spec_file(tmp_path), {**os.environ, compile_cache.ENV_DIR: str(tmp_path / "cache")}
+    env.pop(compile_cache.ENV_OFF, None)
+
+    def theory(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "bayes_attn", "theory", str(spec), "--out", str(tmp_path / out)],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    first = theory("a")
+    entries = list((tmp_path / "cache").glob("*-cache"))
+    assert first.returncode == 0 and len(entries) > 2, first.stderr
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:10])
+    second = theory("b")
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert second.returncode == 0 and len(lines) == 1, second.stderr
+    assert lines[0].startswith("WARNING: compile cache") and "unreadable entries" in lines[0]
+    assert "written again" in lines[0]
+    third = theory("c")  # from the entries written again: no message
+    assert third.returncode == 0 and not third.stderr.strip(), third.stderr
+    assert all(entry.stat().st_size > 10 for entry in entries)
+    accuracy = [[line for line in run.stdout.splitlines() if line.startswith("test accuracy")]
+                for run in (first, second, third)]
+    assert accuracy[0] == accuracy[1] == accuracy[2] and accuracy[0]

@@ -14,7 +14,7 @@ from bayes_attn import cli, outputs
 from bayes_attn.run import pipeline
 from conftest import forbid_calls, one_line as _one_line, spec_file
 
-FAST = ["--samples", "10", "--warmup", "10", "--chains", "1", "--no-progress"]
+FAST = ["--samples", "10", "--warmup", "10", "--chains", "2", "--no-progress"]
 
 
 def _snapshot(folder):

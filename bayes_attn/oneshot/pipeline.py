@@ -46,6 +46,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -82,6 +83,10 @@ __all__ = [
     "train_model",
 ]
 
+FULL_ZIPS = ("images_background.zip", "images_evaluation.zip")
+"""Omniglot's full archives, which a spec reads when ``task.files`` names them (the default: the small ones)."""
+MODEL_FILES = ("model.npz", "model.json")
+"""The trained model, moved into the output folder as soon as training ends."""
 PRUNE_FILES = ("spec.toml", "model.npz", "model.json", "pruning.json", "oneshot.nc", "report.md", *results.FIGURES)
 """Every file :func:`run_oneshot` writes into its folder (besides ``manifest.json``)."""
 
@@ -162,7 +167,12 @@ def tokenizer(spec: OneShotSpec) -> Tokenizer:
 
 def _episode_set(spec: OneShotSpec, images: ImageSet, n: int, tag: str, *extra: int, shift: int = 0,
                  within_group: bool = False) -> EpisodeSet:
-    ep = make_episodes(images, n, seed=episode_seed(spec, tag, *extra), shift=shift, within_group=within_group)
+    try:
+        ep = make_episodes(images, n, seed=episode_seed(spec, tag, *extra), shift=shift, within_group=within_group)
+    except ValueError as err:  # name the split and its alphabets (task.split), not only the image set
+        groups = sorted(set(images.groups))
+        raise ValueError(f"the {tag!r} episodes (alphabets {groups[:5]}{' …' if len(groups) > 5 else ''}; "
+                         f"see task.split): {err}") from None
     return EpisodeSet(ep, tokenizer(spec)(ep), ep.y)
 
 
@@ -385,11 +395,16 @@ def run_oneshot(
     if not isinstance(retrain, bool):
         raise ValueError(f"retrain must be a bool, got {retrain!r}")
     check_data(spec, data_dir)
+    if spec.theory.sample_widths:  # an explicit guided_samples that cannot fit: refused before training
+        from ..samplers.memory import check_guided_draws
+
+        check_guided_draws(spec.sampler, "prune's [sampler]")
     with outputs.output_folder(out, force=force, command="prune", files=PRUNE_FILES) as stage:  # checked, held
-        for name in ("model.npz", "model.json"):  # a model trained with the same settings is reused
+        for name in MODEL_FILES:  # a model trained with the same settings is reused
             if (out / name).is_file() and not (out / name).is_symlink():
                 shutil.copy2(out / name, stage.staging / name)
-        report = _run_oneshot(spec, stage.staging, data_dir, retrain, progress_bar)
+        publish = lambda: outputs.publish(stage, MODEL_FILES, command="prune")  # noqa: E731
+        report = _run_oneshot(spec, stage.staging, data_dir, retrain, progress_bar, publish)
         stage.record.update(verdict=report["verdict"])
     return report
 
@@ -398,8 +413,17 @@ def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> 
     """One-line ``ValueError`` when the data folder is missing, a file, or lacks a zip the task reads."""
     t = spec.task
     files = (list(t.files) if t.kind == "omniglot" else []) + ([t.runs_file] if "all_runs" in t.ood else [])
-    if files:
-        _checks.data_folder("data_dir", spec.data_path(data_dir), files)
+    if not files:
+        return
+    folder = spec.data_path(data_dir)
+    try:
+        _checks.data_folder("data_dir", folder, files)
+    except ValueError as err:
+        full = [f for f in FULL_ZIPS if (Path(folder) / f).is_file() and f not in files]
+        if not full:
+            raise
+        raise ValueError(f"{err}; the folder holds {', '.join(full)}: to read it instead, set task.files = "
+                         f"{full!r} in the spec") from None
 
 
 def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> dict:
@@ -417,7 +441,10 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> dict:
     return {"verdict": verdict, "inconclusive_reasons": reasons}
 
 
-def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool) -> dict:
+def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool,
+                 publish: Callable[[], None] = lambda: None) -> dict:
+    """:func:`run_oneshot` in the staging folder ``out``; ``publish`` moves a newly trained model into the output
+    folder as soon as training ends, and a later failure is :class:`~bayes_attn.outputs.FailedAfterComputing`."""
     _io.write_text(out / "spec.toml", spec.to_toml())
     clock, seconds = time.perf_counter(), {}
 
@@ -431,6 +458,18 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
     lap("data and episodes")
     model = train_model(spec, out, sets=sets, evaluation=ev, retrain=retrain, progress_bar=progress_bar)
     lap("training" + (" (reused model)" if model.metrics["reused"] else ""))
+    if not model.metrics["reused"]:
+        publish()
+    try:
+        return _after_training(spec, out, sets, ev, model, lap, seconds, progress_bar)
+    except ValueError as err:
+        raise outputs.FailedAfterComputing(f"{err} (after training; the trained model is kept in the output folder "
+                                           "and a rerun with the same training settings reuses it)") from err
+
+
+def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: dict, model: TrainedModel,
+                    lap: Callable[[str], None], seconds: dict, progress_bar: bool) -> dict:
+    """What :func:`run_oneshot` does with the trained model: scan, sample, score, prune, write."""
     th = spec.theory
     net, _ = gd_model.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
     tr, val, te = ev["theory_train"], ev["validation"], ev["test"]

@@ -35,6 +35,7 @@ Stored observables (docs/theory.md §3, §5, §7): ``U`` (= ``U_1``, ``[D, D]``)
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
@@ -117,7 +118,8 @@ class Sampler(NamedTuple):
     expansion gives none."""
     draw: Callable | None = None
     """A sampler with its own draw loop instead of NUTS (``laplace-is``, ``laplace-mh``):
-    ``draw(inputs, settings, key[, guide_of]) -> GuidedDraws``; then ``model``, ``build`` and ``observables`` are
+    ``draw(inputs, settings, key[, guide_of], progress_bar=False) -> GuidedDraws`` (``progress_bar``: bars over its
+    batches on stderr); then ``model``, ``build`` and ``observables`` are
     ``None``. ``guide_of(inputs)`` gives the expansion's proposal (default
     :func:`bayes_attn.samplers.laplace.guide`; ``auto`` shares one :class:`~bayes_attn.samplers.laplace.GuideOnce`)."""
 
@@ -351,7 +353,7 @@ BATCH_BYTES = 256 * 2**20
 """Memory a vectorised batch of draws (:func:`batch_size`) may use at a time."""
 
 
-def map_batches(fn: Callable, xs: tuple, size: int) -> list[np.ndarray]:
+def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None) -> list[np.ndarray]:
     """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``; JAX, NumPy or JAX keys), in
     batches of ``size`` (the last one padded with copies of the last item, whose results are dropped): ``fn`` takes
     one batch of each array and returns a sequence of arrays ``[size, ...]``; returns them ``[count, ...]`` as
@@ -359,7 +361,8 @@ def map_batches(fn: Callable, xs: tuple, size: int) -> list[np.ndarray]:
     serves every count (``lax.map`` would compile one program per count), at the price of at most ``size − 1``
     padded items per call. The batches are cut and the results joined in NumPy: as JAX operations, outside a
     compiled program, each new count would compile its own slices and joins. (Inside a traced function, e.g. under
-    ``vmap``, they are JAX operations of that program, and the results JAX arrays.)"""
+    ``vmap``, they are JAX operations of that program, and the results JAX arrays.) Given ``progress`` (a
+    description), a progress bar over the batches goes to stderr (tqdm, as NumPyro's for NUTS)."""
     count = xs[0].shape[0]
     size = max(int(size), 1)
     padded = count + (-count % size)
@@ -376,7 +379,14 @@ def map_batches(fn: Callable, xs: tuple, size: int) -> list[np.ndarray]:
         return [h[i : i + size] if impl is None else jax.random.wrap_key_data(h[i : i + size], impl=impl)
                 for h, impl in zip(host, impls)]
 
-    parts = [fn(*batch(i)) for i in range(0, padded, size)]
+    starts = range(0, padded, size)
+    if progress is None:
+        parts = [fn(*batch(i)) for i in starts]
+    else:  # each batch waited for, so that the bar counts finished batches (not dispatched ones)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(starts, desc=progress, unit="batch", file=sys.stderr, mininterval=0.5)
+        parts = [jax.block_until_ready(fn(*batch(i))) for i in bar]
     return [np.concatenate([np.asarray(a) for a in p])[:count] for p in zip(*parts)]
 
 

@@ -183,7 +183,8 @@ N = 10 the importance-sampling ESS per draw was 0.07–0.17 from the expansion, 
 0.29–0.33 after two, 0.33–0.37 after four)."""
 
 
-def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = None) -> tuple[Guide, dict]:
+def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = None,
+          progress: str | None = None) -> tuple[Guide, dict]:
     """The proposal of ``g`` moved to the weighted mean and covariance of a pilot of ``count`` of its draws, where
     the pilot says that the proposal is poor (importance-sampling ESS per draw below :data:`ADAPT_BELOW`) and
     that its weighted moments can be used (``k̂`` ≤ 1, weights with a finite mean, and an ESS of at least
@@ -196,12 +197,14 @@ def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = N
     program of the kept proposals (which also draws ``f``: one compiled program, not two), and ``count`` is
     rounded up to whole batches of it (the padding of the last batch would be computed and dropped). Returns the
     guide and what the pilots measured (``pilot_draws``: all pilots' draws; ``pilot_pareto_k``, ``pilot_is_ess``:
-    the last pilot's; ``adapted``: how many times the proposal moved, 0 to :data:`ADAPT_ROUNDS`)."""
+    the last pilot's; ``adapted``: how many times the proposal moved, 0 to :data:`ADAPT_ROUNDS`). Given
+    ``progress`` (the sampler's name), each pilot shows a progress bar over its batches."""
     size = _batch(g)
     count = -(-int(count) // size) * size
     info = {"pilot_draws": 0, "pilot_pareto_k": float("nan"), "pilot_is_ess": float("nan"), "adapted": 0}
     for r in range(ADAPT_ROUNDS):
-        theta, log_w, *_ = propose(g, jax.random.fold_in(key, r) if r else key, count, inputs)
+        theta, log_w, *_ = propose(g, jax.random.fold_in(key, r) if r else key, count, inputs,
+                                   progress=None if progress is None else f"{progress} pilot {r + 1}")
         smoothed, khat = psis(np.asarray(log_w, np.float64).reshape(1, -1))
         p = np.exp(smoothed.ravel() - smoothed.max())
         p /= p.sum()
@@ -257,7 +260,8 @@ def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
 
 
 def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, count: int,
-              batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX) -> list[jax.Array]:
+              batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX,
+              progress: str | None = None) -> list[jax.Array]:
     """``count`` draws ``θ`` ``[count, n]`` from the proposal centred at ``θ̂`` with scale ``H⁻¹`` (``H = L Lᵀ``,
     ``chol = L``), their log weights ``−S − log q(θ)`` ``[count]`` (``-inf`` where not finite; up to one
     constant) and what ``action`` draws with them, each ``[count, ...]``, in batches of ``batch`` (``vmap``):
@@ -267,9 +271,10 @@ def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Cal
 
     Draw ``i`` comes from the ``i``-th of ``jax.random.split(key, count)``. The batches have one size per
     problem (:func:`~bayes_attn.samplers.base.map_batches`; the last one padded and cut), so that other counts
-    reuse the compiled batch instead of compiling one program per count."""
+    reuse the compiled batch instead of compiling one program per count. ``progress``: the description of a
+    progress bar over the batches (none if ``None``)."""
     return map_batches(lambda k: _proposal_batch(k, theta_hat, chol, action, args, df=df, mix=mix),
-                       (jax.random.split(key, count),), batch)
+                       (jax.random.split(key, count),), batch, progress)
 
 
 @partial(jax.jit, static_argnames=("action", "df", "mix"))
@@ -297,6 +302,20 @@ def _batch(guide: Guide) -> int:
     return batch_size(guide.problem.y.shape[0], jnp.dtype(guide.theta.dtype).itemsize, PROPOSAL_BATCH)
 
 
+def plan(cfg: SamplerSettings, P: int) -> str:
+    """What the guided sampler ``cfg.name`` (``laplace-is`` or ``laplace-mh``) will compute for ``P`` training
+    examples: proposals per chain, their batches (the units of its progress bars) and the pilots (:func:`adapt`),
+    e.g. ``2 chains × 200000 proposals in 391 batches of 1024, after pilots of up to 2 × 49 batches``."""
+    C, W, G = cfg.num_chains, cfg.num_warmup, cfg.guided_draws
+    size = batch_size(P, jnp.dtype(cfg.dtype).itemsize, PROPOSAL_BATCH)
+    per_chain = G if cfg.name == "laplace-is" else W + G
+    count = f"{G}" if cfg.name == "laplace-is" else f"({W} dropped + {G})"
+    pilot = -(-max(1, round(PILOT_FRACTION * C * per_chain)) // size)
+    batches = -(-C * per_chain // size)
+    return (f"{C} chains × {count} proposals in {batches} batch{'es' * (batches > 1)} of {size}, after pilots of "
+            f"up to {ADAPT_ROUNDS} × {pilot} batch{'es' * (pilot > 1)}")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Action:
     """``S(θ; problem)`` in Bartlett sites of the factor ``shapes`` and, given path inputs ``xis``
@@ -313,17 +332,20 @@ class _Action:
         return S, tuple(pathwise_draw(U1, key, chol, xis, problem.y, problem.temperature, self.s0sq))
 
 
-def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | None = None) -> list[jax.Array]:
+def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | None = None,
+            progress: str | None = None) -> list[jax.Array]:
     """``count`` proposals ``θ`` ``[count, n]`` and their exact log weights ``−S(θ) − log q(θ)`` ``[count]``;
     given ``inputs``, also an exact draw of ``f_train`` ``[count, P]`` (and ``f_test`` ``[count, P*]``) given
-    each proposal's ``U_1``, with the factorisation ``S`` made (one ``P × P`` Cholesky per proposal)."""
+    each proposal's ``U_1``, with the factorisation ``S`` made (one ``P × P`` Cholesky per proposal).
+    ``progress``: the description of a progress bar over the batches (none if ``None``)."""
     if inputs is None:
         return proposals(key, guide.theta, guide.chol, _Action(guide.mode.shapes), (guide.problem,), count=count,
-                         batch=_batch(guide))
+                         batch=_batch(guide), progress=progress)
     xis = (inputs.xi,) if inputs.xi_test is None else (inputs.xi, inputs.xi_test)
     cast = partial(jnp.asarray, dtype=guide.theta.dtype)
     return proposals(key, guide.theta, guide.chol, _Action(guide.mode.shapes, float(inputs.net.variances[0])),
-                     (guide.problem, tuple(map(cast, xis))), count=count, batch=_batch(guide))
+                     (guide.problem, tuple(map(cast, xis))), count=count, batch=_batch(guide),
+                     progress=progress)
 
 
 def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray, inputs: SamplerInputs,
@@ -403,16 +425,18 @@ def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
-               guide_of: Callable[[SamplerInputs], Guide] = guide) -> GuidedDraws:
+               guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
     chain a systematic resample (:func:`systematic_resample`) of as many draws kept in the proposals' order (module
     docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
-    :class:`GuideOnce` shared with other samplers)."""
+    :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the batches of the pilots
+    and of the proposals on stderr."""
     C, S = cfg.num_chains, cfg.guided_draws
+    bar = "laplace-is" if progress_bar else None
     g, pilot = adapt(guide_of(inputs), max(1, round(PILOT_FRACTION * C * S)), jax.random.fold_in(key, 5),
-                     inputs)
+                     inputs, bar)
     k_prop, k_res = jax.random.split(key)
-    theta, log_w, *f = propose(g, k_prop, C * S, inputs)
+    theta, log_w, *f = propose(g, k_prop, C * S, inputs, progress=bar and f"{bar} proposals")
     log_w = np.asarray(log_w, np.float64).reshape(C, S)
     smoothed, khat = psis(log_w)
     w = np.exp(smoothed - smoothed.max(axis=1, keepdims=True))
@@ -456,15 +480,16 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
 
 
 def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
-               guide_of: Callable[[SamplerInputs], Guide] = guide) -> GuidedDraws:
-    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of`` as
-    in :func:`importance`."""
+               guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False) -> GuidedDraws:
+    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of`` and
+    ``progress_bar`` as in :func:`importance`."""
     C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
+    bar = "laplace-mh" if progress_bar else None
     g, pilot = adapt(guide_of(inputs), max(1, round(PILOT_FRACTION * C * T)), jax.random.fold_in(key, 5),
-                     inputs)
+                     inputs, bar)
     k_prop, k_u = jax.random.split(key)
-    theta, log_w, *f = propose(g, k_prop, C * T, inputs)
+    theta, log_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
     log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
     log_u = jnp.log(jax.random.uniform(k_u, (C, T), log_w.dtype))
     index, accepted, prob = (np.asarray(a) for a in jax.vmap(_independence_chain)(log_w, log_u))

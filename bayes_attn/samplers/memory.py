@@ -72,12 +72,16 @@ def available_bytes() -> int | None:
     return None
 
 
+class TooBigError(ValueError):
+    """A run too big for the memory: bad input, refused before it is computed."""
+
+
 def check_memory(need: int, available: int | None, what: str) -> None:
-    """Raise ``ValueError`` when ``need`` bytes exceed :data:`HEADROOM` of ``available``; else log the estimate."""
+    """Raise :class:`TooBigError` (a ``ValueError``) when ``need`` bytes exceed :data:`HEADROOM` of ``available``; else log the estimate."""
     log.info(f"{what}: about {need / 2**30:.3g} GiB" + ("" if available is None else
                                                        f" of {available / 2**30:.3g} GiB available"))
     if available is not None and need > HEADROOM * available:
-        raise ValueError(
+        raise TooBigError(
             f"{what} needs about {need / 2**30:.3g} GiB but {available / 2**30:.3g} GiB are available: "
             "use a smaller width, fewer chains or draws, thinning, float32, or the 'wishart' sampler "
             "(its cost does not grow with width)"
@@ -99,3 +103,17 @@ def guided_bytes(inputs: SamplerInputs, cfg: SamplerSettings) -> int:
     if proposal_form(D, P, inputs.xi.shape[2], item) == "C":  # the folded C, and C [D, D, P, P] in float64 once
         proposal_basis = D * (D + 1) // 2 * P * P * item + D * D * P * P * 8
     return item * (2 * draws * per_draw + data) + proposal_basis
+
+
+def check_guided_draws(cfg: SamplerSettings, what: str = "sampling") -> None:
+    """Refuse (:class:`TooBigError`) an explicit ``guided_samples`` whose draws cannot fit whatever the problem:
+    a lower bound of :func:`guided_bytes` (one coordinate and one weight per proposal), checked before anything
+    is computed, where the problem's sizes are not known yet (``prune`` before training)."""
+    if cfg.guided_samples is None or cfg.name not in ("laplace-is", "laplace-mh", "auto"):
+        return
+    need = np.dtype(cfg.dtype).itemsize * 2 * cfg.num_chains * (cfg.num_warmup + cfg.guided_draws)
+    available = available_bytes()
+    if available is not None and need > HEADROOM * available:
+        raise TooBigError(f"{what}: guided_samples={cfg.guided_samples} cannot be honoured: its draws alone need "
+                          f"over {need / 2**30:.3g} GiB but {available / 2**30:.3g} GiB are available; use fewer "
+                          "guided_samples or chains")

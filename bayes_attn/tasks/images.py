@@ -266,7 +266,8 @@ def _to_ink(png: bytes, size: int, where: str) -> np.ndarray:
         with Image.open(io.BytesIO(png)) as im:
             grey = np.asarray(im.convert("L"), dtype=np.float32)
     except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
-        raise ValueError(f"cannot decode image {where}: {err}") from err
+        reason = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", str(err)) or type(err).__name__
+        raise ValueError(f"cannot decode image {where}: {reason}") from err
     return _resize(1.0 - grey / 255.0, size)
 
 

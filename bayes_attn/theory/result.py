@@ -165,8 +165,9 @@ class Theory:
     def problems(self) -> list[str]:
         """Why this solution is not one to trust (empty when it is): no convergence, or not a minimum."""
         if not self.converged:
-            return [f"the theory did not converge ({self.message or 'no message'}; max |dS/dU| "
-                    f"{self.max_gradient:.3g})"]
+            said = "gradient" in (self.message or "")  # the solver's message names the gradient already
+            return [f"the theory did not converge ({self.message or 'no message'}"
+                    + ("" if said else f"; max |dS/dU| {self.max_gradient:.3g}") + ")"]
         if not self.is_minimum:
             return [f"the theory stopped where the Hessian is not positive definite (min eigenvalue "
                     f"{self.hessian_min_eigenvalue:.3g})"]

@@ -99,7 +99,9 @@ def solve_theory(
     theory = _make_theory(net, x, y, temperature, problem, res, limit="finite_width", seconds=seconds)
     if not theory.converged:
         warnings.warn(
-            f"solve_theory did not converge ({res.message}; max gradient {theory.max_gradient:.3g} > tol {solver.tol:.3g})",
+            f"solve_theory did not converge ({res.message}" + ("" if "gradient" in res.message else
+                                                             f"; max gradient {theory.max_gradient:.3g}")
+            + f" > tol {solver.tol:.3g})",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bayes_attn import oneshot
-from bayes_attn.oneshot import checkpoints, model, pruning
+from bayes_attn.oneshot import checkpoints, model, pruning, training
 from bayes_attn.oneshot.scan import path_inputs, predictor_mean, temperature_scan
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.samplers import SamplerSettings
@@ -175,13 +175,117 @@ TINY = OneShotSpec(
     model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
     training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(0)),
     theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10, score_temperature=1.0),
-    sampler=SamplerSettings(num_chains=1, num_warmup=10, num_samples=10, max_tree_depth=4, seed=seed_of(0)),
+    sampler=SamplerSettings(num_chains=2, num_warmup=10, num_samples=10, max_tree_depth=4, seed=seed_of(0)),
     pruning=PruningSpec(n_random=2, n_bootstrap=20, spread_bootstrap=5, seed=seed_of(0)),
 )
 
 
 def needs_omniglot():
     assert (DATA / "images_background_small1.zip").is_file(), f"the shipped Omniglot subset is missing from {DATA}"
+
+
+def test_prune_refuses_guided_samples_too_big_before_training(tmp_path, monkeypatch):
+    """An explicit ``guided_samples`` no memory can hold is refused before the data are read or a model trained,
+    not left for ``auto``'s ``wishart`` at the end (issue 53)."""
+    from conftest import forbid_calls
+
+    from bayes_attn.oneshot import pipeline
+
+    needs_omniglot()
+    forbid_calls(monkeypatch, (pipeline, "datasets"), (pipeline, "train_model"))
+    spec = dataclasses.replace(TINY, sampler=TINY.sampler.replace(name="auto", guided_samples=100_000_000_000))
+    with pytest.raises(ValueError, match=r"guided_samples=100000000000 cannot be honoured"):
+        oneshot.run_oneshot(spec, tmp_path / "out", progress_bar=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # trains TINY's model (one epoch)
+def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch, capsys):
+    """A failure after training (here the theory scan) keeps the trained model in the output folder, claimed by
+    its manifest; the command exits 1 (failed after computing, not 2: bad input) with one line; a rerun reuses
+    the model instead of training again (issue 53)."""
+    from conftest import forbid_calls, one_line
+
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    needs_omniglot()
+    spec_path, out = tmp_path / "tiny.toml", tmp_path / "out"
+    spec_path.write_text(TINY.to_toml())
+
+    def no_rho(*a, **k):
+        raise ValueError("every pair of scores and drops has a constant side: no ρ")
+
+    monkeypatch.setattr(pipeline, "temperature_scan", no_rho)
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_FAILED == 1
+    assert "no ρ" in one_line(capsys.readouterr().err)
+    assert (out / "model.npz").is_file() and (out / "model.json").is_file()
+    assert {"model.npz", "model.json"} <= set(json.loads((out / "manifest.json").read_text())["files"])
+    forbid_calls(monkeypatch, (training, "train"))
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == 1  # reused, not trained
+    capsys.readouterr()
+    assert (out / "model.npz").is_file()
+
+
+def test_only_the_full_zip_gets_a_hint_to_set_task_files(tmp_path):
+    """A folder with Omniglot's full ``images_background.zip`` but not the small zips the spec reads is refused
+    with the hint to set ``task.files`` (issue 53)."""
+    from bayes_attn.oneshot import pipeline
+
+    (tmp_path / "images_background.zip").write_bytes(b"")
+    spec = dataclasses.replace(TINY, task=dataclasses.replace(TINY.task, data_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match=r"lacks images_background_small1\.zip.*set task\.files = "
+                                         r"\['images_background\.zip'\]") as err:
+        pipeline.check_data(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_too_few_classes_names_the_split(tiny_sets):
+    """An episode set drawn from one class names its split and alphabets, not only "imageset" (issue 53)."""
+    sets, _ = tiny_sets
+    one = sets._replace(validation=sets.validation.subset([0]))
+    with pytest.raises(ValueError, match=r"'validation' episodes \(alphabets \[.+\]; see task\.split\): imageset "
+                                         r"must hold at least 2 classes, got 1"):
+        oneshot.evaluation_episodes(TINY, one)
+
+
+def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
+    """The command prints ρ and its p-value rounded, not with every digit of a float (issue 53)."""
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    report = {"spearman": {"rho": 0.123456789012, "p_value": 0.0123456789}, "base_accuracy": 0.9, "base_se": 0.01,
+              "verdict": "agree", "inconclusive_reasons": []}
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: report)
+    assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "rho = 0.123, p = 0.012" in out and "0.1234" not in out, out
+
+
+def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path, monkeypatch, capsys):
+    """--no-progress leaves stderr to warnings and errors; the result (base accuracy, ρ) stays on stdout, as
+    ``sample``'s summary does, and the option's help says so (issue 53 row 10)."""
+    import logging
+
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    report = {"spearman": {"rho": 0.5, "p_value": 0.01}, "base_accuracy": 0.9, "base_se": 0.01, "verdict": "agree",
+              "inconclusive_reasons": []}
+
+    def fake(*a, **k):
+        logging.getLogger("bayes_attn.oneshot").info("epoch 1: val accuracy 0.5")  # a progress line
+        return report
+
+    monkeypatch.setattr(pipeline, "run_oneshot", fake)
+    assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("base accuracy 0.900 ± 0.010") and err == ""
+    assert cli.main(["prune", "--out", str(tmp_path / "o")]) == 0
+    assert "epoch 1" in capsys.readouterr().err
+    helps = [a.help for a in cli.parser()._subparsers._group_actions[0].choices["prune"]._actions
+             if "--no-progress" in a.option_strings]
+    assert helps == [cli.NO_PROGRESS_HELP] and "result still goes to stdout" in helps[0]
 
 
 @pytest.fixture(scope="module")

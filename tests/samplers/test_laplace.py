@@ -521,3 +521,34 @@ def test_proposals_evaluate_S_in_either_basis_alike(tiny_guided, monkeypatch):
     without = guided_bytes(inputs, cfg)  # PROPOSAL_BASIS_BYTES is still 0 here: the "xi" basis
     monkeypatch.undo()
     assert guided_bytes(inputs, cfg) - without == (D * (D + 1) // 2 + D * D) * P * P * 8
+
+
+def test_auto_refuses_guided_samples_too_big_for_the_memory_rather_than_falling_back(monkeypatch):
+    """An explicit ``guided_samples`` that cannot fit is a refusal naming it, before any sampler runs; ``auto``
+    does not quietly run ``wishart`` instead (issue 53)."""
+    from conftest import forbid_calls
+
+    from bayes_attn.samplers import nuts
+
+    net, x, y, xt = tiny_problem()
+    forbid_calls(monkeypatch, (nuts, "mcmc"), (laplace, "guide"))
+    with pytest.raises(ValueError, match=r"guided_samples=100000000000 cannot be honoured.*GiB") as err:
+        ba.sample_posterior(net, x, y, temperature=0.1, sampler="auto", num_chains=2, num_samples=50,
+                            guided_samples=100_000_000_000, progress_bar=False)
+    assert "\n" not in str(err.value)
+
+
+def test_auto_logs_what_it_tried(monkeypatch, caplog):
+    """``auto``'s record of what it tried and why goes to the log at INFO, not only into the attribute."""
+    import logging
+
+    from bayes_attn import posterior
+
+    net, x, y, xt = tiny_problem()
+    monkeypatch.setattr(posterior, "AUTO_ORDER", ("laplace-is",))  # one guided sampler: cheap
+    with caplog.at_level(logging.INFO, logger="bayes_attn"):
+        post = ba.sample_posterior(net, x, y, temperature=0.1, sampler="auto", num_chains=2, num_samples=100,
+                                   seed=seed_of(4), progress_bar=False)
+    tried = json.loads(post.tree.attrs["auto"])
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
+    assert len(logged) == len(tried) == 1 and logged[0].startswith("auto: laplace-is"), logged

@@ -302,3 +302,12 @@ def test_digits():
     assert 0.0 <= d.images.min() and d.images.max() <= 1.0 and d.images.mean() < 0.5
     ep = make_episodes(d, 10, seed=0)
     assert ep.images.shape == (10, 3, 32, 32)
+
+
+def test_an_undecodable_image_is_named_with_its_zip(fake_omniglot):
+    """A member that is not an image names the member and the zip, not ``<_io.BytesIO object at 0x…>``."""
+    write_zip(fake_omniglot / "broken.zip", "broken",
+              {f"AlphaC/character01/0400_0{d}.png": b"not a png" for d in (1, 2)})
+    with pytest.raises(ValueError, match=r"0400_01\.png.*broken\.zip") as err:
+        read_omniglot(fake_omniglot, files=("broken.zip",))
+    assert "BytesIO" not in str(err.value) and " at 0x" not in str(err.value), err.value

@@ -662,3 +662,25 @@ def test_bad_inputs(monkeypatch):
         th.gp_limit(net, x, y, temperature=0)
     with pytest.raises(ValueError, match="y"):
         th.gp_limit(net, x, y[:3], temperature=0.1)
+
+
+def test_a_convergence_message_names_the_gradient_once():
+    """The warning and the problems of a theory that did not converge name the gradient once, also when the
+    solver's own message already names it (issue 53)."""
+    import dataclasses
+    import warnings
+
+    from conftest import random_data, random_network
+
+    from bayes_attn.theory import solve_theory
+
+    net = random_network((2, 2), width=4)
+    x, y = random_data(12)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = solve_theory(net, x, y, temperature=0.1, max_iter=0)
+    said = [str(w.message) for w in caught if "did not converge" in str(w.message)]
+    assert len(said) == 1 and said[0].count("gradient") == 1, said
+    assert t.problems[0].count("dS/dU") + t.problems[0].count("gradient") == 1, t.problems
+    failed = dataclasses.replace(t, message="line search failed (max gradient 0.002)")
+    assert failed.problems[0].count("gradient") == 1 and "dS/dU" not in failed.problems[0], failed.problems
