@@ -137,13 +137,13 @@ def tails(runs: list[dict]) -> list[dict]:
         else:
             distance = math.inf if sd == 0 else mean / sd
         values = [v for v in row["values"] if math.isfinite(v)]
-        uniform = kstest(values, "uniform", alternative="greater").pvalue if null_p and values else 1.0  # too small
+        uniform = float(kstest(values, "uniform", alternative="greater").pvalue) if null_p and values else 1.0
         out.append(row | {"n": n, "mean_margin": mean, "sd_margin": sd,
                           "mean": statistics.fmean(values) if values else math.nan,
                           "sd": statistics.stdev(values) if len(values) > 1 else math.nan,
                           "threshold": row["thresholds"][-1] if len(set(row["thresholds"])) == 1 else None,
                           "distance": distance, "tail": float(norm.sf(distance)), "uniform_p": uniform,
-                          "flag": not (distance >= FLAG) or n < 2 or uniform < TAIL})
+                          "flag": bool(not (distance >= FLAG) or n < 2 or uniform < TAIL)})
     return sorted(out, key=lambda r: (r["distance"], r["test"], r["stat"]))
 
 

@@ -126,3 +126,13 @@ def test_a_standard_normal_z_has_its_two_sided_tail():
     assert row["distance"] == pytest.approx(scipy.stats.norm.isf(2 * scipy.stats.norm.sf(4.0))) and not row["flag"]
     loud = [{"z": _stat(v, 4.0, scale="z")} for v in np.linspace(2.5, 3.9, 12)]
     assert robustness.tails(_runs(loud))[0]["flag"]
+
+
+def test_the_json_file_holds_the_runs_and_the_table(tmp_path):
+    """``--json`` writes what ``--merge`` reads back (numbers from NumPy and SciPy included)."""
+    merged, out = tmp_path / "runs.json", tmp_path / "out.json"
+    merged.write_text(json.dumps({"runs": _runs([{"p": _stat(p, 1e-3, "below", "p")} for p in (0.2, 0.5, 0.9)])}))
+    r = subprocess.run([sys.executable, ROOT / "tests" / "robustness.py", "--merge", str(merged), "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
+    assert [run["offset"] for run in json.loads(out.read_text())["runs"]] == [0, 1, 2]
