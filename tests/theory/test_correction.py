@@ -493,7 +493,8 @@ def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
     sampled posterior mean, and its gap (the distance with the Monte-Carlo floor taken out, ``compare.Check.gap``)
     at most ``factor`` times the leading order's; the predicted sd of ``U[1-1, 1-1]`` matches the sampled one to
-    ``O(1/N)``.
+    ``1/N + 0.06`` (at N = 100 the error's mean over 14 offsets is 0.016 with sd 0.015, tests/robustness.md:
+    0.07 is 3.6 sds away; 0.06 was 2.9).
 
     False failures: the preconditions (R-hat < 1.02, ESS > 400, no divergence) hold with a margin (recorded);
     the distances are chi-like in the MC noise (floor ~0.008 at N = 10, ~0.003 at N = 100), so ``tol`` = 2.5
@@ -510,7 +511,7 @@ def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
         ("floor", floor, 0.5 * tol, "above", "log"),  # the Monte-Carlo error leaves room to tell the two apart
         ("corr", corr, tol, "above", "linear"),
         ("gap_ratio", gap_ratio, factor, "above", "linear"),
-        ("sd_rel_error", abs(sol.U_sd[0, 0] / sd - 1), 1.0 / N + 0.05, "above", "linear"),
+        ("sd_rel_error", abs(sol.U_sd[0, 0] / sd - 1), 1.0 / N + 0.06, "above", "linear"),
     ], detail=(lead, corr, floor, float(sol.U_sd[0, 0]), sd))
 
 
@@ -534,13 +535,13 @@ def _per_draw_moments(net, x, y, T, U, xt):
 def test_fig2c_predictor_against_wishart(record_property, check):
     """N = 10: the corrected predictor mean is within Monte-Carlo error of the mean of the sampler's ``f_test``
     draws, and (Rao-Blackwellised over ``V0``: the exact conditional moments per draw of ``U``) much closer than
-    the leading order's (distance ratio below 0.6; the Monte-Carlo floor below 0.45 of the leading order's
+    the leading order's (distance ratio below 0.7; the Monte-Carlo floor below 0.45 of the leading order's
     distance, so that the ratio is resolved); so is the corrected predictor variance ``E[variance] + Var[mean]``
     (ratio below 0.25). False failures: 40 z-scores at |z| < 4.5 with MCSEs from ESS > 400 (Student t, 3.4e-4);
     the distance ratios are properties of the data, their thresholds at >= 3.1 sds of their log over the offsets
-    (tests/robustness.md: the mean ratio 0.25 with a log-sd of 0.25, so 0.6 is 3.5 sds above it; the ratio was
-    0.40 on one machine and 0.398 on another at offset 0, against the former bound 0.4). A correction that does
-    nothing gives a ratio of 1."""
+    (tests/robustness.md, 14 offsets on two machines: 0.6 was 3.07 sds of the log-ratio above its mean, 0.7 is
+    3.6; the ratio was 0.40 on one machine and 0.398 on another at offset 0, against the former bound 0.4). A
+    correction that does nothing gives a ratio of 1."""
     import arviz_stats as azs
 
     net, x, y, xt, sol, post = _fig2c(10)
@@ -557,7 +558,7 @@ def test_fig2c_predictor_against_wishart(record_property, check):
     d_lead, d_corr = _rel(lead_mean, m_s), _rel(mean, m_s)
     _check_all(record_property, [
         ("floor_over_lead", floor / d_lead, 0.45, "above", "log"),
-        ("corr_over_lead", d_corr / d_lead, 0.6, "above", "log"),
+        ("corr_over_lead", d_corr / d_lead, 0.7, "above", "log"),
         ("variance_corr_over_lead", _rel(var, v_s) / _rel(lead_var, v_s), 0.25, "above", "log"),
     ], detail=(d_lead, d_corr, floor, _rel(lead_var, v_s), _rel(var, v_s)))
 
