@@ -138,6 +138,11 @@ def test_feature_likelihood_equals_gram_likelihood_with_its_derivatives(P, m):
 @pytest.mark.stochastic
 @pytest.mark.parametrize("form", ["gram", "features"])
 def test_gram_normal_batches_values_and_draws_with_covariance_G(form, check):
+    """Normal draws with covariance ``G`` (its Gram or feature form): the empirical covariance of 40 000 draws
+    within 5 standard errors of ``G`` (6 entries: false failures 3.4e-6).
+
+    Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of cov_max_abs_z [gram], is
+    5.02 sds from the statistic's mean (normal tail 2.6e-07)."""
     P, n = 3, 40_000
     if form == "gram":
         G = jnp.asarray(_spd(P, 4))
