@@ -151,8 +151,9 @@ def _fmt(x: float | None) -> str:
     return "varies" if x is None else f"{x:.4g}"
 
 
-def report(runs: list[dict]) -> int:
-    """Print each test's failures and the table of statistics; the exit status."""
+def report(runs: list[dict], rows: list[dict] | None = None) -> int:
+    """Print each test's failures and the table of statistics ``rows`` (:func:`tails` of ``runs`` unless given);
+    the exit status."""
     failures: dict[str, list[int]] = defaultdict(list)
     ran: dict[str, int] = defaultdict(int)
     for run in runs:
@@ -166,7 +167,7 @@ def report(runs: list[dict]) -> int:
         return 1
     for name in sorted(n for n in failures):
         print(f"FAILED {name} at offsets {', '.join(map(str, failures[name]))}")
-    rows = tails(runs)
+    rows = tails(runs) if rows is None else rows
     header = ("test", "statistic", "n", "mean", "sd", "threshold", "sd of margin", "distance", "tail", "")
     table = [(r["test"].removeprefix("tests/"), r["stat"], str(r["n"]), _fmt(r["mean"]), _fmt(r["sd"]),
               _fmt(r["threshold"]) + (" (log)" if r["scale"] == "log" else " (p)" if r["scale"] == "p" else ""),
@@ -185,8 +186,8 @@ def report(runs: list[dict]) -> int:
     return 1 if total or flagged or untracked else 0
 
 
-def markdown(runs: list[dict]) -> str:
-    """The table of :func:`tails` as Markdown, with the offsets, machines' wall times and worker seconds."""
+def markdown(runs: list[dict], rows: list[dict]) -> str:
+    """The table ``rows`` (:func:`tails` of ``runs``) as Markdown."""
     offsets = sorted({r["offset"] for r in runs})
     lines = [f"Stochastic tests at seed offsets {', '.join(map(str, offsets))} (`python tests/robustness.py`): each "
              "checked statistic's mean and sd over the offsets, its threshold, the margin's sd on the statistic's "
@@ -194,7 +195,7 @@ def markdown(runs: list[dict]) -> str:
              f"from the mean in those sds and the normal tail beyond it. Flagged: distance < {FLAG}.", "",
              "| test | statistic | n | mean | sd | threshold | scale | sd of margin | distance | tail | flag |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in tails(runs):
+    for r in rows:
         lines.append(f"| `{r['test'].removeprefix('tests/')}` | {r['stat']} | {r['n']} | {_fmt(r['mean'])} | "
                      f"{_fmt(r['sd'])} | {_fmt(r['threshold'])} | {r['scale']} | {_fmt(r['sd_margin'])} | "
                      f"{r['distance']:.2f} | {r['tail']:.1e} | {'FLAG' if r['flag'] else ''} |")
@@ -226,11 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             failed = sum(o == "failed" for o in run["outcomes"].values())
             print(f"offset {offset}: {failed} failed of {len(run['outcomes'])} in {run['seconds']:.0f} s, "
                   f"{run['worker_seconds']:.0f} worker s (load {run['load_average']:.1f})", flush=True)
-    status = report(runs)
+    rows = tails(runs)
+    status = report(runs, rows)
     if args.markdown:
-        args.markdown.write_text(markdown(runs))
+        args.markdown.write_text(markdown(runs, rows))
     if args.json:
-        args.json.write_text(json.dumps({"marker": args.marker, "runs": runs, "table": tails(runs)}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"marker": args.marker, "runs": runs, "table": rows}, indent=1) + "\n")
     return status
 
 
