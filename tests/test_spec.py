@@ -1,14 +1,9 @@
-"""Specs (bayes_attn.spec): type errors name the field; the README's demo numbers are the default spec's."""
-
-from pathlib import Path
+"""Specs (bayes_attn.spec): type errors name the field."""
 
 import pytest
 
-from bayes_attn.spec import Spec, spec_from_dict
+from bayes_attn.spec import spec_from_dict
 from conftest import TINY
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 
 @pytest.mark.parametrize("change, match", [
@@ -26,9 +21,3 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_spec_type_errors_name_the_field(change, match):
     with pytest.raises(ValueError, match=match):
         spec_from_dict(TINY | change)
-
-
-def test_readme_demo_numbers_match_the_default_spec():
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    chains = Spec().sampler.num_chains
-    assert f"`{Spec().sampler.name}` sampler with {chains} chains" in readme

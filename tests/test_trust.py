@@ -303,17 +303,6 @@ def test_theory_command_reads_the_specs_correction_and_the_option(tmp_path, caps
     assert ba.load_theory(tmp_path / "c" / "theory.nc").correction == "none"
 
 
-def test_readme_snippet_headlines_the_corrected_theory_as_the_command_does():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    snippet = readme[readme.index("## The library"):].split("```python", 1)[1].split("```", 1)[0]
-    assert 'ba.solve_theory(net, x, y, temperature=0.01, correction="laplace")' in snippet
-    assert "ba.compare(theory, post, x_test, y_test)" in snippet
-    assert "**Verdict: corrected (Laplace, §8) theory and sampling agree**" in readme
-    assert "list of list of stringss" not in readme
-
-
 def test_nested_list_types_read_well():
     from bayes_attn.spec import spec_from_dict
 

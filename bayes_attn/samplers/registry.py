@@ -10,5 +10,7 @@ from .settings import AUTO, SAMPLER_NAMES
 
 SAMPLERS: dict[str, Sampler] = {s.name: s for s in (full.SAMPLER, full_token.SAMPLER, collapsed.SAMPLER,
                                                     wishart.SAMPLER, laplace.IS_SAMPLER, laplace.MH_SAMPLER)}
+"""Sampler name → :class:`~bayes_attn.samplers.base.Sampler`: ``full``, ``full-token``, ``collapsed``, ``wishart``,
+``laplace-is``, ``laplace-mh`` (docs/samplers.md says which to use)."""
 if (*SAMPLERS, AUTO) != SAMPLER_NAMES:
     raise ImportError(f"the sampler modules {tuple(SAMPLERS)} disagree with SAMPLER_NAMES {SAMPLER_NAMES}")

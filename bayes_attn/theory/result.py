@@ -117,7 +117,10 @@ class Theory:
             ``S/N_max`` w.r.t. the vech entries of all ``U_l`` (``Ua`` eliminated).
         converged: whether ``max_gradient <= tol`` was reached.
         iterations: Newton iterations taken.
-        temperature, net, x_train ``[P, T, N0]``, y_train ``[P]``.
+        temperature: the likelihood variance.
+        net: the network.
+        x_train: the training inputs ``[P, T, N0]``.
+        y_train: the training labels ``[P]``.
         limit: ``"finite_width"`` (``solve_theory``) or ``"gp"`` (``gp_limit``).
         message: the solver's stopping reason.
         solve_seconds: wall time of the solve (including compilation if any).
