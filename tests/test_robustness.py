@@ -136,3 +136,27 @@ def test_the_json_file_holds_the_runs_and_the_table(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr
     assert [run["offset"] for run in json.loads(out.read_text())["runs"]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("df", [None, 100.0])
+def test_max_abs_z_p_value_makes_the_z_bound_decision(df):
+    """``check_max_abs_z`` records a Bonferroni p-value on the "p" scale and passes exactly where the largest |z|
+    is below ``z_bound(comparisons, TAIL, df)``, on both sides of the bound."""
+    from conftest import TAIL, check_max_abs_z, z_bound
+
+    recorded = {}
+
+    def check(name, value, threshold, *, fails, scale, detail):
+        recorded[name] = (value, threshold, fails, scale)
+        assert value > threshold
+
+    bound = z_bound(8, TAIL, df)
+    for top, passes in ((bound * 0.999, True), (bound * 1.001, False)):
+        z = np.array([0.3, -top, 1.0])
+        if passes:
+            check_max_abs_z(check, "s", z, 8, df=df)
+            value, threshold, fails, scale = recorded["s"]
+            assert (threshold, fails, scale) == (TAIL, "below", "p") and TAIL < value < 1.05 * TAIL
+        else:
+            with pytest.raises(AssertionError):
+                check_max_abs_z(check, "s", z, 8, df=df)

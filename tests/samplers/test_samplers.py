@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import MIN_ESS, key_of, random_data, random_network, seed_of, tiny_problem, traced_programs, z_bound
+from conftest import MIN_ESS, check_max_abs_z, key_of, random_data, random_network, seed_of, tiny_problem, traced_programs
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
@@ -32,7 +32,7 @@ from bayes_attn.samplers import nuts
 TEMPERATURE = 0.1
 # agreement of 17 posterior means (U's upper triangle, f_test) within Z estimated standard errors: Bonferroni with
 # Student-t tails at df = MIN_ESS (the MCSE is itself estimated) -> false failures <= 1e-3 per comparison of two runs
-Z = z_bound(17, 1e-3, df=MIN_ESS)
+Z = (17, MIN_ESS)  # (comparisons, df) of check_max_abs_z
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def _assert_same_means(a, b, what: str, check):
     mb, sb = _means_and_mcse(b)
     z = (ma - mb) / np.sqrt(sa**2 + sb**2)
     assert np.all(np.isfinite(z)), what
-    check("max_abs_z", np.max(np.abs(z)), Z, detail=f"{what}: z-scores {np.round(z, 2)}")
+    check_max_abs_z(check, "max_abs_z_p", z, *Z, detail=f"{what}: z-scores {np.round(z, 2)}")
 
 
 @pytest.mark.slow

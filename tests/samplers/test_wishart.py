@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import scipy.special
 import scipy.stats
-from conftest import key_of, random_network, rng_of, seed_of, z_bound
+from conftest import check_max_abs_z, key_of, random_network, rng_of, seed_of
 from numpyro.infer import Predictive
 from numpyro.infer.util import log_density, potential_energy
 
@@ -438,6 +438,6 @@ def test_posterior_matches_collapsed(layers, width, variances, check):
     mb, sb, _ = _means_and_mcse(coll, names)
     z = (ma - mb) / np.sqrt(sa**2 + sb**2)
     assert np.all(np.isfinite(z))
-    check("max_abs_z", np.max(np.abs(z)), z_bound(70, 1e-3, df=min(ess)), detail=np.round(z, 2))
+    check_max_abs_z(check, "max_abs_z_p", z, 70, df=min(ess))
     # power: the MC error is small against the posterior spread
     check("max_mcse_over_sd_wishart", np.max(sa / sd), 0.15, scale="log")
