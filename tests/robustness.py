@@ -20,6 +20,7 @@ values over the offsets are tested for being no smaller than uniform p-values
     python tests/robustness.py -k 6 --first 6       # offsets 6..11
     python tests/robustness.py -m "stochastic and not slow" --json out.json
     python tests/robustness.py --merge a.json b.json  # the table of runs made before (here or elsewhere)
+    python tests/robustness.py --merge a.json --junit 0=make-test-0.xml  # with a whole suite's JUnit report
 
 Exit status 1 when a test failed at any offset, when a statistic is flagged,
 or when no test ran.
@@ -80,6 +81,21 @@ def run_offset(offset: int, marker: str, extra: list[str]) -> dict:
         return {"offset": offset, "seconds": round(seconds, 1), "status": status, "load_average": load,
                 "worker_seconds": round(sum(durations.values()), 1), "outcomes": outcomes, "stats": stats,
                 "durations": durations}
+
+
+def junit_run(item: str) -> dict:
+    """The record of a run made elsewhere from ``"OFFSET=FILE"``, its JUnit report (wall time and load unknown).
+    A whole suite's report holds tests that check no statistic: the tests that recorded statistics count, and every
+    failure; the worker seconds are the whole report's."""
+    offset, sep, file = item.partition("=")
+    if not (sep and offset.isdigit() and Path(file).is_file()):
+        raise ValueError(f"--junit takes OFFSET=FILE with an integer offset and an existing file, got {item!r}")
+    outcomes, stats, durations = _outcomes(Path(file))
+    outcomes = {test: o for test, o in outcomes.items() if test in stats or o == "failed"}
+    failed = any(o == "failed" for o in outcomes.values())
+    return {"offset": int(offset), "seconds": math.nan, "status": int(failed), "load_average": math.nan,
+            "worker_seconds": round(sum(durations.values()), 1), "outcomes": outcomes, "stats": stats,
+            "durations": durations, "source": file}
 
 
 def _margin(stat: dict) -> float:
@@ -209,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-m", "--marker", default="stochastic", help="pytest -m expression (default: stochastic)")
     parser.add_argument("--json", type=Path, help="also write the runs and the table to this file")
     parser.add_argument("--merge", type=Path, nargs="+", help="report the runs of these --json files; run nothing")
+    parser.add_argument("--junit", nargs="+", default=[], metavar="OFFSET=FILE",
+                        help="JUnit reports of runs made elsewhere, each with its offset (e.g. a whole `make test` at "
+                             "BAYES_ATTN_TEST_SEED=OFFSET with PYTEST_ADDOPTS='--junitxml=FILE -o junit_family=xunit1'); "
+                             "run nothing")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     args, extra = parser.parse_known_args(argv)
     if args.offsets < 1 or args.first < 0:
@@ -216,9 +236,14 @@ def main(argv: list[str] | None = None) -> int:
     for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
         if path is not None and not (path.parent.is_dir() and os.access(path.parent, os.W_OK)):
             parser.error(f"{flag}: folder {str(path.parent)!r} does not exist or is not writable")
-    if args.merge:
-        by_offset = {run["offset"]: run for path in args.merge for run in json.loads(path.read_text())["runs"]}
-        runs = [by_offset[k] for k in sorted(by_offset)]  # an offset run twice counts once (the last file's)
+    try:
+        reports = [junit_run(item) for item in args.junit]
+    except ValueError as e:
+        parser.error(str(e))
+    if args.merge or reports:
+        by_offset = {run["offset"]: run for path in args.merge or [] for run in json.loads(path.read_text())["runs"]}
+        by_offset |= {run["offset"]: run for run in reports}
+        runs = [by_offset[k] for k in sorted(by_offset)]  # an offset run twice counts once (the last one given)
     else:
         runs = []
         for offset in range(args.first, args.first + args.offsets):

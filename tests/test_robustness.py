@@ -138,6 +138,31 @@ def test_the_json_file_holds_the_runs_and_the_table(tmp_path):
     assert [run["offset"] for run in json.loads(out.read_text())["runs"]] == [0, 1, 2]
 
 
+def test_a_whole_suites_junit_report_counts_as_the_run_of_its_offset(tmp_path):
+    """``--junit OFFSET=FILE`` reads a JUnit report written elsewhere (a whole ``make test``): its outcomes and
+    recorded statistics join the runs of ``--merge`` at that offset, replacing a run of the same offset; a bad item
+    is refused naming the flag."""
+    def report(value, outcome=""):
+        prop = json.dumps(_stat(value, 1.0)).replace('"', "&quot;")
+        return (f'<testsuites><testsuite><testcase classname="t" name="a" time="2.5"><properties>'
+                f'<property name="stat:x" value="{prop}"/></properties>{outcome}</testcase>'
+                f'<testcase classname="u" name="b" time="1.0"/></testsuite></testsuites>')
+
+    merged, out = tmp_path / "runs.json", tmp_path / "out.json"
+    merged.write_text(json.dumps({"runs": _runs([{"x": _stat(0.1 * i, 1.0)} for i in range(1, 4)])}))
+    (tmp_path / "a.xml").write_text(report(0.35))
+    (tmp_path / "b.xml").write_text(report(0.3, "<failure/>"))
+    script = ROOT / "tests" / "robustness.py"
+    r = subprocess.run([sys.executable, script, "--merge", str(merged), "--junit", f"2={tmp_path / 'a.xml'}",
+                        f"3={tmp_path / 'b.xml'}", "--json", str(out)], capture_output=True, text=True, timeout=60)
+    runs = json.loads(out.read_text())["runs"]
+    assert [run["offset"] for run in runs] == [0, 1, 2, 3]
+    assert runs[2]["stats"]["t.py::a"]["x"]["value"] == 0.35 and runs[2]["worker_seconds"] == 3.5
+    assert r.returncode == 1 and "FAILED t.py::a at offsets 3" in r.stdout, r.stdout  # offset 3's failure counts
+    r = subprocess.run([sys.executable, script, "--junit", "x=nothing.xml"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--junit takes OFFSET=FILE" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("df", [None, 100.0])
 def test_max_abs_z_p_value_makes_the_z_bound_decision(df):
     """``check_max_abs_z`` records a Bonferroni p-value on the "p" scale and passes exactly where the largest |z|
