@@ -35,7 +35,9 @@ import os
 import statistics
 import subprocess
 import sys
+import re
 import tempfile
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -218,6 +220,48 @@ def markdown(runs: list[dict], rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SENTENCE = re.compile(r"Measured over \d+ seed offsets \(tests/robustness\.md\):.*?(?=\"\"\")", re.S)
+
+
+def sentence(rows: list[dict]) -> str:
+    """What a test's docstring says of its statistics ``rows``: the nearest threshold's distance and tail."""
+    r = min(rows, key=lambda r: r["distance"])
+    param = r["test"].split("::", 1)[1].removeprefix(_function(r["test"]))
+    label = r["stat"] + (f" {param.split('@')[0]}" if param.split("@")[0] else "")
+    where = (f"has its null's tail {r['tail']:.1e} ({'a p-value' if r['scale'] == 'p' else 'a standard normal |z|'})"
+             if r["scale"] in ("p", "z") else
+             f"is {r['distance']:.2f} sds from the statistic's mean (normal tail {r['tail']:.1e})")
+    return f"Measured over {r['n']} seed offsets (tests/robustness.md): the nearest threshold, that of {label}, {where}."
+
+
+def _function(test: str) -> str:
+    return re.split(r"[\[@]", test.split("::", 1)[1], maxsplit=1)[0]
+
+
+def update_docstrings(rows: list[dict], root: Path = ROOT) -> list[str]:
+    """Rewrite each measured test's "Measured over ..." sentence (the end of its docstring) from ``rows``; returns
+    the tests whose docstring has no such sentence."""
+    by_test: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        by_test[(r["test"].split("::", 1)[0], _function(r["test"]))].append(r)
+    missing = []
+    for (file, function), group in sorted(by_test.items()):
+        path = root / (file if file.startswith("tests/") else f"tests/{file}")
+        text = path.read_text()
+        start = text.find(f"def {function}(")
+        match = SENTENCE.search(text, start) if start >= 0 else None
+        following = text.find("\ndef ", start + 1)  # the next function's: the sentence must come before it
+        if match is None or -1 < following < match.start():
+            missing.append(f"{file}::{function}")
+            continue
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        indent = " " * (len(text[line_start:match.start()]) - len(text[line_start:match.start()].lstrip()))
+        lead = text[line_start:match.start()]
+        wrapped = textwrap.fill(sentence(group), width=117, initial_indent=lead, subsequent_indent=indent)
+        path.write_text(text[:line_start] + wrapped + text[match.end():])
+    return missing
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", "--offsets", type=int, default=12, help="how many seed offsets (default 12)")
@@ -230,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                              "BAYES_ATTN_TEST_SEED=OFFSET with PYTEST_ADDOPTS='--junitxml=FILE -o junit_family=xunit1'); "
                              "run nothing")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
+    parser.add_argument("--docstrings", action="store_true",
+                        help="rewrite each measured test's \"Measured over ...\" sentence from the table")
     args, extra = parser.parse_known_args(argv)
     if args.offsets < 1 or args.first < 0:
         parser.error("--offsets must be >= 1 and --first >= 0")
@@ -258,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.write_text(markdown(runs, rows))
     if args.json:
         args.json.write_text(json.dumps({"marker": args.marker, "runs": runs, "table": rows}, indent=1) + "\n")
+    if args.docstrings:
+        for test in update_docstrings(rows):
+            print(f"no 'Measured over' sentence in the docstring of {test}")
     return status
 
 

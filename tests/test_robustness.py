@@ -185,3 +185,23 @@ def test_max_abs_z_p_value_makes_the_z_bound_decision(df):
         else:
             with pytest.raises(AssertionError):
                 check_max_abs_z(check, "s", z, 8, df=df)
+
+
+def test_docstrings_are_rewritten_from_the_table(tmp_path):
+    """``--docstrings``: each measured test's "Measured over ..." sentence names its nearest threshold (a p-value's
+    by its null tail), for every parametrisation of the function together; a test without the sentence is named."""
+    folder = tmp_path / "tests"
+    folder.mkdir()
+    old = "Measured over 3 seed offsets (tests/robustness.md): the nearest threshold, that of x, is 9 sds."
+    (folder / "test_a.py").write_text(f'def test_f():\n    """Claim.\n\n    {old}"""\n\n\n'
+                                      f'def test_g():\n    """No sentence."""\n')
+    rows = [{"test": "tests/test_a.py::test_f[1]", "stat": "ess", "distance": 4.2, "tail": 1.3e-5, "scale": "log",
+             "n": 12},
+            {"test": "tests/test_a.py::test_f[2]@grp", "stat": "p", "distance": 3.0902, "tail": 1e-3, "scale": "p",
+             "n": 12},
+            {"test": "tests/test_a.py::test_g", "stat": "z", "distance": 5.0, "tail": 2.9e-7, "scale": "linear",
+             "n": 12}]
+    assert robustness.update_docstrings(rows, tmp_path) == ["tests/test_a.py::test_g"]
+    text = (folder / "test_a.py").read_text()
+    assert old not in text and text.count("Measured over 12 seed offsets") == 1
+    assert " ".join(text.split()).count("that of p [2], has its null's tail 1.0e-03 (a p-value).\"\"\"") == 1
