@@ -349,7 +349,7 @@ def test_a_read_only_cache_is_one_warning_and_off(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
     """Truncated entries of the compile cache: one warning line for the run (JAX wrote one per program, 16 for the
-    tiny theory), each compiled afresh and written again (JAX keeps an existing file, so they are removed first),
+    tiny theory) beside the run's own messages, each compiled afresh and written again (JAX keeps an existing file, so they are removed first),
     the same result; the next run reads them without a message (issue 53 row 9)."""
     import subprocess
     import sys
@@ -368,13 +368,19 @@ def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
     assert first.returncode == 0 and len(entries) > 2, first.stderr
     for entry in entries:
         entry.write_bytes(entry.read_bytes()[:10])
+    def said(run: subprocess.CompletedProcess) -> tuple[list[str], list[str]]:
+        """stderr's lines on the compile cache, and the others (the run's own: at some seeds the tiny theory's
+        correction is unreliable, and says so in every run)."""
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        return [s for s in lines if "compile cache" in s], [s for s in lines if "compile cache" not in s]
+
     second = theory("b")
-    lines = [line for line in second.stderr.splitlines() if line.strip()]
-    assert second.returncode == 0 and len(lines) == 1, second.stderr
-    assert lines[0].startswith("WARNING: compile cache") and "unreadable entries" in lines[0]
-    assert "written again" in lines[0]
+    cache, own = said(second)
+    assert second.returncode == 0 and len(cache) == 1 and own == said(first)[1], second.stderr
+    line = cache[0]
+    assert line.startswith("WARNING: compile cache") and "unreadable entries" in line and "written again" in line
     third = theory("c")  # from the entries written again: no message
-    assert third.returncode == 0 and not third.stderr.strip(), third.stderr
+    assert third.returncode == 0 and said(third) == ([], said(first)[1]), third.stderr
     assert all(entry.stat().st_size > 10 for entry in entries)
     accuracy = [[line for line in run.stdout.splitlines() if line.startswith("test accuracy")]
                 for run in (first, second, third)]
