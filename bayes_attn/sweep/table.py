@@ -408,7 +408,7 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
         idx = [choose_temperature(val.sel(width=N).values, ok.sel(width=N).values) for N in ds["width"].values]
         best = xr.DataArray(np.asarray(temps)[idx], coords={"width": ds["width"]}, dims="width", name="temperature")
         ds["best_temperature_theory"] = best
-        ds["accuracy_theory_at_best"] = ds["accuracy_theory"].sel(temperature=best)
+        ds["accuracy_theory_at_best"] = _at(ds["accuracy_theory"], best)
     i = choose_temperature(gp_val)
     ds["best_temperature_gp"] = temps[i]
     ds["accuracy_gp_at_best"] = ds["accuracy_gp"].isel(temperature=i)
@@ -422,15 +422,22 @@ def best_temperature_view(ds: xr.Dataset) -> xr.Dataset:
         return ds
     best = ds["best_temperature_theory"]
     view = ds.drop_dims("temperature").assign(
-        accuracy_theory=ds["accuracy_theory"].sel(temperature=best),
-        U_theory=ds["U_theory"].sel(temperature=best),
-        accuracy_gp=ds["accuracy_gp"].sel(temperature=float(ds["best_temperature_gp"])),
+        accuracy_theory=_at(ds["accuracy_theory"], best),
+        U_theory=_at(ds["U_theory"], best),
+        accuracy_gp=_at(ds["accuracy_gp"], float(ds["best_temperature_gp"])),
     )
     if "sample_width" in ds.dims:
-        at = best.sel(width=ds["sample_width"]).rename(width="sample_width")
+        sampled = ds["sample_width"].values
+        at = xr.DataArray(best.sel(width=sampled).values, coords={"sample_width": sampled}, dims="sample_width")
         for v in ("U_sampled", "U_mcse", "accuracy_sampled", "accuracy_sampled_se", "verdict"):
-            view[v] = ds[v].sel(temperature=at)
+            view[v] = _at(ds[v], at)
     return view
+
+
+def _at(da: xr.DataArray, temperature) -> xr.DataArray:
+    """``da`` at ``temperature`` (one, or one per width) without the selected temperatures as a coordinate: the
+    theory's choice per width and the GP limit's single choice would otherwise clash when put in one Dataset."""
+    return da.sel(temperature=temperature).drop_vars("temperature")
 
 
 SWEEP_FILES = ("sweep.nc", "accuracy_vs_width.png", "finite_size.png", "order_parameter_sd.png")

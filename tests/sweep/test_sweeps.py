@@ -47,6 +47,29 @@ def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
         table.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
 
 
+def test_best_temperature_view_where_the_theory_and_the_gp_limit_choose_differently():
+    """The theory's best temperature varies with width and differs from the GP limit's: the one-temperature view
+    takes each at its own choice (at offset 2 of a fresh clone the figures of a grid sweep failed on the clash of
+    the selected temperatures as coordinates)."""
+    temps, widths, sample_widths = [0.01, 0.3, 3.0], [3, 30], [3]
+    grid = np.arange(6.0).reshape(2, 3)  # [width, temperature]
+    ds = xr.Dataset(
+        {"accuracy_theory": (("width", "temperature"), grid),
+         "U_theory": (("width", "temperature", "path", "path_"), grid[:, :, None, None] * np.ones((1, 1, 2, 2))),
+         "accuracy_gp": ("temperature", [0.5, 0.6, 0.7]),
+         "accuracy_sampled": (("sample_width", "temperature"), [[10.0, 11.0, 12.0]]),
+         "best_temperature_theory": ("width", [0.01, 3.0]), "best_temperature_gp": 0.3},
+        coords={"width": widths, "temperature": temps, "sample_width": sample_widths},
+    )
+    for v in ("U_sampled", "U_mcse", "accuracy_sampled_se", "verdict"):
+        ds[v] = ds["accuracy_sampled"]
+    view = table.best_temperature_view(ds)
+    assert "temperature" not in view.dims and "temperature" not in view.coords
+    assert view["accuracy_theory"].values.tolist() == [0.0, 5.0]
+    assert view["U_theory"].values[:, 0, 0].tolist() == [0.0, 5.0]
+    assert float(view["accuracy_gp"]) == 0.6 and view["accuracy_sampled"].values.tolist() == [10.0]
+
+
 def test_job_seeds_do_not_depend_on_the_folder():
     spec = spec_from_dict(SMALL)
     a = table.sweep_jobs(spec, "/a", [3], [3, 30], [0.1])
