@@ -70,8 +70,8 @@ def test_collapsed_and_full_agree_within_mc_error(runs, check):
     the chains clear the preconditions R-hat < 1.05 and ESS > ``MIN_ESS`` with a margin at every offset, and
     the MC error is small against the posterior spread (the test has power).
 
-    Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of max_abs_z, is 5.96 sds from
-    the statistic's mean (normal tail 1.3e-09)."""
+    Measured over 10 seed offsets (tests/robustness.md): the nearest threshold, that of max_abs_z_p, has its null's
+    tail 1.0e-03 (a p-value)."""
     net, x, y, xt, full, coll = runs
     for which, post in (("full", full), ("collapsed", coll)):  # the comparison means something for converged chains
         s = post.summary()
@@ -145,8 +145,8 @@ def test_float32_collapsed_sampling_matches_float64(runs, check):
     """float32 chains store float32 numbers and agree with the float64 ones within ``Z`` MC standard errors
     (false failures <= 1e-3).
 
-    Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of max_abs_z, is 4.83 sds from
-    the statistic's mean (normal tail 6.8e-07)."""
+    Measured over 10 seed offsets (tests/robustness.md): the nearest threshold, that of max_abs_z_p, has its null's
+    tail 1.0e-03 (a p-value)."""
     net, x, y, xt, full, coll = runs
     post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, x_test=xt, num_warmup=300, num_samples=500,
                                num_chains=2, seed=seed_of(13), sampler="collapsed", dtype="float32", progress_bar=False)
@@ -185,8 +185,8 @@ def test_simulation_based_calibration(sampler, check):
     parameters of prior weights have the Wishart-chain law). False failures
     <= ``SBC_LEVEL`` = 1e-3 (the pooled p-value is conservative).
 
-    Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled [collapsed], is
-    3.09 sds from the statistic's mean (its known null tail 1.0e-03)."""
+    Measured over 10 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled [collapsed], has its
+    null's tail 1.0e-03 (a p-value)."""
     net, x, xt = _sbc_problem()
     res = calibration.sbc_ranks(net, x, xt, sampler=sampler, **SBC_SETTINGS)
     assert res.ranks.shape == (100, 16)
@@ -205,8 +205,8 @@ def test_simulation_based_calibration_has_power(check):
     calibration test's level ``SBC_LEVEL``. A miss is 1 − power: at T/4 the pooled p-value was
     3.5e-3 at offset 0 and 2.9e-6 at offset 1 (no power to spare); at T/16 2.7e-8 and 1.1e-15.
 
-    Measured over 8 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled_wrong_temperature,
-    is 4.50 sds from the statistic's mean (normal tail 3.4e-06)."""
+    Measured over 10 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled_wrong_temperature,
+    has its null's tail 1.1e-03 (a p-value)."""
     net, x, xt = _sbc_problem()
     res = calibration.sbc_ranks(net, x, xt, sampler="wishart", likelihood_temperature=SBC_SETTINGS["temperature"] / 16,
                                 start="prior", **SBC_SETTINGS)
