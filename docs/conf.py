@@ -57,7 +57,7 @@ def _api_pages() -> None:
         obj = getattr(bayes_attn, name)
         kind = ("automodule" if type(obj).__name__ == "module" else "autoclass" if isinstance(obj, type)
                 else "autofunction" if callable(obj) else "autodata")
-        target = (obj.__name__ if kind == "automodule" else f"{DATA[name]}" if kind == "autodata"
+        target = (obj.__name__ if kind == "automodule" else DATA[name] if kind == "autodata"
                   else f"bayes_attn.{name}")
         own = [n for n in getattr(obj, "__all__", []) if n not in bayes_attn.__all__]  # a module's, not those paged
         # a sampler's settings are indexed on the samplers page, as bayes_attn.samplers.SamplerSettings

@@ -76,10 +76,14 @@ def z_bound(comparisons: int, rate: float = 1e-3, df: float | None = None) -> fl
     failure with probability at most ``rate`` (Bonferroni: each two-sided tail ``rate / comparisons``). With
     ``df``, the tails of Student's t with ``df`` degrees of freedom: z-scores whose standard error is itself
     estimated (MCMC standard errors from ``df`` ≈ the smallest effective sample size)."""
+    return float(_z_law(df).isf(rate / (2 * comparisons)))
+
+
+def _z_law(df: float | None):
+    """The law of one z-score under the null: standard normal, or Student t with ``df`` degrees of freedom."""
     import scipy.stats
 
-    tail = rate / (2 * comparisons)
-    return float(scipy.stats.norm.isf(tail) if df is None else scipy.stats.t.isf(tail, df))
+    return scipy.stats.norm if df is None else scipy.stats.t(df)
 
 
 # ----------------------------------------------------------------------------
@@ -115,12 +119,9 @@ def check_max_abs_z(check, name: str, z, comparisons: int, df: float | None = No
     on the ``"p"`` scale: the same decision, but a statistic whose null distribution is known (uniform, or larger
     where the z-scores are dependent), so that tests/robustness.py reads its tail at the threshold as ``TAIL``
     instead of estimating the spread of a maximum from a dozen seeds."""
-    import scipy.stats
-
     z = np.asarray(z, dtype=float)
     top = float(np.max(np.abs(z)))
-    tail = scipy.stats.norm.sf(top) if df is None else scipy.stats.t.sf(top, df)
-    p = min(1.0, 2 * comparisons * float(tail))
+    p = min(1.0, 2 * comparisons * float(_z_law(df).sf(top)))
     check(name, p, TAIL, fails="below", scale="p",
           detail=f"max |z| {top:.4g} of {comparisons}: " + str(np.round(z, 2) if detail is None else detail))
 

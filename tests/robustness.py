@@ -34,8 +34,8 @@ import math
 import os
 import statistics
 import subprocess
-import sys
 import re
+import sys
 import tempfile
 import textwrap
 import time
@@ -255,8 +255,8 @@ def update_docstrings(rows: list[dict], root: Path = ROOT) -> list[str]:
             missing.append(f"{file}::{function}")
             continue
         line_start = text.rfind("\n", 0, match.start()) + 1
-        indent = " " * (len(text[line_start:match.start()]) - len(text[line_start:match.start()].lstrip()))
         lead = text[line_start:match.start()]
+        indent = " " * (len(lead) - len(lead.lstrip()))
         wrapped = textwrap.fill(sentence(group), width=117, initial_indent=lead, subsequent_indent=indent)
         path.write_text(text[:line_start] + wrapped + text[match.end():])
     return missing
