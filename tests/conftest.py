@@ -96,7 +96,7 @@ STAT_PREFIX = "stat:"  # the property names of checked statistics in the JUnit r
 
 
 def record_check(record_property, name: str, value: float, threshold: float, *, fails: str = "above",
-                 scale: str = "linear") -> bool:
+                 scale: str = "linear", attempts: int = 1) -> bool:
     """Record the statistic ``name`` with its threshold (pytest's ``record_property``, read back by
     tests/robustness.py) and say whether it passes; :func:`check` asserts it.
 
@@ -104,12 +104,15 @@ def record_check(record_property, name: str, value: float, threshold: float, *, 
     when it fails for ``value <= threshold`` (an ESS, a p-value, an accuracy). ``scale``: where the statistic is
     near normal over seeds: ``"linear"``, ``"log"`` (an ESS, a ratio of positive numbers), ``"p"`` (a p-value,
     uniform under the null: its tail at the threshold is the threshold itself) or ``"z"`` (one ``|z|`` that is
-    standard normal under the null: its tail is ``2 Φ(−threshold)``)."""
-    if fails not in ("above", "below") or scale not in SCALES:
-        raise ValueError(f"fails must be 'above' or 'below' and scale one of {SCALES}, got {fails!r}, {scale!r}")
+    standard normal under the null: its tail is ``2 Φ(−threshold)``). ``attempts``: the test draws the
+    statistic afresh (another seed) up to this many times and fails only if every draw fails; ``value`` is then the
+    first draw's, and the false-failure rate is its tail to the power ``attempts``."""
+    if fails not in ("above", "below") or scale not in SCALES or not (isinstance(attempts, int) and attempts >= 1):
+        raise ValueError(f"fails must be 'above' or 'below', scale one of {SCALES} and attempts a positive int, got "
+                         f"{fails!r}, {scale!r}, {attempts!r}")
     value, threshold = float(value), float(threshold)
     record_property(STAT_PREFIX + name, json.dumps({"value": value, "threshold": threshold, "fails": fails,
-                                                    "scale": scale}))
+                                                    "scale": scale} | ({"attempts": attempts} if attempts > 1 else {})))
     return value < threshold if fails == "above" else value > threshold
 
 
@@ -360,7 +363,9 @@ def fig2c_wishart(N: int):
 @functools.cache
 def three_layers_wishart():
     """Three layers with heads (2, 1, 2), widths (10, 8, 12, 9), unequal variances, readout ``mean``, P = 30,
-    T = 0.1, and 2 × 2000 ``wishart`` draws: ``(net, x, y, posterior)`` (xdist group ``three_layers``)."""
+    T = 0.1, and 2 × 8000 ``wishart`` draws (the Monte-Carlo floor of the distance of ``U_1`` about 1/15 of the
+    leading order's error, so that the correction's share of it is resolved): ``(net, x, y, posterior)`` (xdist
+    group ``three_layers``)."""
     from bayes_attn import markov
 
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=30, n_test=20, seed=seed_of(0))
@@ -368,7 +373,7 @@ def three_layers_wishart():
     net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5], readout="mean",
                        random_seed=seed_of(1))
     x, y, _, _ = task.generate()
-    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=seed_of(3), num_samples=2000, **WISHART)
+    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=seed_of(3), num_samples=8000, **WISHART)
     s = post.summary()
     assert s.max_rhat < 1.02 and s.min_ess > 400, s.by_variable()
     return net, x, y, post

@@ -67,6 +67,25 @@ def test_a_failure_or_nan_at_any_offset_is_flagged_and_fails_the_run(capsys):
     assert "FAILED t.py::a at offsets 0, 1, 2" in capsys.readouterr().out
 
 
+def test_a_statistic_drawn_again_until_it_passes_has_its_tail_to_the_power_of_its_attempts():
+    """ESS of a sampler's first attempt, 1 sd of log above its threshold (tail 0.16, flagged alone), with four
+    attempts: the test fails only if all four fail, 0.16 ** 4 = 6.4e-4 (distance 3.22); a first attempt below the
+    threshold is one draw of the statistic, not a failure."""
+    z = np.linspace(-1.5, 1.5, 12)
+    ess = np.exp(np.log(100) + 0.5 + 0.5 * z / np.std(z, ddof=1))  # log mean 1 sd above log 100; two below
+    runs = _runs([{"ess": _stat(v, 100, "below", "log") | {"attempts": 4}} for v in ess])
+    (row,) = robustness.tails(runs)
+    assert row["tail"] == pytest.approx(scipy.stats.norm.sf(1.0) ** 4) and not row["flag"]
+    assert row["distance"] == pytest.approx(scipy.stats.norm.isf(scipy.stats.norm.sf(1.0) ** 4))
+    (row,) = robustness.tails(_runs([{"ess": _stat(v, 100, "below", "log")} for v in ess]))
+    assert row["distance"] == -math.inf and row["flag"]  # one attempt: a draw below the threshold failed
+    recorded = {}
+    record_check(lambda k, v: recorded.__setitem__(k, v), "ess", 50.0, 100, fails="below", scale="log", attempts=4)
+    assert json.loads(recorded[robustness.STAT_PREFIX + "ess"])["attempts"] == 4
+    with pytest.raises(ValueError, match="attempts a positive int"):
+        record_check(lambda k, v: None, "ess", 50.0, 100, attempts=0)
+
+
 def test_nothing_ran_is_a_failure_and_a_test_without_statistic_is_named(capsys):
     assert robustness.report([]) == 1
     assert "no test ran" in capsys.readouterr().out

@@ -388,23 +388,27 @@ def test_metropolis_agrees_with_wishart_on_three_layers(check, record_property):
     (offset 16: ESS 22, R-hat 1.05; another 334) the chains stuck, and the sampler's own diagnostics said so, as
     ``auto`` relies on. So a run whose diagnostics fail must be reported as failed by the sampler's rule
     (``Summary.failures``), and is sampled again with the next seed, at most ``attempts`` times: with a sticking
-    rate up to 15 %, four stuck runs in a row have probability 5e-4.
+    rate up to 15 %, four stuck runs in a row have probability 5e-4. The ESS is recorded at the first attempt,
+    with the number of attempts (tests/robustness.py takes its tail to that power).
 
     Measured over 10 seed offsets (tests/robustness.md): the nearest threshold, that of min_ess, is 3.03 sds from the
     statistic's mean (normal tail 1.2e-03)."""
     net, x, y, exact = three_layers_wishart()
-    attempts = 4
+    attempts, first = 4, None
     for attempt in range(attempts):
         post = ba.sample_posterior(net, x, y, temperature=0.1, sampler="laplace-mh", num_chains=4, num_warmup=200,
                                    num_samples=40_000, thinning=8, seed=seed_of(5 + 100 * attempt),
                                    progress_bar=False)
         s = post.summary()
+        first = s if first is None else first
         if s.max_rhat < 1.05 and s.min_ess > MIN_ESS:
             break
         assert s.failures(), s.by_variable()  # a stuck chain is reported by the sampler's own rule
     record_property("attempts", attempt + 1)
+    # the first attempt's ESS is one draw of the statistic; the test fails only if all attempts fail
+    record_check(record_property, "min_ess", first.min_ess, MIN_ESS, fails="below", scale="log", attempts=attempts)
+    assert s.min_ess > MIN_ESS, f"ESS below {MIN_ESS} at all {attempts} attempts: {s.by_variable()}"
     check("max_rhat", s.max_rhat, 1.05, detail=s.by_variable())
-    check("min_ess", s.min_ess, MIN_ESS, fails="below", scale="log", detail=s.by_variable())
     check("acceptance", s.acceptance_rate, 0.2, fails="below")
     check("acceptance_upper", s.acceptance_rate, 1.0, fails="above")
     _agree(post, exact, Z_THREE, check)
@@ -436,10 +440,11 @@ def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property,
     net = task.network((("same_token", "random"), ("uniform", "random"), ("uniform", "random")),
                        width=(3, 3, 2, 4), variances=[1.0, 0.7, 1.3, 0.8, 1.5], random_seed=seed_of(1))
     x, y, xt, _ = task.generate()
-    # 2 x 2000 guided draws (cheap at P = 20): k-hat is fitted to a tail of 3 sqrt(S) draws, twice that of 2 x 500,
-    # so its spread over seeds shrinks by about sqrt(2)
+    # 2 x 6000 guided draws (cheap at P = 20): k-hat is fitted to a tail of 3 sqrt(S) draws; with 2 x 2000 its mean
+    # over 10 offsets was 1.26 with sd 0.16, 3.4 sds above 0.7 (tests/robustness.md): 3 times the tail, sqrt(3) less
+    # spread
     post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="auto", num_chains=2,
-                               num_warmup=200, num_samples=500, guided_samples=2000, seed=seed_of(2),
+                               num_warmup=200, num_samples=500, guided_samples=6000, seed=seed_of(2),
                                progress_bar=False)
     tried = json.loads(post.tree.attrs["auto"])
     record_property("tried", len(tried))

@@ -493,8 +493,9 @@ def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
     sampled posterior mean, and its gap (the distance with the Monte-Carlo floor taken out, ``compare.Check.gap``)
     at most ``factor`` times the leading order's; the predicted sd of ``U[1-1, 1-1]`` matches the sampled one to
-    ``1/N + 0.06`` (at N = 100 the error's mean over 14 offsets is 0.016 with sd 0.015, tests/robustness.md:
-    0.07 is 3.6 sds away; 0.06 was 2.9).
+    ``1/N + 0.08`` (over 10 offsets, tests/robustness.md, the error's mean was 0.037 with sd 0.038 at N = 10
+    and 0.016 with sd 0.015 at N = 100: 1/N + 0.06 was 3.2 and 3.6 sds away, 1/N + 0.08 is 3.8 and 4.9); the
+    Monte-Carlo floor is below 0.6 ``tol`` (its mean 0.0072 at N = 10, log-sd 0.1: 0.5 ``tol`` was 3.3 sds away).
 
     False failures: the preconditions (R-hat < 1.02, ESS > 400, no divergence) hold with a margin (recorded);
     the distances are chi-like in the MC noise (floor ~0.008 at N = 10, ~0.003 at N = 100), so ``tol`` = 2.5
@@ -511,10 +512,10 @@ def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     _check_preconditions(check, post, divergences=True)
     gap_ratio = gap(corr) / gap(lead) if gap(lead) > 0 else (0.0 if gap(corr) == 0 else math.inf)
     _check_all(record_property, [
-        ("floor", floor, 0.5 * tol, "above", "log"),  # the Monte-Carlo error leaves room to tell the two apart
+        ("floor", floor, 0.6 * tol, "above", "log"),  # the Monte-Carlo error leaves room to tell the two apart
         ("corr", corr, tol, "above", "linear"),
         ("gap_ratio", gap_ratio, factor, "above", "linear"),
-        ("sd_rel_error", abs(sol.U_sd[0, 0] / sd - 1), 1.0 / N + 0.06, "above", "linear"),
+        ("sd_rel_error", abs(sol.U_sd[0, 0] / sd - 1), 1.0 / N + 0.08, "above", "linear"),
     ], detail=(lead, corr, floor, float(sol.U_sd[0, 0]), sd))
 
 
@@ -538,13 +539,13 @@ def _per_draw_moments(net, x, y, T, U, xt):
 def test_fig2c_predictor_against_wishart(record_property, check):
     """N = 10: the corrected predictor mean is within Monte-Carlo error of the mean of the sampler's ``f_test``
     draws, and (Rao-Blackwellised over ``V0``: the exact conditional moments per draw of ``U``) much closer than
-    the leading order's (distance ratio below 0.7; the Monte-Carlo floor below 0.45 of the leading order's
+    the leading order's (distance ratio below 0.8; the Monte-Carlo floor below 0.45 of the leading order's
     distance, so that the ratio is resolved); so is the corrected predictor variance ``E[variance] + Var[mean]``
-    (ratio below 0.25). False failures: 40 z-scores at |z| < 4.5 with MCSEs from ESS > 400 (Student t, 3.4e-4);
+    (ratio below 0.4). False failures: 40 z-scores at |z| < 4.5 with MCSEs from ESS > 400 (Student t, 3.4e-4);
     the distance ratios are properties of the data, their thresholds at >= 3.1 sds of their log over the offsets
-    (tests/robustness.md, 14 offsets on two machines: 0.6 was 3.07 sds of the log-ratio above its mean, 0.7 is
-    3.6; the ratio was 0.40 on one machine and 0.398 on another at offset 0, against the former bound 0.4). A
-    correction that does nothing gives a ratio of 1.
+    (tests/robustness.md; over 10 offsets of 2026-12-05 the mean ratio was 0.24 with a log-sd of 0.33, the variance
+    ratio 0.11 with 0.32: the bounds 0.7 and 0.25 were 3.4 and 2.7 sds away, 0.8 and 0.4 are 3.8 and 4.2). A
+    correction that does nothing gives ratios of exactly 1.
 
     Measured over 10 seed offsets (tests/robustness.md): the nearest threshold, that of variance_corr_over_lead, is
     2.74 sds from the statistic's mean (normal tail 3.0e-03)."""
@@ -564,8 +565,8 @@ def test_fig2c_predictor_against_wishart(record_property, check):
     d_lead, d_corr = _rel(lead_mean, m_s), _rel(mean, m_s)
     _check_all(record_property, [
         ("floor_over_lead", floor / d_lead, 0.45, "above", "log"),
-        ("corr_over_lead", d_corr / d_lead, 0.7, "above", "log"),
-        ("variance_corr_over_lead", _rel(var, v_s) / _rel(lead_var, v_s), 0.25, "above", "log"),
+        ("corr_over_lead", d_corr / d_lead, 0.8, "above", "log"),
+        ("variance_corr_over_lead", _rel(var, v_s) / _rel(lead_var, v_s), 0.4, "above", "log"),
     ], detail=(d_lead, d_corr, floor, _rel(lead_var, v_s), _rel(var, v_s)))
 
 
@@ -574,12 +575,14 @@ def test_fig2c_predictor_against_wishart(record_property, check):
 @pytest.mark.stochastic
 def test_three_layers_against_wishart(record_property, check):
     """Three layers with heads (2, 1, 2), unequal widths (8-12) and variances, readout ``mean``: the corrected means
-    of every level (``U_1``, ``U_2``, ``U_3``, ``Ua``) agree with the sampler's (2 × 2000 draws) entry by entry
+    of every level (``U_1``, ``U_2``, ``U_3``, ``Ua``) agree with the sampler's (2 × 8000 draws) entry by entry
     within :data:`THREE_LAYER_BIAS` posterior sds plus 4.5 MCSEs; their distances from the sampled means are below
     :data:`THREE_LAYER_GAIN` times the leading order's or within the noise (``RESOLVED`` floors: at offset 1 the
     leading order of ``U_2`` is only 2 % off), and for ``U_1`` the sampler resolves the leading order's error
-    and the correction removes at least a third of it; the predicted sds of the diagonals are right to
-    ``O(1/N)``: within ``2.5/N`` for the first diagonal entry of each level (a product of one chi-square per
+    and the correction removes at least a fifth of it (with 2 × 2000 draws the ratio's log-sd over 10 offsets
+    was 0.31, 3.0 sds from 0.8, most of it Monte-Carlo noise: the corrected distance was about 2 floors; with
+    2 × 8000 the ratio was 0.21-0.33 at 6 offsets, log-sd 0.15, the leading order 10-16 floors off); the
+    predicted sds of the diagonals are right to ``O(1/N)``: within ``2.5/N`` for the first diagonal entry of each level (a product of one chi-square per
     level), within ``5/N`` for the others (their Bartlett factors hold squared normal entries, whose spread
     enters at the next order).
 
