@@ -270,6 +270,9 @@ TINY = {  # a tiny Markov run spec (as TOML tables) for the command's and the jo
 }
 
 
+THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}  # a sweep sampling nothing
+FAST = ["--samples", "10", "--warmup", "10", "--chains", "2", "--no-progress"]  # the command's quickest sampling
+
 SWEEP_SETTINGS = {"thinning": 2, "target_accept": 0.9}  # not the defaults, so that their provenance shows
 
 

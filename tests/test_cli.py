@@ -1,5 +1,7 @@
 """The bayes-attn command (bayes_attn.cli): default folders, usage errors and one-line failures, logging."""
 
+import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -7,12 +9,10 @@ from pathlib import Path
 import pytest
 import xarray as xr
 
+import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.spec import spec_from_dict
-from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
-
-FAST = ["--samples", "10", "--warmup", "10", "--chains", "2", "--no-progress"]
-
+from conftest import FAST, TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
 
 
 def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypatch):
@@ -81,7 +81,6 @@ def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
     """A verdict checks R-hat, which one chain cannot give (ArviZ: NaN): ``--chains 1`` (or a spec's
     ``num_chains = 1``) is refused before computing, naming the argument, rather than always inconclusive with
     the advice to sample longer (issue 53)."""
-    import bayes_attn as ba
     from bayes_attn.run import pipeline
 
     _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
@@ -99,7 +98,6 @@ def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
 def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_path, capsys, monkeypatch):
     """``--dtype float32 --temperature 1e39`` (past float32's largest number) is a one-line error naming the
     temperature and the dtype before anything is computed, not ArviZ's failure after sampling (issue 53)."""
-    import bayes_attn as ba
     from bayes_attn.run import pipeline
 
     _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
@@ -115,6 +113,28 @@ def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_pat
     for bad in (float("inf"), float("nan"), 0.0, -1.0):
         with pytest.raises(ValueError, match="temperature"):
             check_temperature(bad, "float32")
+
+
+def test_unconverged_theory_exits_3_in_theory_and_sweep(tmp_path, capsys):
+    data = TINY | {"task": TINY["task"] | {"noise_perp": 1e150},
+                   "compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
+    path = _spec_file(tmp_path, data)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        assert cli.main(["theory", str(path), "--out", str(tmp_path / "t")]) == cli.EXIT_DIAGNOSTICS
+    err = capsys.readouterr().err
+    assert "WARNING: inconclusive: the theory did not converge" in err and "Traceback" not in err
+    assert not bool(ba.load_theory(tmp_path / "t" / "theory.nc").converged)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == cli.EXIT_DIAGNOSTICS
+    assert "N=3, T=0.1: the theory is not a solution" in capsys.readouterr().err
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["verdict"] == "inconclusive"
+
+
+# a huge number of chains neither creates a device per chain nor looks hung
+def test_host_devices_are_capped():
+    cores = os.cpu_count() or 1
+    assert cli.host_devices(100000) == max(cli.MAX_HOST_DEVICES, cores)
+    assert cli.host_devices(8) == max(8, cores) and cli.host_devices(None) == max(4, cores)
 
 
 def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):

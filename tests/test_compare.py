@@ -2,6 +2,7 @@
 
 import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ import xarray as xr
 from conftest import random_data, random_network, record_check, rng_of, seed_of
 
 import bayes_attn as ba
-from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check
+from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check, Comparison
 from bayes_attn.fingerprints import fingerprint
 from bayes_attn.posterior import Posterior, sample_stats
 from bayes_attn.run.report import comparison_report
@@ -279,3 +280,18 @@ def test_headline_picks_the_verdict_and_is_checked(problem, corrected):
         ba.compare(corrected, post, xt, yt, headline="first")
     with pytest.raises(ValueError, match="headline"):
         ba.compare(theory, post, xt, yt, headline="laplace")
+
+
+def test_unreliable_correction_stands_beside_the_verdict(tmp_path):
+    comp = Comparison(path_labels=["1-1"], width=1, U_theory=np.eye(1), U_sampled=np.eye(1), U_mcse=np.eye(1),
+                      mean_theory=np.array([0.1, -0.2]), mean_sampled=np.array([0.2, -0.1]), mean_mcse=np.ones(2), var_theory=np.ones(2),
+                      var_sampled=np.ones(2), var_mcse=np.ones(2), y_test=np.array([1.0, -1.0]),
+                      accuracy={"theory": 0.5}, correction="laplace",
+                      theory_warnings=["the Laplace correction is unreliable: the widths are too small"])
+    assert "**Warning:** the Laplace correction is unreliable" in comparison_report(comp)
+    comp.save(tmp_path / "c.nc")
+    with xr.open_dataset(tmp_path / "c.nc") as ds:
+        assert ds.attrs["theory_warnings"] == "the Laplace correction is unreliable: the widths are too small"
+    stalled = SimpleNamespace(converged=False, message="stalled", max_gradient=1.0, is_minimum=False,
+                              hessian_min_eigenvalue=-1.0)
+    assert ba.Theory.problems.fget(stalled) == ["the theory did not converge (stalled; max |dS/dU| 1)"]

@@ -2,17 +2,33 @@
 replaced runs, foreign manifests, linked locks and stale temporaries."""
 
 import json
+import os
 
 import pytest
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
+from bayes_attn.run import pipeline
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
-from conftest import TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file, users_folder
+from conftest import (
+    FAST,
+    THEORY_ONLY,
+    forbid_calls as _forbid,
+    one_line as _one_line,
+    snapshot_tree,
+    spec_file as _spec_file,
+    users_folder,
+)
 
-THEORY_ONLY = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": []}}
 
+def _snapshot(folder):
+    """Every entry's bytes; the package's own lock reads as its kind only, since each hold writes its holder line
+    (pid and start time, to the second) anew."""
+    def content(p):
+        data = p.read_bytes() if p.is_file() else "dir"
+        return "the package's lock" if p.name == outputs.LOCK and data[:4] == b"pid " else data
+    return {p.name: content(p) for p in folder.iterdir()}
 
 
 def test_out_on_a_users_folder_is_refused_and_force_deletes_nothing_of_theirs(tmp_path, capsys, monkeypatch):
@@ -30,6 +46,62 @@ def test_out_on_a_users_folder_is_refused_and_force_deletes_nothing_of_theirs(tm
     after = snapshot_tree(out)
     assert {k: v for k, v in after.items() if k in before} == before
     assert "theory.nc" in after
+
+
+def test_force_over_the_users_own_files_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name, text in (("spec.toml", "# my notes\n"), ("theory.nc", "my data"), ("manifest.json", '{"mine": 1}'),
+                       (".lock", "my lock notes")):
+        (out / name).write_text(text)
+    before = _snapshot(out)
+    _forbid(monkeypatch, (pipeline, "solve_theory"))
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out), "--force"]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    for name in ("spec.toml", "theory.nc", "manifest.json", ".lock"):
+        assert name in line
+    assert "did not write" in line
+    assert _snapshot(out) == before
+
+
+def test_force_writes_beside_the_users_files_without_touching_them(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out), "--force"]) == 0
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / "manifest.json").read_text())["files"] == ["spec.toml", "theory.nc"]
+
+
+def _fake_run_folder(out):
+    with outputs.output_folder(out, command="run", files=pipeline.RUN_FILES) as stage:
+        for name in pipeline.RUN_FILES:
+            stage.path(name).write_text(f"run's {name}")
+
+
+def test_theory_into_a_run_folder_names_what_it_would_remove_and_needs_force(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "r"
+    _fake_run_folder(out)
+    before = _snapshot(out)
+    with monkeypatch.context() as m:
+        _forbid(m, (pipeline, "solve_theory"))
+        assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert "`bayes-attn run`" in line and "posterior.nc" in line and "--force" in line
+    assert _snapshot(out) == before
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out), "--force"]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING: replacing the results of `bayes-attn run`" in err and "posterior.nc" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["command"] == "theory" and manifest["files"] == ["spec.toml", "theory.nc"]
+    assert not (out / "posterior.nc").exists() and not (out / "report.md").exists()
+
+
+def test_same_command_again_needs_no_force(tmp_path):
+    out = tmp_path / "t"
+    path = _spec_file(tmp_path)
+    assert cli.main(["theory", str(path), "--out", str(out)]) == 0
+    assert cli.main(["theory", str(path), "--out", str(out), "--temperature", "0.2"]) == 0
 
 
 def test_foreign_manifest_is_not_replaced_and_its_list_not_deleted(tmp_path):
@@ -71,6 +143,18 @@ def test_lock_symlink_is_refused_not_followed(tmp_path, capsys):
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == cli.EXIT_USAGE
     assert "not a plain file" in _one_line(capsys.readouterr().err)
     assert victim.read_text() == "precious"
+
+
+def test_hard_linked_lock_is_refused(tmp_path, capsys):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    out = tmp_path / "folder"
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
+    (out / ".lock").unlink()
+    os.link(precious, out / ".lock")
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == cli.EXIT_USAGE
+    assert "hard link" in _one_line(capsys.readouterr().err)
+    assert precious.read_text() == "precious"
 
 
 def test_staging_symlink_is_neither_followed_nor_an_error(tmp_path, capsys):
@@ -128,6 +212,66 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
     assert after == before
     assert not list(out.glob(outputs.STAGING_PREFIX + "*"))
     assert (out / "widths" / "theory-N3-T0.3.nc").exists()  # the cache of the interrupted run may stay
+
+
+def test_folder_in_the_way_of_an_output_is_refused_before_computing(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "m"
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
+    (out / "report.md").mkdir()
+    before = _snapshot(out)
+    _forbid(monkeypatch, (pipeline, "solve_theory"), (ba.posterior, "sample_posterior"))
+    assert cli.main(["run", str(_spec_file(tmp_path)), "--out", str(out), "--force", *FAST]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert "report.md (a folder)" in line
+    assert _snapshot(out) == before
+
+
+def test_file_made_while_computing_is_not_replaced_and_nothing_moves(tmp_path):
+    out = tmp_path / "o"
+    with outputs.output_folder(out, files=("a.txt", "b.txt")) as stage:
+        stage.path("a.txt").write_text("old")
+    before = _snapshot(out)
+    with pytest.raises(outputs.ClashError, match="b.txt"):
+        with outputs.output_folder(out, files=("a.txt", "b.txt")) as stage:
+            stage.path("a.txt").write_text("new")
+            stage.path("b.txt").write_text("new")
+            (out / "b.txt").write_text("the user's, made meanwhile")
+    assert _snapshot(out) == before | {"b.txt": b"the user's, made meanwhile"}
+    assert not list(out.glob(outputs.STAGING_PREFIX + "*"))
+
+
+def test_undeclared_output_is_an_error_before_anything_moves(tmp_path):
+    out = tmp_path / "o"
+    with pytest.raises(RuntimeError, match="did not declare"):
+        with outputs.output_folder(out, files=("a.txt",)) as stage:
+            stage.path("a.txt").write_text("1")
+            stage.path("c.txt").write_text("1")
+    assert not (out / "a.txt").exists() and not (out / "manifest.json").exists()
+
+
+def test_interrupted_replacement_leaves_every_file_claimed(tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    with outputs.output_folder(out, files=("a.txt", "b.txt")) as stage:
+        stage.path("a.txt").write_text("old")
+    real, moved = os.replace, []
+
+    def replace_once(src, dst):
+        if moved:
+            raise KeyboardInterrupt
+        moved.append(dst)
+        real(src, dst)
+
+    with pytest.raises(KeyboardInterrupt):
+        with outputs.output_folder(out, files=("a.txt", "b.txt")) as stage:
+            stage.path("a.txt").write_text("new")
+            stage.path("b.txt").write_text("new")
+            monkeypatch.setattr(outputs.os, "replace", replace_once)
+    monkeypatch.setattr(outputs.os, "replace", real)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["state"] == "replacing" and manifest["files"] == ["a.txt", "b.txt"]
+    with outputs.output_folder(out, files=("a.txt", "b.txt")) as stage:  # the next run finds no clash
+        stage.path("b.txt").write_text("next")
+    assert json.loads((out / "manifest.json").read_text())["files"] == ["b.txt"] and not (out / "a.txt").exists()
 
 
 def test_replacing_run_removes_files_the_new_run_does_not_write(tmp_path):

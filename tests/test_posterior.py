@@ -310,6 +310,18 @@ def test_load_missing_file(tmp_path):
 
 
 @pytest.mark.slow
+def test_loaders_name_the_kind_of_file_they_need(tmp_path, tiny_full):
+    net, x, y, _, post = tiny_full
+    theory = ba.solve_theory(net, x, y, temperature=0.1)
+    theory.save(tmp_path / "theory.nc")
+    with pytest.raises(ValueError, match=r"must be a posterior written by Posterior.save .*read it with load_theory"):
+        ba.load_posterior(tmp_path / "theory.nc")
+    post.save(tmp_path / "posterior.nc")
+    with pytest.raises(ValueError, match=r"must be a theory written by Theory.save .*read it with load_posterior"):
+        ba.load_theory(tmp_path / "posterior.nc")
+
+
+@pytest.mark.slow
 def test_token_form_thinning_one_chain_without_test_inputs(tiny):
     net, x, y, xt = tiny
     post = ba.sample_posterior(net, x, y, temperature=0.1, num_warmup=30, num_samples=20, num_chains=1, thinning=2,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bayes_attn.spec import spec_from_dict
+from bayes_attn.spec import load_spec, spec_from_dict
 from conftest import TINY
 
 
@@ -21,3 +21,20 @@ from conftest import TINY
 def test_spec_type_errors_name_the_field(change, match):
     with pytest.raises(ValueError, match=match):
         spec_from_dict(TINY | change)
+
+
+def test_spec_with_a_byte_order_mark_reads_and_latin1_is_named(tmp_path):
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + '# café\nname = "bom"\n'.encode())
+    assert load_spec(bom).name == "bom"
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes('# café\nname = "latin"\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin.toml' is not UTF-8 text \(byte 5"):
+        load_spec(latin)
+
+
+def test_nested_list_types_read_well():
+    with pytest.raises(ValueError, match=r"network.layers must be a list of lists of strings, got 5$"):
+        spec_from_dict({"network": {"layers": 5}})
+    with pytest.raises(ValueError, match=r"compare.widths must be a list of integers, got 'x'$"):
+        spec_from_dict({"compare": {"widths": "x"}})

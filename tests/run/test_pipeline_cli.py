@@ -5,8 +5,9 @@ import tomllib
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import TINY
+from conftest import TINY, spec_file
 
+import bayes_attn as ba
 from bayes_attn import cli, gp_limit
 from bayes_attn.run import pipeline
 from bayes_attn.spec import Spec, load_spec, spec_from_dict
@@ -149,6 +150,18 @@ def test_cli_run_correction_picks_the_headline(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", str(path), "--correction", "first"])
     assert "--correction" in capsys.readouterr().err
+
+
+def test_theory_command_reads_the_specs_correction_and_the_option(tmp_path, capsys):
+    path = spec_file(tmp_path)
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "a")]) == 0
+    assert "corrected (Laplace, §8)" in capsys.readouterr().out
+    assert ba.load_theory(tmp_path / "a" / "theory.nc").correction == "laplace"
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "b"), "--correction", "none"]) == 0
+    assert ba.load_theory(tmp_path / "b" / "theory.nc").correction == "none"
+    none = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"correction": "none"}})
+    assert cli.main(["theory", str(none), "--out", str(tmp_path / "c")]) == 0
+    assert ba.load_theory(tmp_path / "c" / "theory.nc").correction == "none"
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):

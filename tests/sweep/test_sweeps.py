@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import xarray as xr
 
+import bayes_attn as ba
 from bayes_attn import cli, compile_cache
+from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
-from bayes_attn.spec import spec_from_dict
-from conftest import SWEEP_SETTINGS, TINY
+from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
 
 SMALL = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": [3]}}
 
@@ -148,3 +149,11 @@ def test_swapped_sampling_width_files_are_recomputed(tmp_path):
     for path, N, U in zip(paths, (3, 30), first, strict=True):
         assert table.sample_job(spec, N, 0.1, tmp_path, settings, False) == path
         xr.testing.assert_equal(xr.load_dataset(path)["U_sampled"], U)
+
+
+def test_empty_width_list_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    path = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"widths": []}})
+    forbid_calls(monkeypatch, (ba.sweep.table, "solve_theory"))
+    assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == cli.EXIT_USAGE
+    assert "widths must hold at least one width" in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())

@@ -311,3 +311,29 @@ def test_an_undecodable_image_is_named_with_its_zip(fake_omniglot):
     with pytest.raises(ValueError, match=r"0400_01\.png.*broken\.zip") as err:
         read_omniglot(fake_omniglot, files=("broken.zip",))
     assert "BytesIO" not in str(err.value) and " at 0x" not in str(err.value), err.value
+
+
+@pytest.mark.parametrize("compression", ["deflated", "stored"])
+def test_damaged_zip_member_is_named(tmp_path, compression):
+    rng = np.random.default_rng(0)
+    members = {}
+    for c in (1, 2):
+        for d in (1, 2):
+            buf = io.BytesIO()
+            Image.fromarray((rng.random((40, 40)) < 0.5).astype(np.uint8) * 255).save(buf, format="PNG")
+            members[f"top/Alpha/character0{c}/01{c}_0{d}.png"] = buf.getvalue()
+    path = tmp_path / "one.zip"
+    mode = zipfile.ZIP_DEFLATED if compression == "deflated" else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, "w", compression=mode) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    victim = "top/Alpha/character02/012_01.png"
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo(victim)
+    raw = bytearray(path.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for i in range(start + 20, start + 60):  # inside the member's (compressed) bytes
+        raw[i] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match=rf"{victim}' in 'one.zip' cannot be read .*damaged"):
+        read_omniglot(tmp_path, files=("one.zip",), size=20)

@@ -19,6 +19,7 @@ import pytest
 import scipy.optimize
 from conftest import rng_of, seed_of
 
+import bayes_attn as ba
 import bayes_attn.theory.solve as solve_module
 from bayes_attn import Network, kernels, markov, precision
 from bayes_attn import theory as th
@@ -662,6 +663,15 @@ def test_bad_inputs(monkeypatch):
         th.gp_limit(net, x, y, temperature=0)
     with pytest.raises(ValueError, match="y"):
         th.gp_limit(net, x, y[:3], temperature=0.1)
+
+
+def test_labels_far_from_unit_scale_are_named_not_a_linalg_traceback():
+    from bayes_attn.spec import Spec
+
+    spec = Spec()
+    x, y, _, _ = spec.data()
+    with pytest.raises(ValueError, match=r"max \|y\| = 1e\+03, far from unit scale: rescale them"):
+        ba.solve_theory(spec.net(None), x, 1000 * y, temperature=spec.temperature)
 
 
 def test_a_convergence_message_names_the_gradient_once():
