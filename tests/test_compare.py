@@ -14,6 +14,7 @@ from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check, Comparison
 from bayes_attn.fingerprints import fingerprint
 from bayes_attn.posterior import Posterior, sample_stats
 from bayes_attn.run.report import comparison_report
+from bayes_attn.stats import accuracy
 
 
 def test_check_verdict_rules():
@@ -135,6 +136,18 @@ def test_compare_rejects_other_inputs(problem):
     other = ba.solve_theory(net, x, y, temperature=0.2)
     with pytest.raises(ValueError, match="temperature"):
         ba.compare(other, post, xt, yt)
+
+
+@pytest.mark.slow
+def test_classification_needs_plus_minus_one_labels(tiny_full):
+    net, x, y, xt, post = tiny_full
+    with pytest.raises(ValueError, match=r"y must be classification labels \+1/-1.*2\*y - 1"):
+        accuracy(np.ones(4), np.array([0.0, 1.0, 1.0, 0.0]))
+    theory = ba.solve_theory(net, x, y, temperature=0.1)
+    with pytest.raises(ValueError, match="y_test must be classification labels"):
+        ba.compare(theory, post, xt, (np.arange(len(xt)) % 2).astype(float))
+    # regression targets stay allowed for the theory and the sampler themselves
+    ba.solve_theory(net, x, 0.3 * y + 0.1, temperature=0.5)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ replaced runs, foreign manifests, linked locks and stale temporaries."""
 import json
 import os
 
+import numpy as np
 import pytest
 
 import bayes_attn as ba
@@ -296,3 +297,17 @@ def test_stale_temporaries_are_removed(tmp_path, capsys):
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
     assert "removed 2 temporary" in capsys.readouterr().err
     assert not list(out.rglob("*.tmp")) and not list(out.glob(".bayes_attn-staging-*"))
+
+
+@pytest.mark.slow
+def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
+    net, x, y, _ = tiny
+    theory = ba.solve_theory(net, x, y, temperature=0.5)
+    path = theory.save(tmp_path / "theory.nc")
+    raw = bytearray(path.read_bytes())
+    at = raw.find(np.ascontiguousarray(x[5, 2]).tobytes())  # the training inputs, stored in the file
+    assert at > 0
+    raw[at + 3] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="truncated or corrupted"):
+        ba.load_theory(path)

@@ -7,11 +7,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import MIN_ESS, check_max_abs_z, key_of, random_data, random_network, rng_of, seed_of, traced_programs
+from conftest import (
+    MIN_ESS,
+    TINY,
+    check_max_abs_z,
+    key_of,
+    random_data,
+    random_network,
+    rng_of,
+    seed_of,
+    spec_file,
+    traced_programs,
+)
 
 import bayes_attn as ba
+from bayes_attn import cli
 from bayes_attn import posterior as bp
-from bayes_attn.samplers import nuts
+from bayes_attn.samplers import memory, nuts
+from bayes_attn.spec import spec_from_dict
 
 
 Z = (7, MIN_ESS)  # 7 test inputs, MCSEs estimated -> false failures <= 1e-3 per comparison (check_max_abs_z)
@@ -344,6 +357,20 @@ def test_temperature_out_of_the_dtypes_range_is_refused_before_sampling(tiny, mo
     for sampler in ("wishart", "laplace-is", "auto"):
         with pytest.raises(ValueError, match=r"temperature 1e\+39 is out of range for dtype float32"):
             ba.sample_posterior(net, x, y, temperature=1e39, sampler=sampler, dtype="float32", progress_bar=False)
+
+
+@pytest.mark.slow
+def test_memory_estimate_refuses_a_run_too_big_before_compiling(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 * 2**30)
+    spec = spec_from_dict(TINY)
+    x, y, xt, _ = spec.data()
+    with pytest.raises(ValueError, match=r"needs about .* GiB but 8 GiB are available"):
+        ba.sample_posterior(spec.net(100_000), x, y, temperature=0.1, sampler="collapsed", progress_bar=False)
+    assert cli.main(["sample", str(spec_file(tmp_path)), "--width", "100000", "--out", str(tmp_path / "s")]) == 2
+    assert "needs about" in capsys.readouterr().err
+    # the estimate grows with the latent dimension; the wishart sampler's does not grow with width
+    ba.sample_posterior(spec.net(100_000), x, y, temperature=0.1, sampler="wishart", num_chains=1, num_warmup=5,
+                        num_samples=5, progress_bar=False)
 
 
 def test_a_failed_diagnostic_never_reads_as_a_pass():

@@ -1,5 +1,6 @@
 """Specs, the run/sweep pipeline and the bayes-attn command on a tiny Markov problem."""
 
+import json
 import tomllib
 
 import numpy as np
@@ -136,6 +137,32 @@ def test_cli_sample_and_theory(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_run_with_failed_diagnostics_is_inconclusive_and_exits_3(tmp_path, capsys):
+    path = spec_file(tmp_path)
+    out = tmp_path / "run"
+    status = cli.main(["run", str(path), "--out", str(out), "--width", "8", "--temperature", "0.2", "--samples", "30",
+                       "--warmup", "20", "--chains", "3", "--seed", "3", "--no-progress"])
+    assert status == cli.EXIT_DIAGNOSTICS
+    assert "WARNING: the sampler's diagnostics failed" in capsys.readouterr().err
+    comp = xr.open_dataset(out / "comparison.nc")
+    assert comp.attrs["verdict"] == "inconclusive"
+    comp.close()
+    assert "INCONCLUSIVE" in (out / "report.md").read_text()
+    assert json.loads((out / "manifest.json").read_text())["verdict"] == "inconclusive"
+
+    # provenance: the folder's spec.toml is the run that wrote it
+    ran = load_spec(out / "spec.toml")
+    assert (ran.network.width, ran.temperature) == (8, 0.2)
+    s = ran.sampler
+    assert (s.num_samples, s.num_warmup, s.num_chains, s.seed, s.name) == (30, 20, 3, 3, "collapsed")
+    assert s.chain_method in ("parallel", "vectorized", "sequential")  # resolved, not "auto"
+    post = ba.load_posterior(out / "posterior.nc")
+    assert json.loads(post.tree.attrs["settings"]) == s.to_dict()
+    versions = json.loads(post.tree.attrs["versions"])
+    assert versions["numpyro"] and versions["jax"] and versions["bayes_attn"]
+
+
+@pytest.mark.slow
 def test_cli_run_correction_picks_the_headline(tmp_path, capsys):
     _, path = _write(tmp_path)
     cli.main(["run", str(path), "--out", str(tmp_path / "r"), "--correction", "none", "--width", "4",
@@ -162,6 +189,21 @@ def test_theory_command_reads_the_specs_correction_and_the_option(tmp_path, caps
     none = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"correction": "none"}})
     assert cli.main(["theory", str(none), "--out", str(tmp_path / "c")]) == 0
     assert ba.load_theory(tmp_path / "c" / "theory.nc").correction == "none"
+
+
+@pytest.mark.slow
+def test_same_seed_same_draws_from_library_and_command(tmp_path):
+    path = spec_file(tmp_path)
+    spec = load_spec(path)
+    x, y, xt, _ = spec.data()
+    assert cli.main(["sample", str(path), "--out", str(tmp_path / "s"), "--chain-method", "sequential", "--seed", "7",
+                     "--no-progress"]) in (0, cli.EXIT_DIAGNOSTICS)
+    from_cli = ba.load_posterior(tmp_path / "s" / "posterior.nc")
+    lib = ba.sample_posterior(spec.net(), x, y, temperature=spec.temperature, x_test=xt, progress_bar=False,
+                              sampler=spec.sampler.replace(seed=7, chain_method="sequential"))
+    for v in ("U", "f_test"):
+        np.testing.assert_array_equal(from_cli.tree["posterior"][v].values, lib.tree["posterior"][v].values)
+    assert json.loads(from_cli.tree.attrs["settings"])["chain_method"] == "sequential"
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):
