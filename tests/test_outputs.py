@@ -1,11 +1,13 @@
-"""Output folders (bayes_attn.outputs): whose files may be replaced, one writer, staging, interrupted and
-replaced runs, foreign manifests, linked locks and stale temporaries."""
+"""Output folders and files (bayes_attn.outputs): whose files may be replaced, one writer, staging, interrupted
+and replaced runs, foreign manifests, linked locks and stale temporaries; checksums, JSON attributes and package
+versions of saved files."""
 
 import json
 import os
 
 import numpy as np
 import pytest
+import xarray as xr
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
@@ -311,3 +313,32 @@ def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="truncated or corrupted"):
         ba.load_theory(path)
+
+
+def test_corrupt_json_attribute_is_a_corrupt_file(tiny, tmp_path):
+    import netCDF4
+
+    net, x, y, _ = tiny
+    path = ba.solve_theory(net, x, y, temperature=0.5).save(tmp_path / "theory.nc")
+    with netCDF4.Dataset(path, "a") as f:
+        f.setncattr("head_names", "[[\"a\", ")
+    with pytest.raises(outputs.CorruptFileError, match="head_names"):
+        ba.load_theory(path)
+
+
+def test_other_version_missing_versions_and_unknown_sampler(tmp_path, monkeypatch):
+    ds = xr.Dataset({"a": ("i", [1.0, 2.0])})
+    outputs.save(ds, tmp_path / "ok.nc")
+    outputs.load_dataset(tmp_path / "ok.nc")  # this version: no warning (pytest -W error would show one)
+    ds.to_netcdf(tmp_path / "bare.nc")
+    with pytest.warns(RuntimeWarning, match="records no package versions"):
+        outputs.load_dataset(tmp_path / "bare.nc")
+    outputs.save(ds.assign_attrs(versions=json.dumps({"bayes_attn": "0.0.1"})), tmp_path / "old.nc")
+    with pytest.warns(RuntimeWarning, match="written by bayes_attn 0.0.1"):
+        outputs.load_dataset(tmp_path / "old.nc")
+    outputs.save(ds.assign_attrs(sampler="magic"), tmp_path / "magic.nc")
+    with pytest.raises(outputs.CorruptFileError, match="sampler 'magic'"):
+        outputs.load_dataset(tmp_path / "magic.nc", samplers=ba.samplers.SAMPLERS)
+    import inspect
+
+    assert "samplers=SAMPLERS" in inspect.getsource(ba.posterior.load_posterior)  # posteriors are loaded so

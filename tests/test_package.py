@@ -1,4 +1,5 @@
-"""The package's public surface: no global side effects at import, no private names used outside it."""
+"""The package's public surface: no global side effects at import, no private names used outside it, the theory
+document it ships."""
 
 import ast
 import json
@@ -7,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from bayes_attn import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,6 +161,18 @@ def test_docstrings_cite_the_theory_document_the_repository_has():
     assert (ROOT / "docs" / "theory.md").is_file()
     stale = [str(p.relative_to(ROOT)) for p in (ROOT / "bayes_attn").rglob("*.py") if "THEORY.md" in p.read_text()]
     assert stale == []
+
+
+def test_theory_documentation_ships_and_is_pointed_to(capsys):
+    doc = (ROOT / "docs" / "theory.md").read_text()
+    for section in ("Network", "Attention paths", "Order parameters", "action", "GP limit", "Head scores",
+                    "Wishart", "Omniglot", "Laplace"):
+        assert section.lower() in doc.lower(), section
+    for command in ("theory", "prune"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "THEORY.md" not in out and "docs/theory.md" in out
 
 
 def _module_file(name: str) -> Path | None:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_data, random_network
+from conftest import random_data, random_network, spec_file
 from threadpoolctl import threadpool_limits
 
 import bayes_attn as ba
-from bayes_attn import compile_cache, threads
+from bayes_attn import cli, compile_cache, threads
 
 
 def test_threads_reachable_after_plain_import():
@@ -119,6 +119,29 @@ def test_command_fills_the_cache_unless_told_not_to(tmp_path):
     assert len(list((tmp_path / "on" / "bayes_attn" / "jax").iterdir())) > 0
     assert len(list((tmp_path / "on" / "bayes_attn" / "jax" / "exported").glob("*.jaxexport"))) > 0
     assert not (tmp_path / "off" / "bayes_attn").exists()
+
+
+# no code from a received folder: the workers' compiled programs are not read from the output folder
+def test_dask_compilation_cache_lives_in_the_users_cache_folder(tmp_path, monkeypatch):
+    from bayes_attn.sweep import table
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("BAYES_ATTN_COMPILE_CACHE", raising=False)
+    monkeypatch.delenv("BAYES_ATTN_NO_COMPILE_CACHE", raising=False)
+    monkeypatch.setattr(cli, "enable_compile_cache", lambda on: None)  # JAX's cache stays off in this process
+    seen = {}
+
+    def fake_sweep(spec, out, executor=None, **kw):
+        seen["executor"], seen["out"] = executor, out
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(table, "sweep", fake_sweep)
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--executor", "dask",
+                     "--workers", "1"]) == cli.EXIT_USAGE
+    cache = Path(seen["executor"].compilation_cache)
+    assert cache == tmp_path / "cache" / "bayes_attn" / "jax"
+    assert out.resolve() not in cache.resolve().parents
 
 
 def test_exported_programs_are_loaded_not_traced_and_equal_the_traced(monkeypatch, tmp_path):
@@ -353,8 +376,6 @@ def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
     the same result; the next run reads them without a message (issue 53 row 9)."""
     import subprocess
     import sys
-
-    from conftest import spec_file
 
     spec, env = spec_file(tmp_path), {**os.environ, compile_cache.ENV_DIR: str(tmp_path / "cache")}
     env.pop(compile_cache.ENV_OFF, None)

@@ -288,6 +288,25 @@ def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path,
     assert helps == [cli.NO_PROGRESS_HELP] and "result still goes to stdout" in helps[0]
 
 
+def test_prune_verdict_from_rhat_and_divergences(tmp_path, capsys, monkeypatch):
+    import xarray as xr
+
+    from bayes_attn import cli, outputs
+    from bayes_attn.oneshot import pipeline
+
+    ds = xr.Dataset({"rhat_U": ("sample_width", [2.49, 1.0]), "divergences": ("sample_width", [9, 0])},
+                    coords={"sample_width": [10, 100]})
+    outputs.save(ds, tmp_path / "oneshot.nc")
+    v = pipeline.sampling_verdict(tmp_path / "oneshot.nc")
+    assert v["verdict"] == "inconclusive" and "N=10" in v["inconclusive_reasons"][0]
+    assert "R-hat 2.49" in v["inconclusive_reasons"][0] and "9 divergent" in v["inconclusive_reasons"][0]
+    report = {"spearman": {"rho": 0.5, "p_value": 0.1}, "base_accuracy": 0.9, "base_se": 0.01} | v
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: report)
+    assert cli.main(["prune", "--out", str(tmp_path / "p")]) == cli.EXIT_DIAGNOSTICS
+    captured = capsys.readouterr()
+    assert "WARNING: inconclusive" in captured.err and captured.out.count("wrote") == 1
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     needs_omniglot()

@@ -1,4 +1,4 @@
-"""Specs, the run/sweep pipeline and the bayes-attn command on a tiny Markov problem."""
+"""Specs, the run/sweep pipeline (bayes_attn.run), its figures and the bayes-attn command on a tiny Markov problem."""
 
 import json
 import tomllib
@@ -120,6 +120,26 @@ def test_gp_on_paths_equals_gp_of_subnetwork():
     m2, v2 = sub.predict(xt)
     np.testing.assert_allclose(m1, m2, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(v1, v2, rtol=1e-9, atol=1e-12)
+
+
+def test_log_axis_ticks_are_plain_numbers_and_heatmap_numbers_readable():
+    from matplotlib.figure import Figure
+
+    from bayes_attn.run import figures
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([3, 6, 30, 300], [1, 2, 3, 4])
+    ax.set_xscale("log")
+    figures.plain_log_ticks(ax, "x")
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
+    assert labels and all("times" not in s and "^" not in s for s in labels), labels
+    M = np.array([[1.0, 0.0], [0.0, -1.0]])
+    heat = Figure().subplots()
+    figures.heatmap(heat, M, ["a", "b"], "t", 1.0)
+    colours = {t.get_text(): t.get_color() for t in heat.texts}
+    assert colours["1.00"] == "white" and colours["0.00"] == "black"
 
 
 @pytest.mark.slow

