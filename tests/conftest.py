@@ -340,6 +340,36 @@ def tiny_full():
 
 
 # ----------------------------------------------------------------------------
+# random problems of the theory's tests (tests/theory/)
+# ----------------------------------------------------------------------------
+N0, TOKENS, P = 6, 5, 16  # their feature dimension, tokens per sequence and training examples
+
+
+def random_problem(heads, widths, variances=1.0, seed=0, p=P):
+    """A network with random attention (``heads`` per layer), ``widths`` and ``variances``, ``p`` random sequences
+    ``[p, TOKENS, N0]`` and ±1 labels (all from ``seed_of(seed)``): ``(net, x, y)``."""
+    rng = rng_of(seed)
+    att = [rng.normal(size=(h, N0, N0)) for h in heads]
+    net = ba.Network(att, widths, variances)
+    x = rng.normal(size=(p, TOKENS, N0))
+    y = np.where(rng.random(p) < 0.5, 1.0, -1.0)
+    return net, x, y
+
+
+def random_spd(rng, U, eps=0.3):
+    """``U`` plus a random positive semi-definite matrix of size ``eps`` (from ``rng``)."""
+    A = rng.normal(size=U.shape)
+    return U + eps * A @ A.T / U.shape[0]
+
+
+CONFIGS = [  # (heads, widths, variances) of networks of one, two and three layers
+    ((3,), [5, 8], [1.0, 1.3, 0.7]),
+    ((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9]),
+    ((2, 1, 2), [5, 7, 6, 8], [1.0, 1.1, 0.9, 1.2, 0.8]),
+]
+
+
+# ----------------------------------------------------------------------------
 # exact posteriors shared by several test files (cached per worker; their tests share an xdist_group)
 # ----------------------------------------------------------------------------
 WISHART = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
