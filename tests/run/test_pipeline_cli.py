@@ -1,4 +1,4 @@
-"""Specs, the run/sweep pipeline (bayes_attn.run), its figures and the bayes-attn command on a tiny Markov problem."""
+"""Specs, the run pipeline and its figures (bayes_attn.run) and the bayes-attn command on a tiny Markov problem."""
 
 import json
 import tomllib
@@ -12,7 +12,6 @@ import bayes_attn as ba
 from bayes_attn import cli, gp_limit
 from bayes_attn.run import pipeline
 from bayes_attn.spec import Spec, load_spec, spec_from_dict
-from bayes_attn.sweep import table
 
 
 def _write(tmp_path, data=TINY):
@@ -81,32 +80,6 @@ def test_run_writes_everything(tmp_path):
     assert res.theory.converged
     assert res.posterior.sampler == "collapsed" and "Sampled with `collapsed` (NUTS" in report
     # overrides in the folder's spec.toml: test_cli_run_correction_picks_the_headline
-
-
-@pytest.mark.slow
-def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
-    spec = spec_from_dict(TINY)
-    ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)
-    assert ds.sizes["width"] == 2 and ds.sizes["sample_width"] == 1
-    assert set(ds["gp_model"].values) == {"whole network", "good path", "good + denoising paths"}
-    assert (tmp_path / "sw" / "accuracy_vs_width.png").exists() and (tmp_path / "sw" / "finite_size.png").exists()
-    # leading and corrected theory side by side, each with gap, MCSE and verdict
-    assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"
-    for v in ("alternative_check_gap", "alternative_check_mcse", "alternative_verdict", "U_sd_theory", "U_sd_sampled"):
-        assert v in ds and "sample_width" in ds[v].dims, v
-    assert (tmp_path / "sw" / "order_parameter_sd.png").exists()
-
-    def fail(*a, **k):
-        raise AssertionError("a finished width was recomputed")
-
-    with monkeypatch.context() as m:
-        m.setattr(table, "sample_posterior", fail)
-        m.setattr(table, "solve_theory", fail)
-        again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
-    xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
-    # other settings: finished widths are not reused
-    hot = table.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperature=0.5, progress_bar=False)
-    assert float(hot["Ua"].sel(width=3)) != float(ds["Ua"].sel(width=3))  # recomputed at the new temperature
 
 
 @pytest.mark.slow

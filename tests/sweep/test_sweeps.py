@@ -1,4 +1,5 @@
-"""Sweeps as job records: the same sweep.nc in this process and on Dask; temperature grids; failed jobs."""
+"""Sweeps end to end (bayes_attn.sweep): the same sweep.nc on Dask, the sweep command's failed jobs, verdicts and
+errors, its figure, the cluster section of a spec."""
 
 import json
 
@@ -12,9 +13,6 @@ from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
 from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
-
-SMALL = TINY | {"compare": TINY["compare"] | {"widths": [3, 30], "sample_widths": [3]}}
-
 
 def _values(ds: xr.Dataset) -> xr.Dataset:
     """What must not depend on where the jobs ran (timings and settings text aside)."""
@@ -31,58 +29,9 @@ def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
 
 
-@pytest.mark.slow
-def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
-    spec = spec_from_dict(SMALL)
-    temps = [0.01, 0.3, 3.0]
-    ds = table.sweep(spec, tmp_path / "grid", temperatures=temps, sample_widths=[], progress_bar=False)
-    assert list(ds["temperature"].values) == temps
-    for N in (3, 30):
-        val = ds["accuracy_validation_theory"].sel(width=N).values
-        best = float(ds["best_temperature_theory"].sel(width=N))
-        assert best == temps[int(np.argmax(val))]  # argmax of validation accuracy, first among ties
-        assert float(ds["accuracy_theory_at_best"].sel(width=N)) == float(ds["accuracy_theory"].sel(width=N, temperature=best))
-    assert float(ds["best_temperature_gp"]) == temps[int(np.argmax(ds["accuracy_gp_validation"].values))]
-    assert (tmp_path / "grid" / "accuracy_vs_width.png").exists()
-    with pytest.raises(ValueError, match="sample_widths must be among widths"):
-        table.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
-
-
-def test_best_temperature_view_where_the_theory_and_the_gp_limit_choose_differently():
-    """The theory's best temperature varies with width and differs from the GP limit's: the one-temperature view
-    takes each at its own choice (at offset 2 of a fresh clone the figures of a grid sweep failed on the clash of
-    the selected temperatures as coordinates)."""
-    temps, widths, sample_widths = [0.01, 0.3, 3.0], [3, 30], [3]
-    grid = np.arange(6.0).reshape(2, 3)  # [width, temperature]
-    ds = xr.Dataset(
-        {"accuracy_theory": (("width", "temperature"), grid),
-         "U_theory": (("width", "temperature", "path", "path_"), grid[:, :, None, None] * np.ones((1, 1, 2, 2))),
-         "accuracy_gp": ("temperature", [0.5, 0.6, 0.7]),
-         "accuracy_sampled": (("sample_width", "temperature"), [[10.0, 11.0, 12.0]]),
-         "best_temperature_theory": ("width", [0.01, 3.0]), "best_temperature_gp": 0.3},
-        coords={"width": widths, "temperature": temps, "sample_width": sample_widths},
-    )
-    for v in ("U_sampled", "U_mcse", "accuracy_sampled_se", "verdict"):
-        ds[v] = ds["accuracy_sampled"]
-    view = table.best_temperature_view(ds)
-    assert "temperature" not in view.dims and "temperature" not in view.coords
-    assert view["accuracy_theory"].values.tolist() == [0.0, 5.0]
-    assert view["U_theory"].values[:, 0, 0].tolist() == [0.0, 5.0]
-    assert float(view["accuracy_gp"]) == 0.6 and view["accuracy_sampled"].values.tolist() == [10.0]
-
-
-def test_job_seeds_do_not_depend_on_the_folder():
-    spec = spec_from_dict(SMALL)
-    a = table.sweep_jobs(spec, "/a", [3], [3, 30], [0.1])
-    b = table.sweep_jobs(spec, "/elsewhere", [3], [3, 30], [0.1])
-    assert [j.seed for j in a] == [j.seed for j in b]
-    samples = [j for j in a if j.params["kind"] == "sample"]
-    assert len({j.seed for j in samples}) == 2  # different widths, different chains
-
-
 def test_a_failing_job_is_reported_and_the_others_finish(tmp_path, capsys, monkeypatch):
     path = tmp_path / "tiny.toml"
-    path.write_text(spec_from_dict(SMALL).to_toml())
+    path.write_text(spec_from_dict(TINY).to_toml())
     real = table.run_job
 
     def flaky(job: Job):
@@ -151,7 +100,7 @@ def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
 
     from bayes_attn.sweep.executors import DaskJobqueue, executor_from_options
 
-    data = SMALL | {"cluster": {"class": "SLURMCluster", "workers": 3, "queue": "normal", "cores": 1,
+    data = TINY | {"cluster": {"class": "SLURMCluster", "workers": 3, "queue": "normal", "cores": 1,
                                 "memory": "4GB", "walltime": "01:00:00", "env": {"JAX_PLATFORMS": "cpu"}}}
     spec = spec_from_dict(data)
     assert spec_from_dict(tomllib.loads(spec.to_toml())) == spec
@@ -160,38 +109,7 @@ def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
     script = ex.make_cluster().job_script()
     assert "#SBATCH -p normal" in script and "export JAX_PLATFORMS=cpu" in script
     with pytest.raises(ValueError, match="cluster"):
-        spec_from_dict(SMALL | {"cluster": 5})
-
-
-# issue 33, row 4: a cached job's file is trusted for what it holds, not for its name ---------------------------
-def _swap(a, b) -> None:
-    data = a.read_bytes()
-    a.write_bytes(b.read_bytes())
-    b.write_bytes(data)
-
-
-def test_swapped_theory_width_files_are_recomputed(tmp_path):
-    """``widths/theory-N3-...nc`` and ``...-N30-...nc`` swapped: each is recomputed at its own width."""
-    spec = spec_from_dict(SMALL)
-    paths = [table.theory_job(spec, N, 0.1, tmp_path) for N in (3, 30)]
-    first = [xr.load_dataset(p)[["U", "accuracy", "Ua"]] for p in paths]
-    _swap(*paths)
-    for path, N, ds in zip(paths, (3, 30), first, strict=True):
-        assert table.theory_job(spec, N, 0.1, tmp_path) == path
-        xr.testing.assert_equal(xr.load_dataset(path)[["U", "accuracy", "Ua"]], ds)
-
-
-@pytest.mark.slow
-def test_swapped_sampling_width_files_are_recomputed(tmp_path):
-    """The same for the sampling jobs' files (the Wishart sampler: one program for both widths)."""
-    spec = spec_from_dict(SMALL)
-    settings = spec.sampler.replace(name="wishart", num_warmup=20, num_samples=10, chain_method="sequential")
-    paths = [table.sample_job(spec, N, 0.1, tmp_path, settings, False) for N in (3, 30)]
-    first = [xr.load_dataset(p)["U_sampled"] for p in paths]
-    _swap(*paths)
-    for path, N, U in zip(paths, (3, 30), first, strict=True):
-        assert table.sample_job(spec, N, 0.1, tmp_path, settings, False) == path
-        xr.testing.assert_equal(xr.load_dataset(path)["U_sampled"], U)
+        spec_from_dict(TINY | {"cluster": 5})
 
 
 def test_empty_width_list_is_a_usage_error(tmp_path, capsys, monkeypatch):

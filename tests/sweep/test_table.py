@@ -3,12 +3,13 @@
 import json
 import tomllib
 
+import numpy as np
 import pytest
 import xarray as xr
 
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import job_seed, table
-from conftest import THEORY_ONLY, forbid_calls
+from conftest import THEORY_ONLY, TINY, forbid_calls
 
 
 def load_spec_text(text):
@@ -55,3 +56,109 @@ def test_truncated_cache_file_is_recomputed_with_a_warning(tmp_path):
     with pytest.warns(RuntimeWarning, match="truncated or corrupted.*recomputing"):
         again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_allclose(again["U_theory"], first["U_theory"], rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
+    spec = spec_from_dict(TINY)
+    ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)
+    assert ds.sizes["width"] == 2 and ds.sizes["sample_width"] == 1
+    assert set(ds["gp_model"].values) == {"whole network", "good path", "good + denoising paths"}
+    assert (tmp_path / "sw" / "accuracy_vs_width.png").exists() and (tmp_path / "sw" / "finite_size.png").exists()
+    # leading and corrected theory side by side, each with gap, MCSE and verdict
+    assert ds.attrs["correction"] == "laplace" and ds.attrs["alternative_correction"] == "none"
+    for v in ("alternative_check_gap", "alternative_check_mcse", "alternative_verdict", "U_sd_theory", "U_sd_sampled"):
+        assert v in ds and "sample_width" in ds[v].dims, v
+    assert (tmp_path / "sw" / "order_parameter_sd.png").exists()
+
+    def fail(*a, **k):
+        raise AssertionError("a finished width was recomputed")
+
+    with monkeypatch.context() as m:
+        m.setattr(table, "sample_posterior", fail)
+        m.setattr(table, "solve_theory", fail)
+        again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
+    xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
+    # other settings: finished widths are not reused
+    hot = table.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperature=0.5, progress_bar=False)
+    assert float(hot["Ua"].sel(width=3)) != float(ds["Ua"].sel(width=3))  # recomputed at the new temperature
+
+
+# a cached job's file is trusted for what it holds, not for its name
+def _swap(a, b) -> None:
+    data = a.read_bytes()
+    a.write_bytes(b.read_bytes())
+    b.write_bytes(data)
+
+
+def test_swapped_theory_width_files_are_recomputed(tmp_path):
+    """``widths/theory-N3-...nc`` and ``...-N30-...nc`` swapped: each is recomputed at its own width."""
+    spec = spec_from_dict(TINY)
+    paths = [table.theory_job(spec, N, 0.1, tmp_path) for N in (3, 30)]
+    first = [xr.load_dataset(p)[["U", "accuracy", "Ua"]] for p in paths]
+    _swap(*paths)
+    for path, N, ds in zip(paths, (3, 30), first, strict=True):
+        assert table.theory_job(spec, N, 0.1, tmp_path) == path
+        xr.testing.assert_equal(xr.load_dataset(path)[["U", "accuracy", "Ua"]], ds)
+
+
+@pytest.mark.slow
+def test_swapped_sampling_width_files_are_recomputed(tmp_path):
+    """The same for the sampling jobs' files (the Wishart sampler: one program for both widths)."""
+    spec = spec_from_dict(TINY)
+    settings = spec.sampler.replace(name="wishart", num_warmup=20, num_samples=10, chain_method="sequential")
+    paths = [table.sample_job(spec, N, 0.1, tmp_path, settings, False) for N in (3, 30)]
+    first = [xr.load_dataset(p)["U_sampled"] for p in paths]
+    _swap(*paths)
+    for path, N, U in zip(paths, (3, 30), first, strict=True):
+        assert table.sample_job(spec, N, 0.1, tmp_path, settings, False) == path
+        xr.testing.assert_equal(xr.load_dataset(path)["U_sampled"], U)
+
+
+@pytest.mark.slow
+def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
+    spec = spec_from_dict(TINY)
+    temps = [0.01, 0.3, 3.0]
+    ds = table.sweep(spec, tmp_path / "grid", temperatures=temps, sample_widths=[], progress_bar=False)
+    assert list(ds["temperature"].values) == temps
+    for N in (3, 30):
+        val = ds["accuracy_validation_theory"].sel(width=N).values
+        best = float(ds["best_temperature_theory"].sel(width=N))
+        assert best == temps[int(np.argmax(val))]  # argmax of validation accuracy, first among ties
+        assert float(ds["accuracy_theory_at_best"].sel(width=N)) == float(ds["accuracy_theory"].sel(width=N, temperature=best))
+    assert float(ds["best_temperature_gp"]) == temps[int(np.argmax(ds["accuracy_gp_validation"].values))]
+    assert (tmp_path / "grid" / "accuracy_vs_width.png").exists()
+    with pytest.raises(ValueError, match="sample_widths must be among widths"):
+        table.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
+
+
+def test_best_temperature_view_where_the_theory_and_the_gp_limit_choose_differently():
+    """The theory's best temperature varies with width and differs from the GP limit's: the one-temperature view
+    takes each at its own choice (at offset 2 of a fresh clone the figures of a grid sweep failed on the clash of
+    the selected temperatures as coordinates)."""
+    temps, widths, sample_widths = [0.01, 0.3, 3.0], [3, 30], [3]
+    grid = np.arange(6.0).reshape(2, 3)  # [width, temperature]
+    ds = xr.Dataset(
+        {"accuracy_theory": (("width", "temperature"), grid),
+         "U_theory": (("width", "temperature", "path", "path_"), grid[:, :, None, None] * np.ones((1, 1, 2, 2))),
+         "accuracy_gp": ("temperature", [0.5, 0.6, 0.7]),
+         "accuracy_sampled": (("sample_width", "temperature"), [[10.0, 11.0, 12.0]]),
+         "best_temperature_theory": ("width", [0.01, 3.0]), "best_temperature_gp": 0.3},
+        coords={"width": widths, "temperature": temps, "sample_width": sample_widths},
+    )
+    for v in ("U_sampled", "U_mcse", "accuracy_sampled_se", "verdict"):
+        ds[v] = ds["accuracy_sampled"]
+    view = table.best_temperature_view(ds)
+    assert "temperature" not in view.dims and "temperature" not in view.coords
+    assert view["accuracy_theory"].values.tolist() == [0.0, 5.0]
+    assert view["U_theory"].values[:, 0, 0].tolist() == [0.0, 5.0]
+    assert float(view["accuracy_gp"]) == 0.6 and view["accuracy_sampled"].values.tolist() == [10.0]
+
+
+def test_job_seeds_do_not_depend_on_the_folder():
+    spec = spec_from_dict(TINY)
+    a = table.sweep_jobs(spec, "/a", [3], [3, 30], [0.1])
+    b = table.sweep_jobs(spec, "/elsewhere", [3], [3, 30], [0.1])
+    assert [j.seed for j in a] == [j.seed for j in b]
+    samples = [j for j in a if j.params["kind"] == "sample"]
+    assert len({j.seed for j in samples}) == 2  # different widths, different chains
