@@ -9,6 +9,7 @@ import functools
 import gc
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ import pytest  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn.compare import MIN_ESS as COMPARE_MIN_ESS  # noqa: E402
+from bayes_attn.oneshot.model import ModelConfig, Params, init_params  # noqa: E402
 
 numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
@@ -367,6 +369,46 @@ CONFIGS = [  # (heads, widths, variances) of networks of one, two and three laye
     ((2, 2), [6, 4, 9], [0.8, 1.2, 1.1, 0.9]),
     ((2, 1, 2), [5, 7, 6, 8], [1.0, 1.1, 0.9, 1.2, 0.8]),
 ]
+
+
+# ----------------------------------------------------------------------------
+# the gradient-descent model of the one-shot task (tests/oneshot/)
+# ----------------------------------------------------------------------------
+SMALL_MODEL = ModelConfig(N0=10, width=6, d_qk=4, heads=(2, 3), qk_scale=1.0)
+
+
+def small_model(seed=0, config=SMALL_MODEL):
+    """Initial parameters of the model ``config`` (from ``seed_of(seed)``)."""
+    return init_params(config, jax.random.PRNGKey(seed_of(seed)))
+
+
+def small_x(P=7, T=5, N0=10, seed=3):
+    """``P`` random sequences ``[P, T, N0]`` (from ``seed_of(seed)``)."""
+    return rng_of(seed).normal(size=(P, T, N0))
+
+
+def numpy_forward(params: Params, x, removed=None):
+    """§6 forward written out with loops over heads; ``removed`` {layer: head} drops one head and
+    divides the layer by sqrt(H-1) instead of sqrt(H) (the hand-computed ablation)."""
+    removed = removed or {}
+    V0 = np.asarray(params.V0)
+    out = []
+    for xp in x:  # [T, N0]
+        z = xp @ V0.T  # [T, d]
+        for l, (Q, K, V) in enumerate(zip(params.Q, params.K, params.V)):
+            Q, K, V = map(np.asarray, (Q, K, V))
+            H = V.shape[0]
+            new = np.zeros((xp.shape[0], V.shape[1]))
+            for h in range(H):
+                if removed.get(l) == h:
+                    continue
+                score = (xp @ K[h].T) @ (xp @ Q[h].T).T / math.sqrt(Q.shape[1])  # [s, t]
+                om = np.exp(score - score.max(axis=0))
+                om /= om.sum(axis=0)
+                new += (om.T @ z) @ V[h].T  # token t gets sum_s om[s, t] z_s
+            z = new / math.sqrt(H - (1 if l in removed else 0))
+        out.append(z.mean(axis=0) @ np.asarray(params.a))
+    return np.array(out)
 
 
 # ----------------------------------------------------------------------------
