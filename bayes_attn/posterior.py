@@ -507,8 +507,8 @@ class Posterior:
     def summary(self) -> Summary:
         """ArviZ diagnostics on the invariant observables, plus sampler statistics (those the sampler has).
 
-        Computed at the first call and returned again after (seconds for 4 × 5000 draws of 200 outputs: ``auto``,
-        ``bayes-attn sample`` and :func:`~bayes_attn.compare.compare` all read it)."""
+        Computed at the first call and returned again after (ArviZ's diagnostics of every output over every draw:
+        ``auto``, ``bayes-attn sample`` and :func:`~bayes_attn.compare.compare` all read it)."""
         return self._summary
 
     @functools.cached_property
