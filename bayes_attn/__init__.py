@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 # Imported on first use (lazy_loader); ``bayes_attn.compare`` stays the function after its module loads.
-_SUBMODULES = {"calibration", "cli", "compile_cache", "gp", "network", "oneshot", "outputs", "posterior",
-               "precision", "run", "spec", "sweep", "tasks", "theory", "threads"}
+_SUBMODULES = {"calibration", "cli", "compile_cache", "diagnostics", "gp", "network", "oneshot", "outputs",
+               "posterior", "precision", "run", "spec", "sweep", "tasks", "theory", "threads"}
 __getattr__, __dir__, _names = lazy_loader.attach(
     __name__,
     submodules=[*_SUBMODULES, "samplers"],
     submod_attrs={
         "compare": ["Comparison", "compare"],
         "network": ["Network", "Weights"],
-        "posterior": ["Posterior", "Summary", "load_posterior", "sample_posterior"],
+        "diagnostics": ["Summary"],
+        "posterior": ["Posterior", "load_posterior", "sample_posterior"],
         "samplers": ["SAMPLERS", "SamplerSettings"],
         "spec": ["Spec", "load_spec"],
         "tasks": ["markov"],
@@ -43,7 +44,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from . import samplers, threads  # noqa: F401
     from .compare import Comparison, compare  # noqa: F401
     from .network import Network, Weights  # noqa: F401
-    from .posterior import Posterior, Summary, load_posterior, sample_posterior  # noqa: F401
+    from .diagnostics import Summary  # noqa: F401
+    from .posterior import Posterior, load_posterior, sample_posterior  # noqa: F401
     from .samplers import SAMPLERS, SamplerSettings  # noqa: F401
     from .spec import Spec, load_spec  # noqa: F401
     from .tasks import markov  # noqa: F401

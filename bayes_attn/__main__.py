@@ -2,10 +2,9 @@
 
 A command is short-lived and builds hundreds of thousands of objects while it
 imports JAX and xarray and traces its programs, so the cycle collector runs
-less often (:data:`GC_THRESHOLD`, set before those imports: 418 collections,
-0.26 s of a 3 s ``theory`` run, became 6 and 0.06 s), and the process exits
-without the interpreter's last collections over all of them (``gc.freeze``:
-0.3 s became 0.08 s). Files are closed by then and nothing waits for a
+less often (:data:`GC_THRESHOLD`, set before those imports), and the process
+exits without the interpreter's last collections over all of them
+(``gc.freeze``). Files are closed by then and nothing waits for a
 collection. :func:`bayes_attn.cli.main`, which tests call in-process, leaves
 the collector alone.
 """

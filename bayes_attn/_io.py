@@ -114,8 +114,8 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
 
 def _to_netcdf(obj: xr.Dataset | xr.DataTree, path: Path, encoding: dict) -> None:
     """``obj.to_netcdf(path, engine="netcdf4", encoding=encoding)``; a Dataset held in memory goes straight to
-    xarray's netCDF4 store, without ``to_netcdf``'s query of the Dask scheduler (it imports ``dask.distributed``,
-    0.2 s of a 3 s ``bayes-attn theory``, only to choose locks for chunked writes)."""
+    xarray's netCDF4 store, without ``to_netcdf``'s query of the Dask scheduler (it imports ``dask.distributed``
+    only to choose locks for chunked writes)."""
     if isinstance(obj, xr.DataTree) or any(v.chunks is not None for v in obj.variables.values()):
         obj.to_netcdf(path, engine="netcdf4", encoding=encoding)
         return

@@ -141,7 +141,7 @@ def batched_nuts(
     The replications run in ``vmap``-ed batches of ``batch_size``, one batch
     after the other (``lax.map``): under ``vmap`` every NUTS iteration waits for
     the longest trajectory in the batch, so small batches waste fewer steps,
-    while large ones amortise the per-step overhead (20 was fastest on 2 CPU cores).
+    while large ones amortise the per-step overhead (``benchmarks/sbc.py`` runs it).
 
     ``start="expansion"`` starts each replication's chain as :func:`bayes_attn.sample_posterior` does for a
     sampler with an expansion start (``wishart``): at the mode of its own expansion with the dense metric
@@ -262,7 +262,7 @@ def guided_draws(sampler: str, net: Network, x, x_test, y: jax.Array, *, tempera
 def _model_info(model, args: tuple):
     """NumPyro's ``initialize_model`` (``dynamic_args=True``: the potential and postprocessing take the model's
     arguments) for its functions and site names, run under ``jax.eval_shape``: traced once, not executed
-    operation by operation (about 200 small programs compiled, 3 s, on the SBC problem)."""
+    operation by operation (which would compile a small program per operation)."""
     found = []
 
     def init(key):

@@ -273,7 +273,7 @@ def configure_logging(level: int) -> None:
 
 def _diagnostics_status(diagnostics: dict[str, float]) -> int:
     """0, or :data:`EXIT_DIAGNOSTICS` with a warning on stderr when a diagnostic failed."""
-    from .posterior import diagnostic_failures
+    from .diagnostics import diagnostic_failures
 
     failures = diagnostic_failures(diagnostics)
     if not failures:

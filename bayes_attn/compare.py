@@ -16,7 +16,7 @@ The verdict has three values: ``"agree"``, ``"disagree"``, and
 ``"inconclusive"`` when the sampler's own diagnostics fail (R-hat above
 :data:`MAX_RHAT`, bulk ESS below :data:`MIN_ESS` on a compared observable,
 any divergence, BFMI below :data:`MIN_BFMI`, an importance-sampling Pareto
-``k̂`` above :data:`MAX_KHAT`; :func:`bayes_attn.posterior.diagnostic_failures`):
+``k̂`` above :data:`MAX_KHAT`; :func:`bayes_attn.diagnostics.diagnostic_failures`):
 Monte-Carlo error bars of unconverged chains mean nothing, so neither "agree"
 nor "disagree" is said.
 """
@@ -32,14 +32,14 @@ import numpy as np
 import xarray as xr
 
 from . import _checks, _io
-from .posterior import (  # noqa: F401  (the verdict's thresholds, defined with the diagnostics they read)
+from .diagnostics import (  # noqa: F401  (the verdict's thresholds, defined with the diagnostics they read)
     MAX_KHAT,
     MAX_RHAT,
     MIN_BFMI,
     MIN_ESS,
-    Posterior,
     diagnostic_failures,
 )
+from .posterior import Posterior
 from .fingerprints import data_fingerprint, fingerprint
 from .stats import accuracy
 from .theory import Theory, gp_limit

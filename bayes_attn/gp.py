@@ -53,9 +53,9 @@ def cholesky(A: jax.Array) -> jax.Array:
     Up to :data:`CHOLESKY_LEAF` rows, ``jnp.linalg.cholesky`` (LAPACK). Larger,
     by halves: ``L₁₁ = chol(A₁₁)``, ``L₂₁ = A₂₁ L₁₁⁻ᵀ`` (:func:`triangular_inverse`),
     ``L₂₂ = chol(A₂₂ − L₂₁ L₂₁ᵀ)``, so the work is matrix products, which the CPU
-    runs faster than LAPACK's factorisation at ``P`` = 600, and much faster in
+    runs faster than LAPACK's factorisation at large ``P``, and much faster in
     batches, where LAPACK factorises one matrix at a time
-    (``benchmarks/bench_kernel_forms.py``). A function of the symmetric part of ``A``, as ``jnp.linalg.cholesky``.
+    (``benchmarks/results/kernel_forms.json``). A function of the symmetric part of ``A``, as ``jnp.linalg.cholesky``.
     """
     if A.shape[-1] <= CHOLESKY_LEAF:
         return jnp.linalg.cholesky(A)
@@ -116,7 +116,7 @@ def triangular_inverse(L: jax.Array) -> jax.Array:
     ``[[A, 0], [C, D]]⁻¹ = [[A⁻¹, 0], [−D⁻¹ C A⁻¹, D⁻¹]]``, recursively down to
     blocks of :data:`TRIANGULAR_LEAF`: two matrix products per level instead of
     one ``P × P`` triangular solve against the identity, which the CPU runs
-    2–3× slower at ``P`` = 100 and 600 (``benchmarks/bench_kernel_forms.py``).
+    slower (``benchmarks/results/kernel_forms.json``).
     """
     n = L.shape[-1]
     if n <= TRIANGULAR_LEAF:

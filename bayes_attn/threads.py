@@ -28,9 +28,8 @@ one after another on a CPU with fewer devices than chains (vectorized NUTS
 waits at every draw for the longest trajectory of all chains, and its batched
 steps are what extra threads would be needed for). XLA's thread pool is left
 as JAX started it: a library cannot change it once JAX runs, and no single
-choice wins (measured on 2 busy cores: one intra-op thread makes a Fig. 2c
-gradient 15–35 % faster and an image-scale one, a ``600 × 1024`` matrix
-product, 1.9× slower). A script of small problems on a shared machine can
+choice wins: one intra-op thread helps small problems and hurts image-scale
+matrix products. A script of small problems on a shared machine can
 call :func:`single_thread_xla` before it first uses JAX.
 ``benchmarks/bench_contention.py`` measures the library's defaults quiet and
 beside one CPU-bound process per core.

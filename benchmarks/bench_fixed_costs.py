@@ -53,7 +53,8 @@ jax.config.update("jax_enable_x64", True)
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import samplers, threads  # noqa: E402
-from bayes_attn.posterior import EXTRA_FIELDS, Posterior, sample_stats  # noqa: E402
+from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
+from bayes_attn.posterior import Posterior  # noqa: E402
 from bayes_attn.samplers import nuts  # noqa: E402
 from bayes_attn.samplers.wishart import num_parameters  # noqa: E402
 from bayes_attn.tasks import markov  # noqa: E402

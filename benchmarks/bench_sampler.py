@@ -89,7 +89,8 @@ from numpyro.infer.util import initialize_model  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov, samplers  # noqa: E402
-from bayes_attn.posterior import EXTRA_FIELDS, Posterior, sample_stats  # noqa: E402
+from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
+from bayes_attn.posterior import Posterior  # noqa: E402
 from timing import CompileTimer, timed_nuts  # noqa: E402  (benchmarks/timing.py)
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -1,5 +1,5 @@
 """Benchmark: ``Posterior.summary()``'s ArviZ table in one thread against one per core
-(``bayes_attn.posterior.summary_table``), quiet and beside one CPU-bound process per core.
+(``bayes_attn.diagnostics.summary_table``), quiet and beside one CPU-bound process per core.
 
 The table (``arviz_stats.summary(kind="all")``: R-hat, bulk and tail ESS, MCSE, on rank-normalised draws) is as
 dear as the sampling it checks where draws are cheap: for ``laplace-is`` on Fig. 2c at N = 100 (4 × 5000 draws
@@ -31,7 +31,7 @@ import pandas as pd  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov, threads  # noqa: E402
-from bayes_attn.posterior import summary_table  # noqa: E402
+from bayes_attn.diagnostics import summary_table  # noqa: E402
 from record import busy_cores, write_record  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -12,7 +12,8 @@ from conftest import random_data, random_network, record_check, rng_of, seed_of
 import bayes_attn as ba
 from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check, Comparison
 from bayes_attn.fingerprints import fingerprint
-from bayes_attn.posterior import Posterior, sample_stats
+from bayes_attn.diagnostics import sample_stats
+from bayes_attn.posterior import Posterior
 from bayes_attn.run.report import comparison_report
 from bayes_attn.stats import accuracy
 
@@ -61,7 +62,7 @@ def _pass_bound(k: Check) -> float:
 
 def _record_verdict(record_property, c, prefix: str = "", *, checks: bool = True, diagnostics: bool = True) -> None:
     """Record the numbers a comparison's verdict is made of (each check's value against the bound it must stay
-    under, and the sampler diagnostics against :func:`bayes_attn.posterior.diagnostic_failures`' limits), without
+    under, and the sampler diagnostics against :func:`bayes_attn.diagnostics.diagnostic_failures`' limits), without
     asserting: the caller asserts the verdict itself."""
     for k in c.checks if checks else []:
         record_check(record_property, f"{prefix}check_{_slug(k.name)}", k.value, _pass_bound(k))

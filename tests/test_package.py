@@ -105,7 +105,7 @@ LAYERS = [
      "interrupt"},
     {"kernels", "network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},
-    {"posterior", "calibration"},
+    {"diagnostics", "posterior", "calibration"},
     {"compare"},
     {"spec"},
     {"run"},

@@ -429,7 +429,7 @@ def check_data(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> 
 def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> dict:
     """``{"verdict", "inconclusive_reasons"}`` from the R-hat, bulk ESS, divergences and Pareto ``k̂`` of ``U`` at
     every sampled width of the results ``ds`` (or the ``oneshot.nc`` at that path), by the rules of
-    :func:`bayes_attn.posterior.diagnostic_failures`."""
+    :func:`bayes_attn.diagnostics.diagnostic_failures`."""
     ds = ds if isinstance(ds, xr.Dataset) else _io.load_dataset(ds)
     if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
         return {"verdict": "not sampled", "inconclusive_reasons": []}

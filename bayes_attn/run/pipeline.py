@@ -113,7 +113,7 @@ class SampleResult:
     """What :func:`sample_run` computed, and where it was written."""
 
     posterior: Posterior
-    summary: object  # bayes_attn.posterior.Summary
+    summary: object  # bayes_attn.diagnostics.Summary
     out: Path
 
 
@@ -127,7 +127,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
-    from ..posterior import diagnostic_failures
+    from ..diagnostics import diagnostic_failures
     from ..posterior import sample_posterior
 
     x, y, xt, _ = spec.data()

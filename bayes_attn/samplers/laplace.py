@@ -28,7 +28,7 @@ posteriors of small widths; the pilots are not kept).
 - ``laplace-is`` (importance sampling): the log weights of all
   ``chains × samples`` draws (``samples``: ``SamplerSettings.guided_draws``) are Pareto-smoothed (PSIS, arviz-stats'
   ``psislw``); its ``k̂`` says whether the estimate can be trusted
-  (``k̂ ≤ 0.7``, :data:`bayes_attn.posterior.MAX_KHAT`; Vehtari et al. 2024).
+  (``k̂ ≤ 0.7``, :data:`bayes_attn.diagnostics.MAX_KHAT`; Vehtari et al. 2024).
   Each chain (an independent batch of ``samples`` draws) is then resampled
   (systematic resampling, :func:`systematic_resample`: proposal ``i`` gets
   ``⌊M w̄_i⌋`` or ``⌈M w̄_i⌉`` copies, ``M w̄_i`` on average) to ``samples``

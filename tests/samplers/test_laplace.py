@@ -20,7 +20,7 @@ from conftest import (MIN_ESS, check_max_abs_z, fig2c_wishart, key_of, record_ch
 
 import bayes_attn as ba
 from bayes_attn import calibration, gp, markov
-from bayes_attn.posterior import MAX_KHAT, MAX_RHAT
+from bayes_attn.diagnostics import MAX_KHAT, MAX_RHAT, Summary
 from bayes_attn.precision import x64
 from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, wishart
 from bayes_attn.theory.correction import order_parameters_at
@@ -352,7 +352,7 @@ def test_auto_agrees_with_wishart_on_fig2c(N, check, record_property):
     assert post.tree.attrs["requested_sampler"] == "auto" and tried[-1]["sampler"] == post.sampler
     assert post.sampler == "laplace-is" if N == 100 else post.sampler in ("laplace-is", "laplace-mh"), tried
     assert all(t["left_because"] for t in tried[:-1]) and not tried[-1]["left_because"], tried
-    # s.failures() == [] (bayes_attn.posterior.diagnostic_failures): its random numbers, then the rest of it
+    # s.failures() == [] (bayes_attn.diagnostics.diagnostic_failures): its random numbers, then the rest of it
     check("max_rhat", d["max_r_hat"], MAX_RHAT, detail=s.by_variable())
     check("min_ess_bulk", d["min_ess_bulk"], MIN_ESS, fails="below", scale="log", detail=s.by_variable())
     if "pareto_k" in d:  # laplace-is kept, so its k̂ passed auto's rule: a property, not a check that can fail
@@ -429,13 +429,13 @@ def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property,
     solved, real_guide = [], laplace.guide
     for module in (laplace, wishart):  # wishart.start's default is its own reference to the guide
         monkeypatch.setattr(module, "guide", lambda inputs: solved.append(1) or real_guide(inputs))
-    seen, real_failures = {}, ba.posterior.Summary.failures  # the diagnostics auto judged each sampler by
+    seen, real_failures = {}, Summary.failures  # the diagnostics auto judged each sampler by
 
     def failures(summary):
         seen[summary.sampler] = summary.diagnostics()
         return real_failures(summary)
 
-    monkeypatch.setattr(ba.posterior.Summary, "failures", failures)
+    monkeypatch.setattr(Summary, "failures", failures)
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20, seed=seed_of(0))
     net = task.network((("same_token", "random"), ("uniform", "random"), ("uniform", "random")),
                        width=(3, 3, 2, 4), variances=[1.0, 0.7, 1.3, 0.8, 1.5], random_seed=seed_of(1))
@@ -448,7 +448,7 @@ def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property,
                                progress_bar=False)
     tried = json.loads(post.tree.attrs["auto"])
     record_property("tried", len(tried))
-    # laplace-is left on k-hat ("Pareto k-hat" in its reason: k-hat > MAX_KHAT, posterior.diagnostic_failures)
+    # laplace-is left on k-hat ("Pareto k-hat" in its reason: k-hat > MAX_KHAT, diagnostics.diagnostic_failures)
     check("pareto_k_laplace_is", tried[0].get("pareto_k", float("nan")), MAX_KHAT, fails="below", detail=tried)
     if tried[0]["pareto_k"] <= 1:  # laplace-mh tried, and left on R-hat or ESS (diagnostic_failures): R-hat above
         # MAX_RHAT or bulk ESS below MIN_ESS, i.e. the larger of R-hat / MAX_RHAT and MIN_ESS / ESS above 1 (a NaN
