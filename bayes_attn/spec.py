@@ -1,8 +1,9 @@
 """Declarative run specifications (TOML files in ``models/``).
 
 A spec names a task, a network built from the task's heads, the likelihood
-temperature and the sampler settings. Every field has a default, and the
-defaults are the embedded main job: the Fig. 2c Markov network at width 10.
+temperature and the sampler settings. Every field has a default. The embedded
+main job, the Fig. 2c Markov network at width 10, is the shipped spec
+``models/markov_4paths.toml`` (package data: :func:`load_spec` without a path).
 
 Example::
 
@@ -24,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,13 +81,6 @@ class CompareSpec:
     correction: str = "laplace"
 
 
-FIG2C_COMPARE = CompareSpec(
-    gp_paths={"good path": ("1-1",), "good + denoising paths": ("1-1", "2-1")},
-    path_names={"1-1": "good", "2-1": "denoising"},
-)
-"""Comparison settings of the embedded default (Fig. 2c paths)."""
-
-
 @dataclass(frozen=True)
 class Spec:
     """A whole run: task, network, temperature, sampler settings, comparison settings."""
@@ -95,7 +90,7 @@ class Spec:
     task: MarkovTask = field(default_factory=MarkovTask)
     network: NetworkSpec = field(default_factory=NetworkSpec)
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
-    compare: CompareSpec = field(default_factory=lambda: FIG2C_COMPARE)
+    compare: CompareSpec = field(default_factory=CompareSpec)
     cluster: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -193,8 +188,15 @@ def spec_from_dict(data: dict) -> Spec:
     return spec
 
 
+SHIPPED_SPEC = "markov_4paths.toml"
+"""The embedded main job (Fig. 2c), package data of :mod:`bayes_attn` (a link to ``models/markov_4paths.toml``,
+the one copy; ``models/`` itself is not installed with the package)."""
+
+
 def load_spec(path: str | Path | None = None) -> Spec:
-    """Read a TOML spec; ``None`` gives the embedded default."""
+    """Read a TOML spec (``ValueError`` for a missing file, bad TOML or a bad field); ``None`` gives the embedded
+    default, the shipped ``models/markov_4paths.toml`` (:class:`Spec` ``()`` keeps the dataclass defaults)."""
     if path is None:
-        return Spec()
+        with importlib.resources.as_file(importlib.resources.files(__package__) / SHIPPED_SPEC) as shipped:
+            return spec_from_dict(read_toml(shipped))
     return spec_from_dict(read_toml(path))

@@ -22,7 +22,7 @@ from dataclasses import replace
 import bayes_attn as ba
 from bayes_attn.sweep import sweep
 
-spec = ba.Spec()  # the embedded default: models/markov_4paths.toml (Fig. 2c)
+spec = ba.load_spec()  # the embedded default: models/markov_4paths.toml (Fig. 2c)
 spec = replace(spec, task=replace(spec.task, n_test=200))  # a smaller test set than the paper's 1000
 out = Path(tempfile.mkdtemp()) / "sweep"
 ds = sweep(spec, out, widths=[10, 100, 1000, 10000], sample_widths=[100, 1000], progress_bar=False,

@@ -25,13 +25,14 @@ def test_spec_round_trip_and_shipped_specs(tmp_path):
     spec, path = _write(tmp_path)
     assert load_spec(path) == spec
     assert spec_from_dict(tomllib.loads(Spec().to_toml())) == Spec()
-    assert load_spec("models/markov_4paths.toml") == Spec()  # the shipped Fig. 2c spec is the default
+    assert load_spec() == load_spec("models/markov_4paths.toml")  # the default is the shipped Fig. 2c spec
+    assert load_spec().compare.gp_paths == {"good path": ("1-1",), "good + denoising paths": ("1-1", "2-1")}
     two = load_spec("models/markov_2paths.toml")
     assert two.net().D == 2 and two.task.noise_perp == 5.0
 
 
 def test_spec_correction_round_trips(tmp_path):
-    assert Spec().compare.correction == "laplace"  # the corrected theory headlines by default
+    assert Spec().compare.correction == load_spec().compare.correction == "laplace"  # the corrected theory headlines
     spec, path = _write(tmp_path, {**TINY, "compare": {**TINY["compare"], "correction": "none"}})
     assert spec.compare.correction == "none" and load_spec(path) == spec
 

@@ -436,9 +436,9 @@ def test_bad_inputs(monkeypatch):
 
 
 def test_labels_far_from_unit_scale_are_named_not_a_linalg_traceback():
-    from bayes_attn.spec import Spec
+    from bayes_attn.spec import load_spec
 
-    spec = Spec()
+    spec = load_spec()
     x, y, _, _ = spec.data()
     with pytest.raises(ValueError, match=r"max \|y\| = 1e\+03, far from unit scale: rescale them"):
         ba.solve_theory(spec.net(None), x, 1000 * y, temperature=spec.temperature)
