@@ -26,152 +26,23 @@ import sys
 from pathlib import Path
 
 from . import _checks
+from ._arguments import DEFAULT_OUT, build
 from .compile_cache import enable_compile_cache
 from .interrupt import exit_on_interrupt
 from .outputs import FailedAfterComputing, FolderBusyError
-from .precision import DTYPES, check_temperature
-from .samplers.settings import AUTO, AUTO_ORDER, CHAIN_METHODS, SAMPLER_DESCRIPTIONS, SamplerSettings
-from .spec import CompareSpec, Spec, load_spec
-from .theory.correction import CORRECTIONS, THEORY_NAMES
+from .precision import check_temperature
+from .samplers.settings import AUTO, AUTO_ORDER, SamplerSettings
+from .spec import Spec, load_spec
+from .theory.correction import THEORY_NAMES
 from .threads import one_blas_thread
 
 log = logging.getLogger(__name__)
 
 
-DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<spec name>-N<width>-sample",
-               "run": "runs/<spec name>-N<width>", "sweep": "runs/<spec name>-sweep", "prune": "runs/<spec name>"}
-"""Each command's default output folder: no command replaces another's files."""
-
-
-def _out(p: argparse.ArgumentParser, command: str) -> None:
-    p.add_argument("--out", type=Path, help=f"output folder (default: {DEFAULT_OUT[command]})")
-    p.add_argument("--force", action="store_true",
-                   help="write into an existing non-empty folder that this package did not write, or replace "
-                   "another command's results there; a file this package did not write is never replaced (the "
-                   "command stops before computing and names it)")
-
-
-def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> None:
-    p.add_argument("spec", nargs="?", help="TOML spec of task, network and sampler (default: embedded Fig. 2c Markov spec)")
-    if width:
-        p.add_argument("--width", type=int, help="set every hidden width N (default: the spec's)")
-    else:
-        p.set_defaults(width=None)
-    p.add_argument("--temperature", type=float, help="likelihood temperature (default: the spec's)")
-    _out(p, command)
-
-
-def _correction(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--correction", choices=list(CORRECTIONS),
-                   help=f"{what} (default: the spec's compare.correction, {CompareSpec().correction})")
-
-
-NO_PROGRESS_HELP = ("no progress bars or lines and no info messages on stderr (warnings and errors only); the "
-                    "result still goes to stdout")
-
-
-def _sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--chains", type=int, help="number of chains (at least 2: the verdict checks R-hat)")
-    p.add_argument("--warmup", type=int, help="warm-up draws per chain")
-    p.add_argument("--samples", type=int, help="kept draws per chain")
-    p.add_argument("--guided-samples", type=int,
-                   help="draws per chain of laplace-is and laplace-mh (also within auto; default: --samples)")
-    p.add_argument("--seed", type=int, help="random seed of the sampler (0 to 2**32 - 1)")
-    p.add_argument("--sampler", choices=list(SAMPLER_DESCRIPTIONS), help="the sampler: "
-                   + "; ".join(f"{k}: {v}" for k, v in SAMPLER_DESCRIPTIONS.items()))
-    p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
-    p.add_argument("--chain-method", choices=list(CHAIN_METHODS),
-                   help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
-    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
-
-
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
-        prog="bayes-attn",
-        description="Bayesian posterior (NUTS, or samplers guided by the finite-width expansion) and "
-        "statistical-mechanics theory of attention networks "
-        "with fixed attention (Tiberi et al., NeurIPS 2024). The theory: docs/theory.md.",
-        epilog="Exit status: 0 success; 1 failed after computing (what was kept is named); 2 bad input (nothing "
-        "computed); 3 inconclusive (the sampler's diagnostics "
-        "failed at some point; results written); 4 some sweep jobs failed; 130 interrupted.",
-    )
-    top.add_argument("-v", "--verbose", action="store_true",
-                     help="more messages (debug level); --no-progress of a subcommand keeps only warnings and errors")
-    top.add_argument("--no-compile-cache", action="store_true",
-                     help="do not use the persistent JAX compilation cache in the user's cache folder "
-                     "(also: BAYES_ATTN_NO_COMPILE_CACHE=1)")
-    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser(
-        "sample",
-        help="sample the posterior (--sampler); write posterior.nc and print ArviZ diagnostics",
-        description="Sample the posterior of the spec's network (--sampler), write posterior.nc (ArviZ DataTree) "
-        "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, U_l, Ua, f_train, f_test; "
-        "exit status 3 when a diagnostic failed.",
-    )
-    _common(p, "sample")
-    _sampling(p)
-    p.set_defaults(func=cmd_sample)
-
-    p = sub.add_parser(
-        "theory",
-        help="solve the order-parameter theory; print U, Ua, action and test accuracies; write theory.nc",
-        description="Minimise the action S over the order parameters (docs/theory.md), print U with path labels, "
-        "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
-    )
-    _common(p, "theory")
-    _correction(p, "the theory to solve and print: laplace (the leading order corrected at finite width, "
-                "docs/theory.md §8; the leading order is printed and saved beside it) or none (the leading order, §4)")
-    p.set_defaults(func=cmd_theory)
-
-    p = sub.add_parser(
-        "run",
-        help="theory + sampling + comparison at one width, into a run folder with report.md and figures",
-        description="Solve the theory, sample the posterior, compare them with Monte-Carlo error bars and write "
-        "theory.nc, gp.nc, posterior.nc, comparison.nc, report.md and figures into the output folder; "
-        "exit status 3 when the verdict is inconclusive.",
-    )
-    _common(p, "run")
-    _sampling(p)
-    _correction(p, "theory whose verdict is the headline: laplace (finite-width correction, docs/theory.md §8) or "
-                "none (the leading order, §4); both are reported side by side")
-    p.set_defaults(func=cmd_run)
-
-    p = sub.add_parser(
-        "sweep",
-        help="theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
-        description="Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
-        "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
-        "OUT/widths/ and not recomputed when the sweep is run again with the same settings. Exit status 3 when "
-        "the sampler's diagnostics failed at some width (those points are ringed in the figures).",
-    )
-    _common(p, "sweep", width=False)
-    _sampling(p)
-    p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
-    p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
-    p.add_argument("--temperatures", type=float, nargs="+",
-                   help="a temperature grid instead of one temperature: the best per width is chosen on a validation set")
-    p.add_argument("--executor", choices=["local", "dask"], default="local",
-                   help="run the jobs in this process (local, the default) or on Dask: a local cluster of --workers "
-                   "processes, the scheduler at --scheduler, or the spec's [cluster] (dask-jobqueue)")
-    p.add_argument("--workers", type=int, help="Dask worker processes (one thread each)")
-    p.add_argument("--scheduler", help="address of a running Dask scheduler, e.g. tcp://host:8786")
-    p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser(
-        "prune",
-        help="paper Fig. 3: train the transformer, theory and sampling on its attention, head scores, pruning",
-        description="One-shot image task (docs/theory.md): train the gradient-descent transformer (or reuse OUT/model.npz "
-        "made with the same settings), scan the theory over widths × temperatures (chosen on validation episodes), "
-        "sample, score the heads from the theory's U and prune the trained model; writes pruning.json, oneshot.nc, "
-        "report.md and figures. Exit status 3 when the sampler's R-hat or divergences failed at some width.",
-    )
-    p.add_argument("spec", nargs="?", help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
-    p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
-    _out(p, "prune")
-    p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
-    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
-    p.set_defaults(func=cmd_prune)
-    return top
+    """The parser of ``bayes-attn`` (:func:`bayes_attn._arguments.build`)."""
+    return build({"sample": cmd_sample, "theory": cmd_theory, "run": cmd_run, "sweep": cmd_sweep,
+                  "prune": cmd_prune})
 
 
 def _check_options(args) -> None:

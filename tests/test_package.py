@@ -110,7 +110,7 @@ LAYERS = [
     {"spec"},
     {"run"},
     {"sweep", "oneshot"},
-    {"cli"},
+    {"_arguments", "cli"},
     {"__main__"},
 ]
 
