@@ -30,7 +30,7 @@ posteriors of small widths; the pilots are not kept).
   ``psislw``); its ``k̂`` says whether the estimate can be trusted
   (``k̂ ≤ 0.7``, :data:`bayes_attn.diagnostics.MAX_KHAT`; Vehtari et al. 2024).
   Each chain (an independent batch of ``samples`` draws) is then resampled
-  (systematic resampling, :func:`systematic_resample`: proposal ``i`` gets
+  (systematic resampling, :func:`~bayes_attn.samplers.weights.systematic_resample`: proposal ``i`` gets
   ``⌊M w̄_i⌋`` or ``⌈M w̄_i⌉`` copies, ``M w̄_i`` on average) to ``samples``
   equally weighted draws, **kept in the order of the proposals**, so a draw
   copied ``k`` times appears as a run of ``k`` equal draws. The run-length
@@ -94,6 +94,7 @@ from ..precision import float64
 from .base import (Sampler, SamplerInputs, batch_size, conditional_outputs, map_batches, no_conditional,
                    order_parameter_observables, pathwise_draw)
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
+from .weights import psis, systematic_resample
 
 PROPOSAL_DF = 4.0
 """Degrees of freedom ``ν`` of the proposal's Student t (chosen by measurement: docs/theory.md §9)."""
@@ -409,25 +410,10 @@ def _guide_attrs(g: Guide) -> dict:
             "mode_message": g.mode.message}
 
 
-def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
-    """Pareto-smoothed log weights (arviz-stats' ``psislw``) of ``log_w`` ``[chain, draw]``, pooled over all
-    draws, and ``k̂``."""
-    import arviz_stats  # noqa: F401  (registers the ``azstats`` accessor)
-    import xarray as xr
-
-    log_w = np.asarray(log_w, np.float64)
-    finite = np.isfinite(log_w)
-    floor = log_w[finite].min() - 1000.0 if finite.any() else 0.0  # weight exp(-1000) relative: none
-    # psislw smooths the weights exp(-a) of its argument a (a log-likelihood in PSIS-LOO): a = -log w
-    da = xr.DataArray(-np.where(finite, log_w, floor), dims=("chain", "draw"))
-    smoothed, khat = da.azstats.psislw(dim=["chain", "draw"])
-    return np.asarray(smoothed.transpose("chain", "draw").values), float(khat)
-
-
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
-    chain a systematic resample (:func:`systematic_resample`) of as many draws kept in the proposals' order (module
+    chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in the proposals' order (module
     docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
     :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the batches of the pilots
     and of the proposals on stderr."""
@@ -449,17 +435,6 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     return GuidedDraws(_kept(g, theta, f, source, inputs, jax.random.fold_in(key, 2)),
                        {"log_weight": np.take_along_axis(log_w, source, axis=1), "source": source.astype(np.int64)},
                        _guide_attrs(g) | pilot | {"pareto_k": khat, "is_ess": is_ess})
-
-
-def systematic_resample(w: np.ndarray, M: int, rng: np.random.Generator) -> np.ndarray:
-    """``M`` indices drawn by systematic resampling from normalised weights ``w`` ``[n]``, sorted (copies of one
-    proposal adjacent, in the proposals' order): the cumulative weights cut at ``(j + u) / M``, ``j = 0 .. M − 1``,
-    with one ``u ~ Uniform(0, 1)``, so proposal ``i`` gets ``⌊M w_i⌋`` or ``⌈M w_i⌉`` copies, ``M w_i`` on average
-    (unbiased; Kitagawa 1996). Its resampling variance is far below a multinomial draw's where the weights are
-    nearly equal (docs/theory.md §9)."""
-    cum = np.cumsum(np.asarray(w, np.float64))
-    cum /= cum[-1]
-    return np.minimum(np.searchsorted(cum, (np.arange(M) + rng.uniform()) / M, side="right"), len(cum) - 1)
 
 
 @jax.jit

@@ -22,7 +22,7 @@ import bayes_attn as ba
 from bayes_attn import calibration, gp, markov
 from bayes_attn.diagnostics import MAX_KHAT, MAX_RHAT, Summary
 from bayes_attn.precision import x64
-from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, wishart
+from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, weights, wishart
 from bayes_attn.theory.correction import order_parameters_at
 
 ORDER = ("U", "U_2", "U_3", "Ua")
@@ -193,7 +193,7 @@ def test_systematic_resampling_counts(check):
     M = 37
     counts = []
     for _ in range(4000):
-        idx = laplace.systematic_resample(w, M, rng)
+        idx = weights.systematic_resample(w, M, rng)
         assert len(idx) == M and np.all(np.diff(idx) >= 0)
         counts.append(np.bincount(idx, minlength=len(w)))
     counts = np.array(counts)
