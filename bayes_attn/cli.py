@@ -305,9 +305,10 @@ def cmd_prune(args) -> int:
         check_chains(spec.sampler, "the spec's [sampler] num_chains")
     report = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
                    force=args.force)
-    rho = report["spearman"]
-    print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: "
-          f"Spearman rho = {rho['rho']:.3g}, p = {rho['p_value']:.2g}")
+    rho = report["spearman"]  # undefined (None) where the scores or the drops are all equal
+    spearman = ("Spearman rho undefined (constant input)" if rho["rho"] is None else
+                f"Spearman rho = {rho['rho']:.3g}, p = {rho['p_value']:.2g}")
+    print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: {spearman}")
     print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {report['verdict']})")
     if report["verdict"] == "inconclusive":
         return _inconclusive(report["inconclusive_reasons"], "some sampled width")

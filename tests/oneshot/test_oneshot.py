@@ -206,7 +206,8 @@ def test_too_few_classes_names_the_split(tiny_sets):
 
 
 def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
-    """The command prints ρ and its p-value rounded, not with every digit of a float (issue 53)."""
+    """The command prints ρ and its p-value rounded, not with every digit of a float (issue 53), and says when ρ is
+    undefined."""
     from bayes_attn import cli
     from bayes_attn.oneshot import pipeline
 
@@ -216,6 +217,10 @@ def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
     assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "rho = 0.123, p = 0.012" in out and "0.1234" not in out, out
+    # all heads' drops equal (a tiny model at seed offset 3): ρ is undefined, said so, and the command ends normally
+    report["spearman"] = {"rho": None, "p_value": None, "method": "constant input"}
+    assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    assert "Spearman rho undefined (constant input)" in capsys.readouterr().out
 
 
 def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path, monkeypatch, capsys):

@@ -189,21 +189,26 @@ def test_fig2c_solution_is_a_minimum(fig2c, N):
     net = net.with_width(N)
     sol = th.solve_theory(net, x, y, temperature=0.01)
     assert sol.converged and sol.is_minimum
-    # independent stationarity check: central differences of the action along
-    # random symmetric directions vanish compared with those at the GP point
+    # independent stationarity check: central differences of the action along random symmetric directions E are
+    # within what convergence allows, |dS| <= N_max tol Σ|E| (converged: every entry of the matrix gradient of
+    # S / N_max at most tol), plus the differences' own error (four times the change from step h to h/2), and far
+    # below those at the GP point. (Before, "below 1e-6 of the GP point's" failed at N = 1000 at offset 3:
+    # 1.2e-5 against 9.0e-6, within the 1.6e-4 that convergence allows there.)
     rng = rng_of(N)
     gpU = th.gp_order_parameters(net)[0]
-    h = 1e-4
+    tol = th.NewtonSolver().tol
+    S = lambda V: th.action(net, x, y, V, temperature=0.01)  # noqa: E731
     for _ in range(2):
         dirs = [(lambda A: (A + A.T) / 2)(rng.normal(size=U.shape)) for U in sol.order_parameters]
 
-        def deriv(Us):
-            plus = [U + h * E for U, E in zip(Us, dirs)]
-            minus = [U - h * E for U, E in zip(Us, dirs)]
-            S = lambda V: th.action(net, x, y, V, temperature=0.01)  # noqa: E731
-            return (S(plus) - S(minus)) / (2 * h)
+        def deriv(Us, h=1e-4):
+            return (S([U + h * E for U, E in zip(Us, dirs)]) - S([U - h * E for U, E in zip(Us, dirs)])) / (2 * h)
 
-        assert abs(deriv(sol.order_parameters)) < 1e-6 * abs(deriv(gpU))
+        d = deriv(sol.order_parameters)
+        fd_error = 4 * abs(d - deriv(sol.order_parameters, 5e-5))
+        allowed = max(net.widths) * tol * sum(np.abs(E).sum() for E in dirs) + fd_error
+        assert abs(d) <= allowed, (d, allowed)
+        assert abs(d) < 1e-3 * abs(deriv(gpU)), (d, deriv(gpU))
     if N == 10:
         # the paper's picture: the good path 1-1 dominates, negative cross term with 2-1
         labels = net.path_labels
