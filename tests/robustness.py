@@ -220,8 +220,9 @@ def markdown(runs: list[dict], rows: list[dict]) -> str:
              "| test | statistic | n | mean | sd | threshold | scale | sd of margin | distance | tail | flag |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        scale = r["scale"] + (f" (first of {r['attempts']} attempts)" if r["attempts"] > 1 else "")
         lines.append(f"| `{r['test'].removeprefix('tests/')}` | {r['stat']} | {r['n']} | {_fmt(r['mean'])} | "
-                     f"{_fmt(r['sd'])} | {_fmt(r['threshold'])} | {r['scale']} | {_fmt(r['sd_margin'])} | "
+                     f"{_fmt(r['sd'])} | {_fmt(r['threshold'])} | {scale} | {_fmt(r['sd_margin'])} | "
                      f"{r['distance']:.2f} | {r['tail']:.1e} | {'FLAG' if r['flag'] else ''} |")
     return "\n".join(lines) + "\n"
 
