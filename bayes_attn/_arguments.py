@@ -58,60 +58,29 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
-def _sample(sub, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``sample`` subcommand's arguments; ``command`` runs it."""
-    p = sub.add_parser(
-        "sample",
-        help="sample the posterior (--sampler); write posterior.nc and print ArviZ diagnostics",
-        description="Sample the posterior of the spec's network (--sampler), write posterior.nc (ArviZ DataTree) "
-        "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, U_l, Ua, f_train, f_test; "
-        "exit status 3 when a diagnostic failed.",
-    )
+def _sample(p: argparse.ArgumentParser) -> None:
+    """The ``sample`` subcommand's arguments."""
     _common(p, "sample")
     _sampling(p)
-    p.set_defaults(func=command)
 
 
-def _theory(sub, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``theory`` subcommand's arguments; ``command`` runs it."""
-    p = sub.add_parser(
-        "theory",
-        help="solve the order-parameter theory; print U, Ua, action and test accuracies; write theory.nc",
-        description="Minimise the action S over the order parameters (docs/theory.md), print U with path labels, "
-        "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
-    )
+def _theory(p: argparse.ArgumentParser) -> None:
+    """The ``theory`` subcommand's arguments."""
     _common(p, "theory")
     _correction(p, "the theory to solve and print: laplace (the leading order corrected at finite width, "
                 "docs/theory.md §8; the leading order is printed and saved beside it) or none (the leading order, §4)")
-    p.set_defaults(func=command)
 
 
-def _run(sub, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``run`` subcommand's arguments; ``command`` runs it."""
-    p = sub.add_parser(
-        "run",
-        help="theory + sampling + comparison at one width, into a run folder with report.md and figures",
-        description="Solve the theory, sample the posterior, compare them with Monte-Carlo error bars and write "
-        "theory.nc, gp.nc, posterior.nc, comparison.nc, report.md and figures into the output folder; "
-        "exit status 3 when the verdict is inconclusive.",
-    )
+def _run(p: argparse.ArgumentParser) -> None:
+    """The ``run`` subcommand's arguments."""
     _common(p, "run")
     _sampling(p)
     _correction(p, "theory whose verdict is the headline: laplace (finite-width correction, docs/theory.md §8) or "
                 "none (the leading order, §4); both are reported side by side")
-    p.set_defaults(func=command)
 
 
-def _sweep(sub, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``sweep`` subcommand's arguments; ``command`` runs it."""
-    p = sub.add_parser(
-        "sweep",
-        help="theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
-        description="Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
-        "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
-        "OUT/widths/ and not recomputed when the sweep is run again with the same settings. Exit status 3 when "
-        "the sampler's diagnostics failed at some width (those points are ringed in the figures).",
-    )
+def _sweep(p: argparse.ArgumentParser) -> None:
+    """The ``sweep`` subcommand's arguments."""
     _common(p, "sweep", width=False)
     _sampling(p)
     p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
@@ -123,25 +92,57 @@ def _sweep(sub, command: Callable[[argparse.Namespace], int]) -> None:
                    "processes, the scheduler at --scheduler, or the spec's [cluster] (dask-jobqueue)")
     p.add_argument("--workers", type=int, help="Dask worker processes (one thread each)")
     p.add_argument("--scheduler", help="address of a running Dask scheduler, e.g. tcp://host:8786")
-    p.set_defaults(func=command)
 
 
-def _prune(sub, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``prune`` subcommand's arguments; ``command`` runs it."""
-    p = sub.add_parser(
-        "prune",
-        help="paper Fig. 3: train the transformer, theory and sampling on its attention, head scores, pruning",
-        description="One-shot image task (docs/theory.md): train the gradient-descent transformer (or reuse OUT/model.npz "
-        "made with the same settings), scan the theory over widths × temperatures (chosen on validation episodes), "
-        "sample, score the heads from the theory's U and prune the trained model; writes pruning.json, oneshot.nc, "
-        "report.md and figures. Exit status 3 when the sampler's R-hat or divergences failed at some width.",
-    )
+def _prune(p: argparse.ArgumentParser) -> None:
+    """The ``prune`` subcommand's arguments."""
     p.add_argument("spec", nargs="?", help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
     p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
     _out(p, "prune")
     p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
-    p.set_defaults(func=command)
+
+
+SUBCOMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
+    "sample": (
+        "sample the posterior (--sampler); write posterior.nc and print ArviZ diagnostics",
+        "Sample the posterior of the spec's network (--sampler), write posterior.nc (ArviZ DataTree) "
+        "and print diagnostics (R-hat, ESS, MCSE) on the invariant observables U, U_l, Ua, f_train, f_test; "
+        "exit status 3 when a diagnostic failed.",
+        _sample,
+    ),
+    "theory": (
+        "solve the order-parameter theory; print U, Ua, action and test accuracies; write theory.nc",
+        "Minimise the action S over the order parameters (docs/theory.md), print U with path labels, "
+        "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
+        _theory,
+    ),
+    "run": (
+        "theory + sampling + comparison at one width, into a run folder with report.md and figures",
+        "Solve the theory, sample the posterior, compare them with Monte-Carlo error bars and write "
+        "theory.nc, gp.nc, posterior.nc, comparison.nc, report.md and figures into the output folder; "
+        "exit status 3 when the verdict is inconclusive.",
+        _run,
+    ),
+    "sweep": (
+        "theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
+        "Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
+        "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
+        "OUT/widths/ and not recomputed when the sweep is run again with the same settings. Exit status 3 when "
+        "the sampler's diagnostics failed at some width (those points are ringed in the figures).",
+        _sweep,
+    ),
+    "prune": (
+        "paper Fig. 3: train the transformer, theory and sampling on its attention, head scores, pruning",
+        "One-shot image task (docs/theory.md): train the gradient-descent transformer (or reuse OUT/model.npz "
+        "made with the same settings), scan the theory over widths × temperatures (chosen on validation episodes), "
+        "sample, score the heads from the theory's U and prune the trained model; writes pruning.json, oneshot.nc, "
+        "report.md and figures. Exit status 3 when the sampler's R-hat or divergences failed at some width.",
+        _prune,
+    ),
+}
+"""Each subcommand's one-line help, description and the builder of its arguments, in the order ``--help`` lists
+them."""
 
 
 def build(commands: dict[str, Callable[[argparse.Namespace], int]]) -> argparse.ArgumentParser:
@@ -161,6 +162,8 @@ def build(commands: dict[str, Callable[[argparse.Namespace], int]]) -> argparse.
                      help="do not use the persistent JAX compilation cache in the user's cache folder "
                      "(also: BAYES_ATTN_NO_COMPILE_CACHE=1)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, add in (("sample", _sample), ("theory", _theory), ("run", _run), ("sweep", _sweep), ("prune", _prune)):
-        add(sub, commands[name])
+    for name, (help_, description, add_arguments) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=description)
+        add_arguments(p)
+        p.set_defaults(func=commands[name])
     return top

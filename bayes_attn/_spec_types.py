@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import importlib.resources
 import re
 import tomllib
 import types
@@ -38,6 +39,12 @@ def read_toml(path: str | Path) -> dict:
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+def read_shipped_toml(package: str, name: str) -> dict:
+    """The tables of the spec ``name`` shipped as package data of ``package`` (:func:`read_toml`)."""
+    with importlib.resources.as_file(importlib.resources.files(package) / name) as shipped:
+        return read_toml(shipped)
 
 
 def check_name(name: str) -> str:

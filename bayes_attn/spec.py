@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import numpy as np
 from . import _checks
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .network import Network
-from ._spec_types import check_name, check_type, read_toml, section, to_toml
+from ._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
 from .theory.correction import CORRECTIONS
@@ -197,6 +196,5 @@ def load_spec(path: str | Path | None = None) -> Spec:
     """Read a TOML spec (``ValueError`` for a missing file, bad TOML or a bad field); ``None`` gives the embedded
     default, the shipped ``models/markov_4paths.toml`` (:class:`Spec` ``()`` keeps the dataclass defaults)."""
     if path is None:
-        with importlib.resources.as_file(importlib.resources.files(__package__) / SHIPPED_SPEC) as shipped:
-            return spec_from_dict(read_toml(shipped))
+        return spec_from_dict(read_shipped_toml(__package__, SHIPPED_SPEC))
     return spec_from_dict(read_toml(path))

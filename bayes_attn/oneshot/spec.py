@@ -35,7 +35,6 @@ Example (every key has a default; see ``models/omniglot_oneshot.toml``)::
 
 from __future__ import annotations
 
-import importlib.resources
 import dataclasses
 import json
 import os
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _checks, _io
-from .._spec_types import check_name, check_type, read_toml, section, to_toml
+from .._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
 from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
@@ -424,6 +423,5 @@ def load_oneshot_spec(path: str | Path | None = None) -> OneShotSpec:
     (the default of ``bayes-attn prune``; :class:`OneShotSpec` ``()`` keeps the dataclass defaults).
     """
     if path is None:
-        with importlib.resources.as_file(importlib.resources.files(__package__) / SHIPPED_SPEC) as shipped:
-            return OneShotSpec.from_dict(read_toml(shipped))
+        return OneShotSpec.from_dict(read_shipped_toml(__package__, SHIPPED_SPEC))
     return dataclasses.replace(OneShotSpec.from_dict(read_toml(path)), source=str(Path(path).resolve()))
