@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterator
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import xarray as xr
 
 TMP_SUFFIX = ".nc.tmp"
@@ -94,6 +95,19 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic(path, ".txt.tmp") as tmp:
         tmp.write_text(text)
     return Path(path)
+
+
+def write_json(path: str | os.PathLike, obj) -> Path:
+    """Write ``obj`` as indented JSON, atomically (NumPy scalars and arrays as numbers and lists)."""
+    return write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:

@@ -303,15 +303,16 @@ def cmd_prune(args) -> int:
     out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
     if spec.theory.sample_widths:
         check_chains(spec.sampler, "the spec's [sampler] num_chains")
-    report = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
-                   force=args.force)
-    rho = report["spearman"]  # undefined (None) where the scores or the drops are all equal
-    spearman = ("Spearman rho undefined (constant input)" if rho["rho"] is None else
-                f"Spearman rho = {rho['rho']:.3g}, p = {rho['p_value']:.2g}")
-    print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}; head score vs drop: {spearman}")
-    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {report['verdict']})")
-    if report["verdict"] == "inconclusive":
-        return _inconclusive(report["inconclusive_reasons"], "some sampled width")
+    result = run_oneshot(spec, out, data_dir=args.data_dir, retrain=args.retrain, progress_bar=not args.no_progress,
+                         force=args.force)
+    rho = result.pruning.spearman  # undefined (None) where the scores or the drops are all equal
+    spearman = ("Spearman rho undefined (constant input)" if rho.rho is None else
+                f"Spearman rho = {rho.rho:.3g}, p = {rho.p_value:.2g}")
+    base = result.spread.base
+    print(f"base accuracy {base.accuracy:.3f} ± {base.se:.3f}; head score vs drop: {spearman}")
+    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {result.sampling.verdict})")
+    if result.sampling.verdict == "inconclusive":
+        return _inconclusive(result.sampling.reasons, "some sampled width")
     return 0
 
 

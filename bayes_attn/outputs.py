@@ -59,7 +59,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions
+from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json
 
 log = logging.getLogger(__name__)
 

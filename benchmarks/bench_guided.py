@@ -156,15 +156,15 @@ def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
 
 def landed_fig3():
     """The landed Fig. 3 model (``inference/results/fig3``; never retrained) as a network at N = 10, the theory's
-    training episodes, the test episodes and the validation-chosen temperature by width (``{"10": T, ...}``)."""
+    training episodes, the test episodes and the validation-chosen temperature by width (``{10: T, ...}``)."""
     from bayes_attn.oneshot import model as gd_model
-    from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
+    from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
     from bayes_attn.oneshot.spec import load_oneshot_spec
 
     root = Path(__file__).resolve().parents[1]
     run = root / "inference/results/fig3"
     spec = load_oneshot_spec(root / "models/omniglot_oneshot_plain.toml")  # the spec of that run
-    chosen = json.loads((run / "pruning.json").read_text())["temperatures"]["finite_width"]
+    chosen = load_pruning(run).temperatures.finite_width
     sets = datasets(spec, None)
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, run, sets=sets, evaluation=ev)
@@ -182,7 +182,7 @@ def image(quick: bool) -> dict:
             ("laplace-is", 100, "laplace-is", dict(num_chains=4, num_samples=n or 500)),
             ("laplace-is", 10, "laplace-is", dict(num_chains=4, num_samples=n or 500)),
             ("wishart", 10, "wishart", dict(num_chains=2, num_warmup=n or 100, num_samples=n or 200))):
-        r = measure(net.with_width(N), tr.x, tr.y, xt, chosen[str(N)], sampler, settings | {"dtype": "float32"}, 0)
+        r = measure(net.with_width(N), tr.x, tr.y, xt, chosen[N], sampler, settings | {"dtype": "float32"}, 0)
         show(N, label + " (image)", 1, r)
         out[f"{label} N={N}"] = r
     return out

@@ -6,31 +6,34 @@ Fig. 3 from the shipped results: head scores against accuracy drops
 episodes, scores its heads with the theory (docs/theory.md "Head scores") and
 ablates each head to measure its accuracy drop. The results of the default
 spec are shipped in ``inference/results/fig3/rotations``: ``pruning.json``
-(the scores, the drops and their Spearman ρ) and ``oneshot.nc`` (the theory's
-and the samples' accuracies by width). Here we read both and redraw the
-paper's score-against-drop plot.
+(the scores, the drops and their Spearman ρ; read as a typed value by
+``bayes_attn.oneshot.load_pruning``) and ``oneshot.nc`` (the theory's and the
+samples' accuracies by width). Here we read both and redraw the paper's
+score-against-drop plot.
 """
 
 # %%
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
+from bayes_attn.oneshot import load_pruning
+from bayes_attn.oneshot.prune_result import PAPER_SPEARMAN_RHO
+
 here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 results = here.parent / "inference" / "results" / "fig3" / "rotations"
-report = json.loads((results / "pruning.json").read_text())
+result = load_pruning(results)  # a typed PruneResult: the pruning, its spread, the model's accuracies
 
-scores = np.asarray(report["head_scores"])  # [layer, head]: the theory's score of each head
-drops = np.asarray(report["accuracy_drops"])  # [layer, head]: test accuracy lost when the head is removed
-drop_se = np.asarray(report["drop_se"])
-rho = report["spearman"]["rho"]
-print(f"base accuracy {report['base_accuracy']:.3f} ± {report['base_se']:.3f}")
-print(f"Spearman rho(score, drop) = {rho:.2f} (paper: {report['paper_spearman_rho']}), "
-      f"median over draws {report['spearman_median']:.2f} "
-      f"[{report['spearman_q05']:.2f}, {report['spearman_q95']:.2f}]")
+scores = np.asarray(result.pruning.head_scores)  # [layer, head]: the theory's score of each head
+drops = np.asarray(result.pruning.drops, dtype=float)  # [layer, head]: test accuracy lost when the head is removed
+drop_se = np.asarray(result.pruning.drop_se, dtype=float)
+rho = result.pruning.spearman.rho
+base, spread = result.spread.base, result.spread.rho
+print(f"base accuracy {base.accuracy:.3f} ± {base.se:.3f} (class bootstrap)")
+print(f"Spearman rho(score, drop) = {rho:.2f} (paper: {PAPER_SPEARMAN_RHO}), "
+      f"median over draws {spread.median:.2f} [{spread.q05:.2f}, {spread.q95:.2f}]")
 
 # %%
 # The score of each head against the accuracy lost without it, one colour per layer.

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from bayes_attn.cli import configure_logging
-from bayes_attn.oneshot.pipeline import PAPER_SPEARMAN_RHO, load_oneshot_spec, run_oneshot
+from bayes_attn.oneshot import PruneResult, load_oneshot_spec, load_pruning, run_oneshot
+from bayes_attn.oneshot.prune_result import PAPER_SPEARMAN_RHO
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"2x4": ROOT / "models/omniglot_oneshot_plain.toml", "2x8": ROOT / "models/omniglot_oneshot_2x8.toml",
@@ -52,27 +53,29 @@ def run_folder(out: Path, variant: str, seed: int) -> Path:
     return out / variant / f"seed{seed}"
 
 
-def finished(folder: Path, spec) -> dict | None:
-    """The run's ``pruning.json`` when it exists and its model has the spec's training settings."""
+def finished(folder: Path, spec) -> PruneResult | None:
+    """The run's ``pruning.json`` when it exists, is complete and its model has the spec's training settings."""
     try:
-        report = json.loads((folder / "pruning.json").read_text())
+        result = load_pruning(folder / "pruning.json")
         meta = json.loads((folder / "model.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError):  # KeyError: a file of an older version, without the spread of ρ
         return None
-    return report if meta.get("training_hash") == spec.training_hash() and "spearman_draws" in report else None
+    return result if meta.get("training_hash") == spec.training_hash() else None
 
 
-def summarise(runs: dict[str, dict[int, dict]]) -> dict:
+def summarise(runs: dict[str, dict[int, PruneResult]]) -> dict:
     """Per run and pooled over seeds: accuracies and the spread of ρ."""
     out = {"paper": {"base_accuracy": PAPER_BASE_ACCURACY, "spearman_rho": PAPER_SPEARMAN_RHO}, "variants": {}}
     for variant, by_seed in runs.items():
         rows = {}
         for seed, r in sorted(by_seed.items()):
-            rows[str(seed)] = {k: r[k] for k in ("base_accuracy", "base_se", "theory_accuracy", "theory_se",
-                                                 "gp_accuracy", "gp_se", "spearman_median", "spearman_q05",
-                                                 "spearman_q95")}
-            rows[str(seed)]["rho_point"] = r["spearman"]["rho"]
-        pooled = np.concatenate([r["spearman_draws"] for r in by_seed.values()]) if by_seed else np.zeros(0)
+            s = r.spread
+            rows[str(seed)] = {"base_accuracy": s.base.accuracy, "base_se": s.base.se,
+                               "theory_accuracy": s.theory.accuracy, "theory_se": s.theory.se,
+                               "gp_accuracy": s.gp.accuracy, "gp_se": s.gp.se, "spearman_median": s.rho.median,
+                               "spearman_q05": s.rho.q05, "spearman_q95": s.rho.q95,
+                               "rho_point": r.pruning.spearman.rho}
+        pooled = np.concatenate([r.spread.rho.draws for r in by_seed.values()]) if by_seed else np.zeros(0)
         entry = {"runs": rows, "seeds": sorted(by_seed)}
         if pooled.size:
             q05, med, q95 = np.quantile(pooled, [0.05, 0.5, 0.95])
@@ -112,18 +115,18 @@ def main() -> None:
     p.add_argument("--summary-only", action="store_true", help="only pool the runs already finished")
     a = p.parse_args()
     configure_logging(logging.INFO)  # progress of every stage on stderr
-    runs: dict[str, dict[int, dict]] = {}
+    runs: dict[str, dict[int, PruneResult]] = {}
     for variant in a.variants:
         base = load_oneshot_spec(VARIANTS[variant])
         runs[variant] = {}
         for seed in a.seeds:
             spec = dataclasses.replace(base, training=dataclasses.replace(base.training, seed=seed))
             folder = run_folder(a.out, variant, seed)
-            report = finished(folder, spec)
-            if report is None and not a.summary_only:
-                report = run_oneshot(spec, folder, data_dir=a.data_dir)
-            if report is not None:
-                runs[variant][seed] = report
+            result = finished(folder, spec)
+            if result is None and not a.summary_only:
+                result = run_oneshot(spec, folder, data_dir=a.data_dir)
+            if result is not None:
+                runs[variant][seed] = result
     summary = summarise(runs)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

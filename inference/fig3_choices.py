@@ -33,9 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bayes_attn import outputs
 from bayes_attn.cli import configure_logging
-from bayes_attn.oneshot import pipeline, training
-from bayes_attn.oneshot.pipeline import load_oneshot_spec, write_json
+from bayes_attn.oneshot import data, training
+from bayes_attn.oneshot.spec import OneShotSpec, load_oneshot_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "models/omniglot_oneshot_plain.toml"
@@ -65,16 +66,16 @@ def variant_spec(changes: dict, patience: int, epochs: int):
     for key, value in {**changes, "training.patience": patience, "training.epochs": epochs}.items():
         section, name = key.split(".")
         table[section][name] = value
-    return pipeline.OneShotSpec.from_dict(table)
+    return OneShotSpec.from_dict(table)
 
 
 def train_on_validation(spec) -> dict:
     """Train ``spec``'s model with early stopping on its validation episodes; the numbers of the module doc."""
-    sets = pipeline.datasets(spec)
-    val = pipeline.evaluation_episodes(spec, sets)["validation"]  # its test episodes are built, never evaluated
+    sets = data.datasets(spec)
+    val = data.evaluation_episodes(spec, sets)["validation"]  # its test episodes are built, never evaluated
     load0, cpu0, t0 = os.getloadavg(), os.times(), time.perf_counter()
     _, hist = training.train(spec.model_config, None, None, spec.training, x_val=val.x, y_val=val.y,
-                             augment=lambda epoch, rng: pipeline.gd_episodes(spec, sets, epoch)[1:])
+                             augment=lambda epoch, rng: data.gd_episodes(spec, sets, epoch)[1:])
     wall, cpu1 = time.perf_counter() - t0, os.times()
     steps = len(hist.loss) * -(-spec.task.n_gd_train // spec.training.batch)
     k, p = hist.kept_epoch, spec.training.patience
@@ -103,7 +104,7 @@ def main(argv=None) -> dict:
         spec = variant_spec(VARIANTS[name], args.patience, args.epochs)
         if results.get(name, {}).get("training_hash") != spec.training_hash():
             results[name] = {"changes": VARIANTS[name], **train_on_validation(spec)}
-            write_json(path, results)
+            outputs.write_json(path, results)
     print("| variant | best validation ± se | mean of the next epochs | kept / run | s per step | cores |")
     print("|---|---|---|---|---|---|")
     for name, r in results.items():

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from bayes_attn.oneshot import pipeline as pl
+from bayes_attn.oneshot import data as pl
 from bayes_attn.oneshot.spec import load_oneshot_spec
 from bayes_attn.oneshot.training import train
 

@@ -35,7 +35,7 @@ from bayes_attn import stats
 from bayes_attn.compare import MAX_RHAT
 from bayes_attn.cli import configure_logging
 from bayes_attn.oneshot import model as gd_model
-from bayes_attn.oneshot.pipeline import datasets, evaluation_episodes, train_model
+from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
 from bayes_attn.oneshot.scan import Scan, sample_at_widths
 from bayes_attn.oneshot.spec import load_oneshot_spec
 from bayes_attn.samplers import SAMPLER_NAMES
@@ -84,11 +84,11 @@ def main() -> None:
     meta = json.loads((a.run / "model.json").read_text())
     if meta.get("training_hash") != spec.training_hash():
         raise SystemExit(f"{a.run}/model.npz was not trained with the settings of {a.spec}; run bayes-attn prune first")
-    chosen = json.loads((a.run / "pruning.json").read_text())["temperatures"]["finite_width"]
-    missing = [N for N in a.widths if str(N) not in chosen]
+    chosen = load_pruning(a.run).temperatures.finite_width
+    missing = [N for N in a.widths if N not in chosen]
     if missing:
         raise SystemExit(f"--widths {missing}: no temperature chosen at these widths in {a.run}/pruning.json "
-                         f"(scanned: {sorted(map(int, chosen))})")
+                         f"(scanned: {sorted(chosen)})")
     sampler = spec.sampler.replace(num_warmup=a.warmup, num_samples=a.samples, num_chains=a.chains,
                                    max_tree_depth=a.max_tree_depth, name=a.sampler or spec.sampler.name)
     sets = datasets(spec, a.data_dir)
@@ -100,7 +100,7 @@ def main() -> None:
     out = a.run / "sampling"
     out.mkdir(exist_ok=True)
     for N in a.widths:
-        T = chosen[str(N)]
+        T = chosen[N]
         theory = solve_theory(net.with_width(N), tr.x, tr.y, temperature=T)
         scan = Scan(xr.Dataset({"best_temperature": ("width", [T])}, coords={"width": [N]}), {(N, T): theory})
         one = dataclasses.replace(spec, sampler=sampler, theory=dataclasses.replace(th, sample_widths=[N]))

@@ -42,12 +42,12 @@ def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypa
 
 @pytest.mark.parametrize("case", ["missing", "file", "no_zip"])
 def test_prune_bad_data_dir_is_one_line(tmp_path, capsys, monkeypatch, case):
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import data
 
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "empty").mkdir()
     where = {"missing": tmp_path / "nope", "file": tmp_path / "a_file", "no_zip": tmp_path / "empty"}[case]
-    _forbid(monkeypatch, (pipeline, "datasets"))
+    _forbid(monkeypatch, (data, "datasets"))
     assert cli.main(["prune", "--data-dir", str(where), "--out", str(tmp_path / "p")]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     assert "data_dir" in line and {"missing": "does not exist", "file": "is a file", "no_zip": "lacks"}[case] in line

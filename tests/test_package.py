@@ -101,7 +101,7 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
 # The one-way flow (task → network → theory | posterior → compare → jobs → command): each group may
 # import only from the groups before it (and itself).
 LAYERS = [
-    {"_checks", "_io", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache", "fingerprints",
+    {"_checks", "_io", "_markdown", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache", "fingerprints",
      "interrupt"},
     {"kernels", "network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},

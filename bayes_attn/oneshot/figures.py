@@ -20,6 +20,7 @@ from ..kernels import kernel_from_xi
 from ..network import head_labels
 from ..precision import float64
 from ..theory import Theory
+from .prune_result import PruneResult
 
 
 def _subplots(*grid: int, figsize: tuple[float, float]):
@@ -75,13 +76,14 @@ def accuracy_vs_width(ds: xr.Dataset, path) -> Path:
 
 
 # ----- (b) head score vs drop ----------------------------------------------------------
-def score_vs_drop(report: Mapping, path) -> Path:
+def score_vs_drop(result: PruneResult, path) -> Path:
     """Head score (theory ``U``) against the accuracy drop when the head alone is removed (±1 paired s.e.)."""
-    scores = [float(s) for layer in report["head_scores"] for s in layer]
-    drops = [np.nan if d is None else float(d) for layer in report["accuracy_drops"] for d in layer]
-    ses = [0.0 if s is None else float(s) for layer in report["drop_se"] for s in layer]
-    labels = _head_labels(report["head_scores"])
-    layer = [l for l, lay in enumerate(report["head_scores"]) for _ in lay]
+    p = result.pruning
+    scores = [float(s) for layer in p.head_scores for s in layer]
+    drops = [np.nan if d is None else float(d) for layer in p.drops for d in layer]
+    ses = [0.0 if s is None else float(s) for layer in p.drop_se for s in layer]
+    labels = _head_labels(p.head_scores)
+    layer = [l for l, lay in enumerate(p.head_scores) for _ in lay]
     fig, axes = _subplots(1, 1, figsize=(6, 4.6))
     ax = axes[0, 0]
     colors = ["tab:blue", "tab:red", "tab:green", "tab:purple"]
@@ -92,32 +94,33 @@ def score_vs_drop(report: Mapping, path) -> Path:
     for s, d, lab in zip(scores, drops, labels):
         ax.annotate(lab, (s, d), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axhline(0, color="k", lw=0.5)
-    sp = report["spearman"]
-    rho = "n/a" if sp.get("rho") is None else f"{sp['rho']:.2f}"
-    p = "n/a" if sp.get("p_value") is None else f"{sp['p_value']:.3g}"
-    ax.set_title(f"Head score vs accuracy drop: Spearman ρ = {rho}, p = {p} ({sp.get('alternative', '')})", fontsize=9)
-    ax.set_xlabel(f"head score (theory U, N = {report.get('score_width', '?')}, T = {report.get('score_temperature', '?')})")
+    sp = p.spearman
+    rho = "n/a" if sp.rho is None else f"{sp.rho:.2f}"
+    pv = "n/a" if sp.p_value is None else f"{sp.p_value:.3g}"
+    ax.set_title(f"Head score vs accuracy drop: Spearman ρ = {rho}, p = {pv} ({sp.alternative})", fontsize=9)
+    ax.set_xlabel(f"head score (theory U, N = {result.score_width}, T = {result.score_temperature})")
     ax.set_ylabel("accuracy drop when removed alone (±1 s.e.)")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
 
 # ----- (c) cumulative pruning ------------------------------------------------------------
-def cumulative_pruning(report: Mapping, path) -> Path:
+def cumulative_pruning(result: PruneResult, path) -> Path:
     """Accuracy vs heads removed, in ascending / descending score order and random orders (mean, min–max)."""
-    cum = report["cumulative"]
+    p = result.pruning
     fig, axes = _subplots(1, 1, figsize=(6, 4.6))
     ax = axes[0, 0]
-    for key, color in (("ascending", "tab:green"), ("descending", "tab:red")):
-        acc, se = np.asarray(cum[key]["accuracy"]), np.asarray(cum[key]["se"])
+    for key, curve, color in (("ascending", p.ascending, "tab:green"), ("descending", p.descending, "tab:red")):
+        acc, se = np.asarray(curve.accuracy), np.asarray(curve.se)
         k = np.arange(len(acc))
         ax.errorbar(k, acc, yerr=se, fmt="o-", color=color, capsize=3, label=f"{key} head score")
-    r = cum["random"]
-    mean = np.asarray(r["accuracy_mean"])
+    r = p.random
+    mean = np.asarray(r.accuracy_mean)
     k = np.arange(len(mean))
-    ax.plot(k, mean, "s--", color="tab:gray", label=f"random order (mean of {len(r['curves'])})")
-    ax.fill_between(k, r["accuracy_min"], r["accuracy_max"], color="tab:gray", alpha=0.2, label="random: min–max")
-    ax.axhline(float(report["nn_baseline"]["accuracy"]), color="tab:green", ls=":", lw=1, label="pixel nearest neighbour")
+    ax.plot(k, mean, "s--", color="tab:gray", label=f"random order (mean of {len(r.curves)})")
+    ax.fill_between(k, r.accuracy_min, r.accuracy_max, color="tab:gray", alpha=0.2, label="random: min–max")
+    ax.axhline(float(result.model.nn_baseline.accuracy), color="tab:green", ls=":", lw=1,
+               label="pixel nearest neighbour")
     ax.axhline(0.5, color="k", lw=0.5)
     ax.set_xlabel("heads removed (no retraining)")
     ax.set_ylabel("test accuracy")

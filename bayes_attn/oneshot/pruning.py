@@ -8,15 +8,15 @@ pruning in ascending score order keeps accuracy better than descending or
 random order.
 
 Layers and heads are 0-based ``(layer, head)`` pairs; ``U`` paths are
-row-major with ``h1`` slowest. Results are plain dicts/dataclasses of floats
-and lists, ready for JSON.
+row-major with ``h1`` slowest. Results are frozen dataclasses of floats and
+lists; :mod:`bayes_attn.oneshot.prune_result` writes them to ``pruning.json``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.stats
@@ -82,25 +82,22 @@ def all_heads(heads: Sequence[int]) -> list[tuple[int, int]]:
 
 
 # ----- single-head drops ------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class HeadDrops:
     """Accuracy after removing each head alone (per layer lists ``[H_l]``).
 
-    drops = base − accuracy without the head (positive: the head helped);
-    drop_se: paired standard error, ``std(c_base − c_without)/sqrt(n)`` over
-    the per-example correctness ``c``. Entries are ``None`` for the only head
-    of a layer (it cannot be removed).
+    base_binomial_se: the binomial standard error of ``base_accuracy`` (episodes
+    counted as independent); drops = base − accuracy without the head
+    (positive: the head helped); drop_se: paired standard error,
+    ``std(c_base − c_without)/sqrt(n)`` over the per-example correctness ``c``.
+    Entries are ``None`` for the only head of a layer (it cannot be removed).
     """
 
     base_accuracy: float
-    base_se: float
+    base_binomial_se: float
     accuracy: list[list[float | None]]
     drops: list[list[float | None]]
     drop_se: list[list[float | None]]
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict."""
-        return asdict(self)
 
 
 def head_correctness(params: Params, config: ModelConfig, x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -138,6 +135,24 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
 
 
 # ----- rank correlation -------------------------------------------------------
+@dataclass(frozen=True)
+class Spearman:
+    """A Spearman ρ with its permutation p-value (:func:`spearman`); ``rho``, ``p_value`` ``None`` for constant input."""
+
+    alternative: str
+    n: int
+    rho: float | None
+    p_value: float | None
+    method: str
+    n_permutations: int
+
+    def describe(self) -> str:
+        """``ρ = …, p = … (alternative, method)``, or ``n/a`` when ρ is undefined."""
+        if self.rho is None:
+            return "n/a"
+        return f"ρ = {self.rho:.3f}, p = {self.p_value:.3g} ({self.alternative}, {self.method})"
+
+
 def _flat(name: str, v) -> np.ndarray:
     if isinstance(v, np.ndarray):
         return _checks.array(name, v).ravel()
@@ -157,9 +172,9 @@ def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int
     perfectly ordered pair gives ``p = 1/n!`` for ``"greater"``, ``2/n!``
     two-sided); otherwise ``n_permutations`` seeded random permutations give
     ``p = (1 + #{rho_perm at least as extreme}) / (1 + n_permutations)``.
-    Ties get average ranks. Returns ``{"rho", "p_value", "alternative",
-    "method", "n", "n_permutations"}``; ``rho`` and ``p_value`` are ``None``
+    Ties get average ranks. ``rho`` and ``p_value`` are ``None``
     when either input is constant. NaN pairs (e.g. a layer's only head) are dropped.
+    Returns a :class:`Spearman`.
     """
     _checks.choice("alternative", alternative, ALTERNATIVES)
     a, b = _flat("scores", scores), _flat("drops", drops)
@@ -171,10 +186,9 @@ def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int
     if n < 2:
         raise ValueError(f"spearman needs at least 2 finite (score, drop) pairs, got {n}")
     n_permutations = _checks.positive_int("n_permutations", n_permutations)
-    out = {"alternative": alternative, "n": int(n)}
     rho = rank_correlation(a, b)
     if np.isnan(rho):
-        return {**out, "rho": None, "p_value": None, "method": "constant input", "n_permutations": 0}
+        return Spearman(alternative, int(n), None, None, "constant input", 0)
     exact = n <= exact_max
     # ranks are fixed under re-pairing, so ρ of a pairing is a dot product of centred ranks
     ra, rb = (scipy.stats.rankdata(v) - (n + 1) / 2 for v in (a, b))
@@ -184,19 +198,43 @@ def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int
     res = scipy.stats.permutation_test(
         (ra,), lambda u, axis: np.sum(u * rb, axis=axis) / norm, permutation_type="pairings", vectorized=True,
         n_resamples=np.inf if exact else n_permutations, alternative=alternative, rng=seed)
-    return {**out, "rho": rho, "p_value": float(res.pvalue), "method": "exact" if exact else "permutation",
-            "n_permutations": math.factorial(n) if exact else n_permutations}
+    return Spearman(alternative, int(n), rho, float(res.pvalue), "exact" if exact else "permutation",
+                    math.factorial(n) if exact else n_permutations)
 
 
 # ----- cumulative pruning -----------------------------------------------------
-def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequence[tuple[int, int]]) -> dict:
+@dataclass(frozen=True)
+class Cumulative:
+    """Heads removed one after another: ``accuracy[k]``, ``se[k]`` (binomial) after the first ``k`` removals.
+
+    removed: the ``[layer, head]`` pairs removed, in order; skipped: those
+    that would have left a layer without heads.
+    """
+
+    removed: list[list[int]]
+    skipped: list[list[int]]
+    accuracy: list[float]
+    se: list[float]
+
+
+@dataclass(frozen=True)
+class RandomPruning:
+    """Cumulative pruning in seeded random orders: mean, sd, min and max accuracy per step, and every curve."""
+
+    accuracy_mean: list[float]
+    accuracy_std: list[float]
+    accuracy_min: list[float]
+    accuracy_max: list[float]
+    curves: list[Cumulative]
+    seed: int
+
+
+def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequence[tuple[int, int]]) -> Cumulative:
     """Remove heads one after another in ``order`` and measure accuracy after each removal.
 
-    A removal that would leave a layer without heads is skipped (listed under
-    ``"skipped"``), so a full order of all heads ends with one head per layer.
-    Returns ``{"removed": [[l, h], ...], "skipped": [...], "accuracy": [...],
-    "se": [...]}`` with ``accuracy[k]`` after the first ``k`` removals
-    (``accuracy[0]``: the full model).
+    A removal that would leave a layer without heads is skipped (listed in
+    ``skipped``), so a full order of all heads ends with one head per layer;
+    ``accuracy[0]`` is the full model's.
     """
     check_params(params, config)
     x = _checks.inputs("x", x, config.N0)
@@ -225,7 +263,7 @@ def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequenc
         removed.append([l, h])
         a, s = measure(removed)
         accs.append(a), ses.append(s)
-    return {"removed": removed, "skipped": skipped, "accuracy": accs, "se": ses}
+    return Cumulative(removed, skipped, accs, ses)
 
 
 def ascending_order(scores: Sequence) -> list[tuple[int, int]]:
@@ -248,45 +286,48 @@ def random_orders(heads: Sequence[int], n: int, seed: int = 0) -> list[list[tupl
     return [[pairs[i] for i in rng.permutation(len(pairs))] for _ in range(n)]
 
 
-def random_pruning(params: Params, config: ModelConfig, x, y, *, n_orders: int = 10, seed: int = 0) -> dict:
+def random_pruning(params: Params, config: ModelConfig, x, y, *, n_orders: int = 10, seed: int = 0) -> RandomPruning:
     """Cumulative pruning in ``n_orders`` seeded random orders: mean, std, min and max accuracy per step."""
     curves = [cumulative_pruning(params, config, x, y, o) for o in random_orders(config.heads, n_orders, seed)]
-    acc = np.array([c["accuracy"] for c in curves])  # all of length 1 + sum(H_l - 1)
-    return {
-        "accuracy_mean": acc.mean(axis=0).tolist(),
-        "accuracy_std": acc.std(axis=0, ddof=1).tolist() if len(curves) > 1 else [0.0] * acc.shape[1],
-        "accuracy_min": acc.min(axis=0).tolist(),
-        "accuracy_max": acc.max(axis=0).tolist(),
-        "curves": curves,
-        "seed": int(seed),
-    }
+    acc = np.array([c.accuracy for c in curves])  # all of length 1 + sum(H_l - 1)
+    std = acc.std(axis=0, ddof=1).tolist() if len(curves) > 1 else [0.0] * acc.shape[1]
+    return RandomPruning(acc.mean(axis=0).tolist(), std, acc.min(axis=0).tolist(), acc.max(axis=0).tolist(), curves,
+                         int(seed))
 
 
-def pruning_report(params: Params, config: ModelConfig, x, y, scores, *, n_random: int = 10, seed: int = 0) -> dict:
-    """Everything of the pruning figure as one JSON-ready dict.
+@dataclass(frozen=True)
+class PruningResult:
+    """The head scores and what removing heads does to the model (the pruning figure).
 
-    ``scores``: per-layer head scores (:func:`head_scores`). Keys:
-    ``base_accuracy``, ``base_se``, ``head_scores``, ``accuracy_drops``,
-    ``drop_se``, ``spearman`` (one-sided, ``"greater"``), ``cumulative``
-    (``ascending``, ``descending``, ``random``).
+    head_scores, drops, drop_se: per layer ``[H_l]`` (as in :class:`HeadDrops`);
+    spearman: ρ of score and drop (one-sided, ``"greater"``); ascending,
+    descending, random: cumulative pruning in score order and in random orders.
     """
+
+    head_scores: list[list[float]]
+    base_accuracy: float
+    base_binomial_se: float | None  # None: read from a pruning.json written before it was
+    drops: list[list[float | None]]
+    drop_se: list[list[float | None]]
+    spearman: Spearman
+    ascending: Cumulative
+    descending: Cumulative
+    random: RandomPruning
+
+
+def pruning_report(params: Params, config: ModelConfig, x, y, scores, *, n_random: int = 10,
+                   seed: int = 0) -> PruningResult:
+    """Single-head drops, their Spearman ρ with ``scores`` (per layer, :func:`head_scores`) and cumulative pruning."""
     scores = [np.ravel(np.asarray(s, dtype=np.float64)) for s in scores]
     if [s.size for s in scores] != list(config.heads):
         raise ValueError(f"scores must give one value per head of every layer {config.heads}")
     drops = single_head_drops(params, config, x, y)
-    return {
-        "base_accuracy": drops.base_accuracy,
-        "base_se": drops.base_se,
-        "head_scores": [s.tolist() for s in scores],
-        "accuracy_drops": drops.drops,
-        "drop_se": drops.drop_se,
-        "spearman": spearman(scores, drops.drops, seed=seed),
-        "cumulative": {
-            "ascending": cumulative_pruning(params, config, x, y, ascending_order(scores)),
-            "descending": cumulative_pruning(params, config, x, y, descending_order(scores)),
-            "random": random_pruning(params, config, x, y, n_orders=n_random, seed=seed),
-        },
-    }
+    return PruningResult(
+        [s.tolist() for s in scores], drops.base_accuracy, drops.base_binomial_se, drops.drops, drops.drop_se,
+        spearman(scores, drops.drops, seed=seed),
+        cumulative_pruning(params, config, x, y, ascending_order(scores)),
+        cumulative_pruning(params, config, x, y, descending_order(scores)),
+        random_pruning(params, config, x, y, n_orders=n_random, seed=seed))
 
 
 # ----- theory-side ablation -----------------------------------------------------
@@ -308,16 +349,23 @@ def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class TheoryAblation:
+    """The theory's test accuracy with all heads, and without each head's paths (per layer; ``None``: a layer's only head)."""
+
+    accuracy: float
+    accuracy_without: list[list[float | None]]
+    drops: list[list[float | None]]
+
+
 def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test, heads: Sequence[int], *,
-                      s0sq: float = 1.0) -> dict:
+                      s0sq: float = 1.0) -> TheoryAblation:
     """Remove each head's paths from the theory's ``U`` and re-evaluate its predictor on the test episodes.
 
     ``U`` ``[D, D]`` becomes ``m mᵀ ∘ U`` with ``m`` = :func:`path_factors` (the
     same removal and rescaling as :func:`ablate` applies to the trained model);
     the predictor mean of docs/theory.md §4 is recomputed with the training episodes'
     path inputs ``xi_train`` ``[P, D, N0]`` and evaluated at ``xi_test``.
-    Returns ``{"accuracy": base, "accuracy_without": [[…]], "drops": [[…]]}``
-    per layer (``None`` for a layer's only head).
     """
     from .scan import predictor_mean  # the one predictor through xi
 
@@ -339,7 +387,7 @@ def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test,
             m = path_factors(heads, [(l, h)])
             a = acc(np.outer(m, m) * U)
             without[-1].append(a), drops[-1].append(base - a)
-    return {"accuracy": base, "accuracy_without": without, "drops": drops}
+    return TheoryAblation(base, without, drops)
 
 
 # ----- uncertainty: class bootstrap and the spread of ρ ------------------------------
@@ -376,7 +424,21 @@ def rank_correlation(a, b) -> float:
     return float(scipy.stats.spearmanr(a, b).statistic)
 
 
-def spearman_spread(score_draws, drop_resamples) -> dict:
+@dataclass(frozen=True)
+class SpearmanSpread:
+    """ρ(score, drop) over draws of the scores × resamples of the drops: the finite values (draw-major), their
+    median and 5 %, 95 % quantiles (linear), and the counts (``n_constant``: pairs with a constant side, no ρ)."""
+
+    draws: list[float]
+    median: float
+    q05: float
+    q95: float
+    n_draws: int
+    n_resamples: int
+    n_constant: int
+
+
+def spearman_spread(score_draws, drop_resamples) -> SpearmanSpread:
     """ρ(score, drop) over every draw of the scores × every resample of the drops.
 
     Args:
@@ -385,10 +447,7 @@ def spearman_spread(score_draws, drop_resamples) -> dict:
         drop_resamples: ``[n_resamples, n_heads]`` accuracy drops, one row per
             (class-bootstrap) resample of the test episodes.
 
-    Heads with a non-finite entry (a layer's only head) are left out. Returns
-    ``spearman_draws`` (the finite values of ρ, draw-major), ``spearman_median``,
-    ``spearman_q05``, ``spearman_q95`` (``numpy.quantile``, linear), and
-    ``n_draws``, ``n_resamples``, ``n_constant`` (pairs with a constant side, no ρ).
+    Heads with a non-finite entry (a layer's only head) are left out.
     """
     S = np.atleast_2d(np.asarray(score_draws, dtype=np.float64))
     Dr = np.atleast_2d(np.asarray(drop_resamples, dtype=np.float64))
@@ -402,5 +461,4 @@ def spearman_spread(score_draws, drop_resamples) -> dict:
     if finite.size == 0:
         raise ValueError("every pair of scores and drops has a constant side: no ρ")
     q05, med, q95 = (float(v) for v in np.quantile(finite, [0.05, 0.5, 0.95]))
-    return {"spearman_draws": finite.tolist(), "spearman_median": med, "spearman_q05": q05, "spearman_q95": q95,
-            "n_draws": int(S.shape[0]), "n_resamples": int(Dr.shape[0]), "n_constant": int(rho.size - finite.size)}
+    return SpearmanSpread(finite.tolist(), med, q05, q95, int(S.shape[0]), int(Dr.shape[0]), int(rho.size - finite.size))

@@ -176,6 +176,46 @@ def train(
     Mini-batches follow a permutation seeded by ``(seed, epoch)``; the last,
     partial batch is padded and masked, so every step has the same shape.
     """
+    params, x, y, x_val, y_val = _checked(params_or_config, x, y, train_config, x_val, y_val, augment)
+    N0, dtype = int(params.V0.shape[1]), params.V0.dtype
+    opt = train_config.optax()
+    opt_state = opt.init(params)
+    step = _step(opt)
+    history = History()
+    E = train_config.epochs
+    stop = _EarlyStopping(train_config, progress_bar) if train_config.patience is not None else None
+    lr = train_config.lr
+    for epoch in range(E):
+        t0 = time.perf_counter()
+        rng = np.random.default_rng([train_config.seed, epoch])
+        if augment is not None and (epoch > 0 or x is None):
+            xe, ye = _augmented(augment, epoch, rng, N0)
+        else:
+            xe, ye = x, y
+        history.lr.append(lr)
+        params, opt_state, loss = _epoch(step, params, opt_state, xe, ye, rng, train_config.batch, dtype,
+                                         jnp.asarray(lr / train_config.lr, dtype))
+        history.loss.append(loss)
+        line = f"epoch {epoch + 1}/{E}  loss {history.loss[-1]:.4f}"
+        if x_val is not None:
+            acc, se = accuracy(params, x_val, y_val)
+            history.val_accuracy.append(acc)
+            history.val_se.append(se)
+            line += f"  val_acc {acc:.3f} ± {se:.3f}"
+        history.seconds.append(time.perf_counter() - t0)
+        if progress_bar:
+            log.info(line + f"  ({history.seconds[-1]:.1f} s)")
+        if stop is not None:
+            lr = stop.update(epoch, history.val_accuracy[-1], history.val_se[-1], params, lr)
+            if lr is None:
+                break
+    if stop is not None and stop.best is not None:
+        params, history.kept_epoch = stop.best[2], stop.best[1]
+    return params, history
+
+
+def _checked(params_or_config, x, y, train_config, x_val, y_val, augment):
+    """:func:`train`'s arguments checked: ``(params, x, y, x_val, y_val)`` (``x, y`` ``None`` when ``augment`` supplies them)."""
     if not isinstance(train_config, TrainConfig):
         raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     if augment is not None and not callable(augment):
@@ -187,7 +227,6 @@ def train(
     else:
         raise ValueError(f"params_or_config must be Params or ModelConfig, got {type(params_or_config).__name__}")
     N0 = int(params.V0.shape[1])
-    dtype = params.V0.dtype
     if x is None or y is None:
         if augment is None:
             raise ValueError("x and y are required unless augment supplies the training sets")
@@ -202,10 +241,11 @@ def train(
         y_val = _check_pm1("y_val", y_val, x_val.shape[0])
     elif train_config.patience is not None:
         raise ValueError("train_config.patience (early stopping) needs a validation set: give x_val and y_val")
+    return params, x, y, x_val, y_val
 
-    opt = train_config.optax()
-    opt_state = opt.init(params)
-    B = train_config.batch
+
+def _step(opt):
+    """One jitted optimiser step on a masked mini-batch: ``step(params, opt_state, xb, yb, mb, lr_scale)``."""
 
     @jax.jit
     def step(params, opt_state, xb, yb, mb, lr_scale):
@@ -220,63 +260,59 @@ def train(
         updates = jax.tree.map(lambda u: u * lr_scale, updates)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    history = History()
-    E, patience = train_config.epochs, train_config.patience
-    best = None  # (validation accuracy, epoch, params) of the best epoch so far, with early stopping
-    learning = False  # some validation accuracy was LEARNING_SIGMAS errors above chance
-    lr = train_config.lr
-    since_drop = 0  # epochs (counted once learning) since the best epoch or the last learning-rate drop
-    for epoch in range(E):
-        t0 = time.perf_counter()
-        rng = np.random.default_rng([train_config.seed, epoch])
-        if augment is not None and (epoch > 0 or x is None):
-            xe, ye = _augmented(augment, epoch, rng, N0)
-        else:
-            xe, ye = x, y
-        P = xe.shape[0]
-        perm = rng.permutation(P)
-        pad = (-P) % B
-        idx = np.concatenate([perm, np.zeros(pad, dtype=perm.dtype)])
-        mask = np.concatenate([np.ones(P), np.zeros(pad)])
-        xd, yd = jnp.asarray(xe, dtype), jnp.asarray(ye, dtype)
-        scale = jnp.asarray(lr / train_config.lr, dtype)
-        history.lr.append(lr)
-        total = 0.0
-        for start in range(0, P + pad, B):
-            ib = idx[start : start + B]
-            mb = mask[start : start + B]
-            params, opt_state, loss = step(params, opt_state, xd[ib], yd[ib], jnp.asarray(mb, dtype), scale)
-            total += float(loss) * float(mb.sum())
-        history.loss.append(total / P)
-        line = f"epoch {epoch + 1}/{E}  loss {history.loss[-1]:.4f}"
-        if x_val is not None:
-            acc, se = accuracy(params, x_val, y_val)
-            history.val_accuracy.append(acc)
-            history.val_se.append(se)
-            line += f"  val_acc {acc:.3f} ± {se:.3f}"
-        history.seconds.append(time.perf_counter() - t0)
-        if progress_bar:
-            log.info(line + f"  ({history.seconds[-1]:.1f} s)")
-        if patience is not None:
-            acc = history.val_accuracy[-1]
-            learning = learning or acc - 0.5 > LEARNING_SIGMAS * history.val_se[-1]
-            if best is None or acc > best[0]:
-                best, since_drop = (acc, epoch, params), 0
-            elif learning and epoch - best[1] >= patience:
-                if progress_bar:
-                    log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
-                             f"epochs; keeping epoch {best[1] + 1} ({best[0]:.3f})")
-                break
-            elif learning and train_config.lr_factor is not None:
-                since_drop += 1
-                if since_drop >= train_config.lr_patience:
-                    lr, before, since_drop = max(lr * train_config.lr_factor, train_config.lr_min or 0.0), lr, 0
-                    if progress_bar and lr != before:
-                        log.info(f"learning rate {lr:.3g} from epoch {epoch + 2}: no better validation accuracy "
-                                 f"for {train_config.lr_patience} epochs")
-    if best is not None:
-        params, history.kept_epoch = best[2], best[1]
-    return params, history
+    return step
+
+
+def _epoch(step, params, opt_state, xe, ye, rng, B: int, dtype, scale):
+    """One pass over ``xe, ye`` in mini-batches of ``B`` (permutation from ``rng``; the last batch padded and
+    masked); returns ``(params, opt_state, mean loss)``."""
+    P = xe.shape[0]
+    perm = rng.permutation(P)
+    pad = (-P) % B
+    idx = np.concatenate([perm, np.zeros(pad, dtype=perm.dtype)])
+    mask = np.concatenate([np.ones(P), np.zeros(pad)])
+    xd, yd = jnp.asarray(xe, dtype), jnp.asarray(ye, dtype)
+    total = 0.0
+    for start in range(0, P + pad, B):
+        ib = idx[start : start + B]
+        mb = mask[start : start + B]
+        params, opt_state, loss = step(params, opt_state, xd[ib], yd[ib], jnp.asarray(mb, dtype), scale)
+        total += float(loss) * float(mb.sum())
+    return params, opt_state, total / P
+
+
+class _EarlyStopping:
+    """Early stopping on validation accuracy, and the learning-rate drops of ``lr_factor``.
+
+    Counts only once the model learns (a validation accuracy ``LEARNING_SIGMAS``
+    errors above chance); ``best``: ``(accuracy, epoch, params)`` of the best epoch so far.
+    """
+
+    def __init__(self, config: TrainConfig, progress_bar: bool):
+        self.config, self.progress_bar = config, progress_bar
+        self.best = None
+        self.learning = False
+        self.since_drop = 0  # epochs (counted once learning) since the best epoch or the last learning-rate drop
+
+    def update(self, epoch: int, acc: float, se: float, params, lr: float) -> float | None:
+        """The learning rate of the next epoch after ``epoch``'s validation ``acc ± se``; ``None``: stop."""
+        c, patience = self.config, self.config.patience
+        self.learning = self.learning or acc - 0.5 > LEARNING_SIGMAS * se
+        if self.best is None or acc > self.best[0]:
+            self.best, self.since_drop = (acc, epoch, params), 0
+        elif self.learning and epoch - self.best[1] >= patience:
+            if self.progress_bar:
+                log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
+                         f"epochs; keeping epoch {self.best[1] + 1} ({self.best[0]:.3f})")
+            return None
+        elif self.learning and c.lr_factor is not None:
+            self.since_drop += 1
+            if self.since_drop >= c.lr_patience:
+                lr, before, self.since_drop = max(lr * c.lr_factor, c.lr_min or 0.0), lr, 0
+                if self.progress_bar and lr != before:
+                    log.info(f"learning rate {lr:.3g} from epoch {epoch + 2}: no better validation accuracy "
+                             f"for {c.lr_patience} epochs")
+        return lr
 
 
 def _augmented(augment, epoch: int, rng, N0: int):

@@ -13,7 +13,7 @@ import pytest
 from conftest import seed_of
 
 from bayes_attn import oneshot
-from bayes_attn.oneshot import checkpoints, model, training
+from bayes_attn.oneshot import checkpoints, model, prune_result, training
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.oneshot.training import TrainConfig
 from bayes_attn.samplers import SamplerSettings
@@ -22,6 +22,18 @@ from bayes_attn.theory import head_scores
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data/omniglot"
 SPECS = sorted((ROOT / "models").glob("*oneshot*.toml")) + sorted((ROOT / "models").glob("omniglot_*.toml"))
+SHIPPED_RUN = ROOT / "inference/results/fig3"
+
+
+def fake_result(rho: float | None = 0.5, p_value: float | None = 0.01, verdict: str = "diagnostics passed",
+                reasons: tuple[str, ...] = ()) -> prune_result.PruneResult:
+    """The shipped run's result with its ρ, base accuracy 0.9 ± 0.01 and verdict replaced (what a fake
+    ``run_oneshot`` returns to the command)."""
+    r = prune_result.load_pruning(SHIPPED_RUN)
+    pruned = dataclasses.replace(r.pruning, spearman=dataclasses.replace(r.pruning.spearman, rho=rho, p_value=p_value))
+    spread = dataclasses.replace(r.spread, base=prune_result.Accuracy(0.9, 0.01))
+    return dataclasses.replace(r, pruning=pruned, spread=spread,
+                               sampling=prune_result.SamplingVerdict(verdict, list(reasons)))
 
 
 # ----- the spec ---------------------------------------------------------------------
@@ -44,7 +56,7 @@ def test_prune_default_spec_is_the_shipped_toml(tmp_path, monkeypatch):
 
     def fake_run_oneshot(spec, out, **kwargs):
         seen["spec"] = spec
-        return {"spearman": {"rho": 0.0, "p_value": 1.0}, "base_accuracy": 0.5, "base_se": 0.0, "verdict": "agree"}
+        return fake_result()
 
     monkeypatch.setattr(oneshot_pipeline, "run_oneshot", fake_run_oneshot)
     assert cli.main(["prune", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
@@ -84,9 +96,9 @@ def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
 def test_data_check_resolves_the_spec_files_relative_data_dir(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the spec's data_dir is relative to its file, not to the working folder
     spec = load_oneshot_spec(path)
-    oneshot.pipeline.check_data(spec)
+    oneshot.data.check_data(spec)
     with pytest.raises(ValueError, match="data_dir: the folder .* does not exist"):
-        oneshot.pipeline.check_data(spec, tmp_path / "missing")
+        oneshot.data.check_data(spec, tmp_path / "missing")
 
 
 @pytest.mark.parametrize("table, match", [
@@ -145,10 +157,10 @@ def test_prune_refuses_guided_samples_too_big_before_training(tmp_path, monkeypa
     not left for ``auto``'s ``wishart`` at the end (issue 53)."""
     from conftest import forbid_calls
 
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import data, pipeline
 
     needs_omniglot()
-    forbid_calls(monkeypatch, (pipeline, "datasets"), (pipeline, "train_model"))
+    forbid_calls(monkeypatch, (data, "datasets"), (pipeline, "train_model"))
     spec = dataclasses.replace(TINY, sampler=TINY.sampler.replace(name="auto", guided_samples=100_000_000_000))
     with pytest.raises(ValueError, match=r"guided_samples=100000000000 cannot be honoured"):
         oneshot.run_oneshot(spec, tmp_path / "out", progress_bar=False)
@@ -186,13 +198,13 @@ def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch
 def test_only_the_full_zip_gets_a_hint_to_set_task_files(tmp_path):
     """A folder with Omniglot's full ``images_background.zip`` but not the small zips the spec reads is refused
     with the hint to set ``task.files`` (issue 53)."""
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import data
 
     (tmp_path / "images_background.zip").write_bytes(b"")
     spec = dataclasses.replace(TINY, task=dataclasses.replace(TINY.task, data_dir=str(tmp_path)))
     with pytest.raises(ValueError, match=r"lacks images_background_small1\.zip.*set task\.files = "
                                          r"\['images_background\.zip'\]") as err:
-        pipeline.check_data(spec)
+        data.check_data(spec)
     assert "\n" not in str(err.value)
 
 
@@ -211,14 +223,12 @@ def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
     from bayes_attn import cli
     from bayes_attn.oneshot import pipeline
 
-    report = {"spearman": {"rho": 0.123456789012, "p_value": 0.0123456789}, "base_accuracy": 0.9, "base_se": 0.01,
-              "verdict": "agree", "inconclusive_reasons": []}
-    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: report)
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: fake_result(0.123456789012, 0.0123456789))
     assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "rho = 0.123, p = 0.012" in out and "0.1234" not in out, out
     # all heads' drops equal (a tiny model at seed offset 3): ρ is undefined, said so, and the command ends normally
-    report["spearman"] = {"rho": None, "p_value": None, "method": "constant input"}
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: fake_result(None, None))
     assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
     assert "Spearman rho undefined (constant input)" in capsys.readouterr().out
 
@@ -231,12 +241,9 @@ def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path,
     from bayes_attn import cli
     from bayes_attn.oneshot import pipeline
 
-    report = {"spearman": {"rho": 0.5, "p_value": 0.01}, "base_accuracy": 0.9, "base_se": 0.01, "verdict": "agree",
-              "inconclusive_reasons": []}
-
     def fake(*a, **k):
         logging.getLogger("bayes_attn.oneshot").info("epoch 1: val accuracy 0.5")  # a progress line
-        return report
+        return fake_result()
 
     monkeypatch.setattr(pipeline, "run_oneshot", fake)
     assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
@@ -259,10 +266,9 @@ def test_prune_verdict_from_rhat_and_divergences(tmp_path, capsys, monkeypatch):
                     coords={"sample_width": [10, 100]})
     outputs.save(ds, tmp_path / "oneshot.nc")
     v = pipeline.sampling_verdict(tmp_path / "oneshot.nc")
-    assert v["verdict"] == "inconclusive" and "N=10" in v["inconclusive_reasons"][0]
-    assert "R-hat 2.49" in v["inconclusive_reasons"][0] and "9 divergent" in v["inconclusive_reasons"][0]
-    report = {"spearman": {"rho": 0.5, "p_value": 0.1}, "base_accuracy": 0.9, "base_se": 0.01} | v
-    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: report)
+    assert v.verdict == "inconclusive" and "N=10" in v.reasons[0]
+    assert "R-hat 2.49" in v.reasons[0] and "9 divergent" in v.reasons[0]
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: fake_result(verdict=v.verdict, reasons=v.reasons))
     assert cli.main(["prune", "--out", str(tmp_path / "p")]) == cli.EXIT_DIAGNOSTICS
     captured = capsys.readouterr()
     assert "WARNING: inconclusive" in captured.err and captured.out.count("wrote") == 1
@@ -323,7 +329,7 @@ def test_within_alphabet_training_episodes_pair_classes_of_one_alphabet(tiny_set
 
 @pytest.mark.slow
 def test_prune_writes_every_file_with_the_right_keys(tiny_run):
-    out, report = tiny_run
+    out, result = tiny_run
     for f in ("model.npz", "model.json", "spec.toml", "pruning.json", "oneshot.nc", "report.md",
               "accuracy_vs_width.png", "score_vs_drop.png", "cumulative_pruning.png", "order_parameters.png",
               "path_kernels.png"):
@@ -339,8 +345,10 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     assert [len(s) for s in saved["head_scores"]] == [2, 2]
     assert set(saved["cumulative"]) == {"ascending", "descending", "random"}
     assert load_oneshot_spec(out / "spec.toml") == TINY
-    # the verdict is in the returned report, the file and report.md alike
-    assert saved["verdict"] == report["verdict"] in ("diagnostics passed", "inconclusive", "not sampled")
+    # the file is the returned value, written by its one serialiser and read back by its one loader
+    assert prune_result.load_pruning(out) == result and saved == json.loads(json.dumps(prune_result.to_json(result)))
+    # the verdict is in the returned result, the file and report.md alike
+    assert saved["verdict"] == result.sampling.verdict in ("diagnostics passed", "inconclusive", "not sampled")
     assert f"Verdict of the sampling: **{saved['verdict']}**" in (out / "report.md").read_text()
     import xarray as xr
 
@@ -357,9 +365,9 @@ def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
     out, _ = tiny_run
     sets, ev = tiny_sets
     again = oneshot.train_model(TINY, out, sets=sets, evaluation=ev, progress_bar=False)
-    assert again.metrics["reused"]
+    assert again.metrics.reused
     other = dataclasses.replace(TINY, training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(1)))
-    assert oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False).metrics["reused"] is False
+    assert oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False).metrics.reused is False
 
 
 @pytest.mark.slow
@@ -385,14 +393,14 @@ def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_
 def test_prune_command_holds_its_folder_and_reuses_the_model(tiny_run, capsys):
     from bayes_attn import cli, outputs
 
-    out, report = tiny_run
+    out, result = tiny_run
     spec_path = out.parent / "tiny_cli.toml"
     spec_path.write_text(TINY.to_toml())
     with outputs.hold(out):
         assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
     assert "is in use by another run" in capsys.readouterr().err
     status = cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"])
-    assert status == (cli.EXIT_DIAGNOSTICS if report["verdict"] == "inconclusive" else 0)
+    assert status == (cli.EXIT_DIAGNOSTICS if result.sampling.verdict == "inconclusive" else 0)
     assert "Spearman rho" in capsys.readouterr().out
-    again = json.loads((out / "pruning.json").read_text())
-    assert again["model"]["reused"] and again["base_accuracy"] == report["base_accuracy"]
+    again = prune_result.load_pruning(out)
+    assert again.model.reused and again.spread.base == result.spread.base

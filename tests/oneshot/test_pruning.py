@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -85,17 +86,18 @@ def test_single_head_drops_and_cumulative_pruning():
     assert d.drop_se[1][2] == pytest.approx(np.std(1.0 - c, ddof=1) / math.sqrt(40))
     order = pruning.all_heads(SMALL.heads)
     cum = pruning.cumulative_pruning(params, SMALL, x, y, order)
-    assert cum["removed"] == [[0, 0], [1, 0], [1, 1]] and cum["skipped"] == [[0, 1], [1, 2]]
-    assert len(cum["accuracy"]) == 4 and cum["accuracy"][0] == 1.0
-    assert cum["accuracy"][1] == pytest.approx(d.accuracy[0][0])
+    assert cum.removed == [[0, 0], [1, 0], [1, 1]] and cum.skipped == [[0, 1], [1, 2]]
+    assert len(cum.accuracy) == 4 and cum.accuracy[0] == 1.0
+    assert cum.accuracy[1] == pytest.approx(d.accuracy[0][0])
     scores = [np.array([0.2, 1.0]), np.array([0.5, 0.1, 0.3])]
     assert pruning.ascending_order(scores) == [(1, 1), (0, 0), (1, 2), (1, 0), (0, 1)]
     assert pruning.descending_order(scores) == [(0, 1), (1, 0), (1, 2), (0, 0), (1, 1)]
     rep = pruning.pruning_report(params, SMALL, x, y, scores, n_random=3)
-    text = json.dumps(rep, allow_nan=False)
-    assert {"base_accuracy", "head_scores", "accuracy_drops", "spearman"} <= set(json.loads(text))
-    rnd = rep["cumulative"]["random"]
-    assert len(rnd["accuracy_mean"]) == 4 and rnd["accuracy_mean"][0] == 1.0
+    assert rep.drops == d.drops and rep.base_accuracy == d.base_accuracy == 1.0 and rep.base_binomial_se == 0.0
+    assert rep.ascending == pruning.cumulative_pruning(params, SMALL, x, y, pruning.ascending_order(scores))
+    json.dumps(dataclasses.asdict(rep), allow_nan=False)  # plain numbers and lists, no NaN
+    rnd = rep.random
+    assert len(rnd.accuracy_mean) == 4 and rnd.accuracy_mean[0] == 1.0 and len(rnd.curves) == 3
 
 
 @pytest.mark.slow
@@ -109,12 +111,12 @@ def test_theory_ablation_is_the_predictor_with_the_heads_paths_out_of_U():
     xi, xit = path_inputs(net, x), path_inputs(net, xt)
     ab = pruning.theory_head_drops(t.U, 0.3, xi, y, xit, yt, net.heads)
     f = predictor_mean(t.U, 0.3, xi, y, xit)
-    assert ab["accuracy"] == pytest.approx(np.mean(np.where(f >= 0, 1, -1) == yt))
+    assert ab.accuracy == pytest.approx(np.mean(np.where(f >= 0, 1, -1) == yt))
     # by hand: zero the rows and columns of the paths through head (1, 2), rescale the rest by 3/2
     keep = np.array([p[1] != 2 for p in itertools.product(range(2), range(3))], float)
     f2 = predictor_mean(1.5 * np.outer(keep, keep) * t.U, 0.3, xi, y, xit)
-    assert ab["drops"][1][2] == pytest.approx(ab["accuracy"] - np.mean(np.where(f2 >= 0, 1, -1) == yt))
-    assert [len(d) for d in ab["drops"]] == [2, 3]
+    assert ab.drops[1][2] == pytest.approx(ab.accuracy - np.mean(np.where(f2 >= 0, 1, -1) == yt))
+    assert [len(d) for d in ab.drops] == [2, 3]
 
 
 # ----- head scores --------------------------------------------------------------------------------
@@ -164,14 +166,14 @@ def test_one_head_score_implementation():
 def test_spearman_p_values():
     # exact enumeration (n = 4 <= 8): one-sided p = 1/4!, two-sided 2/4!
     r = pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
-    assert r["rho"] == pytest.approx(1.0) and r["method"] == "exact"
-    assert r["p_value"] == pytest.approx(1 / 24)
-    assert pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided")["p_value"] == pytest.approx(2 / 24)
-    assert pruning.spearman([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1])["p_value"] == pytest.approx(1.0)
+    assert r.rho == pytest.approx(1.0) and r.method == "exact"
+    assert r.p_value == pytest.approx(1 / 24)
+    assert pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided").p_value == pytest.approx(2 / 24)
+    assert pruning.spearman([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1]).p_value == pytest.approx(1.0)
     # per-layer lists are flattened; n = 9 > 8 uses seeded random permutations
     r = pruning.spearman([[1, 2, 3], [4, 5, 6, 7, 8, 9]], [[1, 2, 3], [4, 5, 6, 7, 8, 9]], n_permutations=2000)
-    assert r["method"] == "permutation" and r["p_value"] == pytest.approx(1 / 2001)
-    assert pruning.spearman([1, 2, 3], [1, 1, 1])["rho"] is None
+    assert r.method == "permutation" and r.p_value == pytest.approx(1 / 2001)
+    assert pruning.spearman([1, 2, 3], [1, 1, 1]).rho is None
 
 
 def test_spearman_exact_p_value_of_eight_heads_equals_enumeration():
@@ -182,9 +184,9 @@ def test_spearman_exact_p_value_of_eight_heads_equals_enumeration():
     ra, rb = np.argsort(np.argsort(a)) - 3.5, np.argsort(np.argsort(b)) - 3.5
     perms = np.array(list(itertools.permutations(range(8))))
     rhos = (ra[perms] @ rb) / (ra @ ra)
-    want = np.mean(np.abs(rhos) >= abs(r["rho"]) - 1e-12)
-    assert r["method"] == "exact" and r["n_permutations"] == 40320
-    assert r["p_value"] == pytest.approx(want, rel=1e-9)
+    want = np.mean(np.abs(rhos) >= abs(r.rho) - 1e-12)
+    assert r.method == "exact" and r.n_permutations == 40320
+    assert r.p_value == pytest.approx(want, rel=1e-9)
 
 
 def test_spearman_spread_on_a_case_with_a_known_answer():
@@ -195,13 +197,13 @@ def test_spearman_spread_on_a_case_with_a_known_answer():
     resamples = [drops, 2 * drops, drops + 1, np.full(4, 0.2)]
     r = pruning.spearman_spread(scores, resamples)
     want = [1.0] * 3 + [-1.0] * 3 + [0.8] * 3
-    np.testing.assert_allclose(r["spearman_draws"], want)
-    assert r["n_constant"] == 3 and r["n_draws"] == 3 and r["n_resamples"] == 4
-    assert r["spearman_median"] == pytest.approx(0.8)
-    assert r["spearman_q05"] == pytest.approx(np.quantile(want, 0.05)) == pytest.approx(-1.0)
-    assert r["spearman_q95"] == pytest.approx(1.0)
+    np.testing.assert_allclose(r.draws, want)
+    assert r.n_constant == 3 and r.n_draws == 3 and r.n_resamples == 4
+    assert r.median == pytest.approx(0.8)
+    assert r.q05 == pytest.approx(np.quantile(want, 0.05)) == pytest.approx(-1.0)
+    assert r.q95 == pytest.approx(1.0)
     # a layer's only head (NaN) is left out of every ρ
     r = pruning.spearman_spread([[1, 2, np.nan]], [[0.1, 0.2, np.nan]])
-    assert r["spearman_draws"] == [pytest.approx(1.0)]
+    assert r.draws == [pytest.approx(1.0)]
     with pytest.raises(ValueError, match="same number of heads"):
         pruning.spearman_spread([[1, 2, 3]], [[1, 2]])

@@ -1,0 +1,208 @@
+"""What ``bayes-attn prune`` found, as one typed value, and its one serialiser ``pruning.json``.
+
+The stages of :func:`bayes_attn.oneshot.pipeline.run_oneshot` each return a
+frozen value and the next takes it: training → :class:`ModelMetrics` (inside
+``TrainedModel``), theory scan → :class:`~bayes_attn.oneshot.scan.Scan`,
+sampling → :class:`SamplingVerdict`, scores and pruning →
+:class:`~bayes_attn.oneshot.pruning.PruningResult`, uncertainty →
+:class:`Spread`; :class:`PruneResult` holds them all. :func:`to_json` is the
+only place that names the keys of ``pruning.json`` and :func:`from_json` (and
+:func:`load_pruning`) the only place that reads them.
+
+Accuracies are fractions of test episodes; ``se`` their standard error (the
+field or its type says binomial or class bootstrap).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from .. import _io
+from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
+
+PAPER_SPEARMAN_RHO = 0.86
+"""The paper's head score vs single-head drop Spearman ρ (its Fig. 3, 2 × 4 heads)."""
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """An accuracy and its standard error."""
+
+    accuracy: float
+    se: float
+
+
+@dataclass(frozen=True)
+class OodAccuracy:
+    """The model's accuracy on an out-of-distribution set, and the pixel nearest neighbour's (binomial se)."""
+
+    accuracy: float
+    se: float
+    nn_accuracy: float
+    nn_se: float
+
+
+@dataclass(frozen=True)
+class ModelMetrics:
+    """What was measured on the gradient-descent model (binomial standard errors).
+
+    nn_baseline: the pixel nearest neighbour on the same test episodes; ood: per
+    OOD set; train_seconds: wall time of its training (read back when
+    ``reused``); kept_epoch: the early-stopping epoch kept (0-based), or ``None``.
+    """
+
+    test: Accuracy
+    validation: Accuracy
+    nn_baseline: Accuracy
+    ood: dict[str, OodAccuracy]
+    train_seconds: float
+    reused: bool
+    epochs_run: int | None  # None: read from a pruning.json written before it was
+    kept_epoch: int | None
+
+
+@dataclass(frozen=True)
+class SamplingVerdict:
+    """``"diagnostics passed"``, ``"inconclusive"`` (with its reasons) or ``"not sampled"``."""
+
+    verdict: str
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class Temperatures:
+    """The temperatures chosen on validation episodes: the rule, per scanned width, and for the GP limit."""
+
+    choice: str
+    finite_width: dict[int, float]
+    gp: float
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The uncertainty stage: class-bootstrap errors, the theory's own accuracy and ablation, and the spread of ρ.
+
+    base, theory, gp: test accuracy ± class-bootstrap se of the model, the
+    theory at ``(theory_width, theory_temperature)`` and the GP limit at
+    ``gp_temperature``; ablation: the theory-side head removal with its ρ
+    against the score and against the model's drops; rho: ρ(score, drop) over
+    draws of the theory's episodes × class bootstraps; score_draws: the head
+    scores of each draw ``[n_draws, n_heads]``.
+    """
+
+    base: Accuracy
+    se_method: str
+    theory: Accuracy
+    theory_temperature: float
+    theory_width: int
+    gp: Accuracy
+    gp_temperature: float
+    ablation: TheoryAblation
+    ablation_rho_score: Spearman
+    ablation_rho_drops: Spearman
+    rho: SpearmanSpread
+    score_draws: list[list[float]]
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """Everything ``bayes-attn prune`` found (``pruning.json``): the stages' values and the scores' settings.
+
+    trained_head_scores, trained_spearman: the scores read off the trained
+    weights' own ``U`` and their ρ with the drops; theory_classes: the image
+    set the theory's training episodes come from; deviations: departures from
+    the authors' recipe.
+    """
+
+    model: ModelMetrics
+    pruning: PruningResult
+    spread: Spread
+    score_width: int
+    score_temperature: float
+    trained_head_scores: list[list[float]]
+    trained_spearman: Spearman
+    temperatures: Temperatures
+    theory_classes: str
+    deviations: list[str]
+    sampling: SamplingVerdict
+
+
+def to_json(r: PruneResult) -> dict:
+    """The ``pruning.json`` dict of ``r`` (keys in the file's order)."""
+    p, s, m = r.pruning, r.spread, r.model
+    return {
+        "base_accuracy": s.base.accuracy, "base_se": s.base.se, "base_binomial_se": p.base_binomial_se,
+        "head_scores": p.head_scores, "accuracy_drops": p.drops, "drop_se": p.drop_se,
+        "spearman": asdict(p.spearman),
+        "cumulative": {"ascending": asdict(p.ascending), "descending": asdict(p.descending),
+                       "random": asdict(p.random)},
+        "se_method": s.se_method, "theory_accuracy": s.theory.accuracy, "theory_se": s.theory.se,
+        "theory_temperature": s.theory_temperature, "theory_width": s.theory_width,
+        "gp_accuracy": s.gp.accuracy, "gp_se": s.gp.se, "gp_temperature": s.gp_temperature,
+        "theory_ablation": {**asdict(s.ablation), "spearman_score": asdict(s.ablation_rho_score),
+                            "spearman_gd_drops": asdict(s.ablation_rho_drops)},
+        "spearman_draws": s.rho.draws, "spearman_median": s.rho.median, "spearman_q05": s.rho.q05,
+        "spearman_q95": s.rho.q95, "n_draws": s.rho.n_draws, "n_resamples": s.rho.n_resamples,
+        "n_constant": s.rho.n_constant, "spearman_score_draws": s.score_draws, "paper_spearman_rho": PAPER_SPEARMAN_RHO,
+        "nn_baseline": asdict(m.nn_baseline), "ood": {k: asdict(v) for k, v in m.ood.items()},
+        "model": {"test": asdict(m.test), "validation": asdict(m.validation), "train_seconds": m.train_seconds,
+                  "reused": m.reused, "epochs_run": m.epochs_run, "kept_epoch": m.kept_epoch},
+        "score_width": r.score_width, "score_temperature": r.score_temperature,
+        "trained_head_scores": r.trained_head_scores, "trained_spearman": asdict(r.trained_spearman),
+        "temperatures": {"choice": r.temperatures.choice,
+                         "finite_width": {str(N): t for N, t in r.temperatures.finite_width.items()},
+                         "gp": r.temperatures.gp},
+        "theory_classes": r.theory_classes, "deviations": r.deviations,
+        "verdict": r.sampling.verdict, "inconclusive_reasons": r.sampling.reasons,
+    }
+
+
+def _flat(cls, d: dict):
+    return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+def _cumulative(d: dict) -> Cumulative:
+    return _flat(Cumulative, d)
+
+
+def from_json(d: dict) -> PruneResult:
+    """The :class:`PruneResult` of a ``pruning.json`` dict.
+
+    ``base_binomial_se``, ``model.epochs_run`` and ``model.kept_epoch`` are
+    ``None`` in files written before they were; any other key missing is a
+    ``KeyError`` naming it.
+    """
+    acc = lambda a, se: Accuracy(d[a], d[se])  # noqa: E731
+    cum, ab, mo, te = d["cumulative"], d["theory_ablation"], d["model"], d["temperatures"]
+    rnd = cum["random"]
+    pruning = PruningResult(d["head_scores"], d["base_accuracy"], d.get("base_binomial_se"),
+                            d["accuracy_drops"], d["drop_se"], _flat(Spearman, d["spearman"]), _cumulative(cum["ascending"]),
+                            _cumulative(cum["descending"]),
+                            RandomPruning(**{**rnd, "curves": [_cumulative(c) for c in rnd["curves"]]}))
+    rho = SpearmanSpread(d["spearman_draws"], d["spearman_median"], d["spearman_q05"], d["spearman_q95"],
+                         d["n_draws"], d["n_resamples"], d["n_constant"])
+    spread = Spread(acc("base_accuracy", "base_se"), d["se_method"], acc("theory_accuracy", "theory_se"),
+                    d["theory_temperature"], d["theory_width"], acc("gp_accuracy", "gp_se"), d["gp_temperature"],
+                    _flat(TheoryAblation, ab), _flat(Spearman, ab["spearman_score"]),
+                    _flat(Spearman, ab["spearman_gd_drops"]), rho, d["spearman_score_draws"])
+    model = ModelMetrics(_flat(Accuracy, mo["test"]), _flat(Accuracy, mo["validation"]),
+                         _flat(Accuracy, d["nn_baseline"]), {k: _flat(OodAccuracy, v) for k, v in d["ood"].items()},
+                         mo["train_seconds"], mo["reused"], mo.get("epochs_run"), mo.get("kept_epoch"))
+    temperatures = Temperatures(te["choice"], {int(N): t for N, t in te["finite_width"].items()}, te["gp"])
+    return PruneResult(model, pruning, spread, d["score_width"], d["score_temperature"], d["trained_head_scores"],
+                       _flat(Spearman, d["trained_spearman"]), temperatures, d["theory_classes"], d["deviations"],
+                       SamplingVerdict(d["verdict"], d["inconclusive_reasons"]))
+
+
+def write(r: PruneResult, path: str | os.PathLike) -> Path:
+    """Write ``pruning.json`` (indented JSON, atomically)."""
+    return _io.write_json(path, to_json(r))
+
+
+def load_pruning(path: str | os.PathLike) -> PruneResult:
+    """Read a ``pruning.json`` file, or the one in the folder ``path``."""
+    path = Path(path)
+    return from_json(json.loads((path / "pruning.json" if path.is_dir() else path).read_text()))

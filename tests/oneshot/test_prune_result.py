@@ -1,0 +1,56 @@
+"""``pruning.json``: one serialiser and one loader of the typed result of ``bayes-attn prune``
+(bayes_attn.oneshot.prune_result)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bayes_attn.oneshot import prune_result
+from bayes_attn.oneshot.pruning import PruningResult, Spearman
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((ROOT / "inference/results/fig3").rglob("pruning.json"))
+NEWER_KEYS = {"base_binomial_se": (), "epochs_run": ("model",), "kept_epoch": ("model",)}
+"""Keys (and where they sit) of fields added after some shipped files were written; read as ``None``."""
+
+
+def test_the_shipped_results_are_found():
+    assert len(SHIPPED) >= 8, SHIPPED
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.parent.relative_to(ROOT)))
+def test_loading_and_writing_a_shipped_file_gives_its_bytes_back(path, tmp_path):
+    """Every key of the file is read into a typed field and written back in its place: with the keys of fields
+    the file was written without taken out again, the text is the file's, byte for byte."""
+    result = prune_result.load_pruning(path)
+    assert isinstance(result.pruning, PruningResult) and isinstance(result.trained_spearman, Spearman)
+    assert result.pruning.base_binomial_se is None  # written before it had a field
+    text = prune_result.write(result, tmp_path / "pruning.json").read_text()
+    written, old = json.loads(text), json.loads(path.read_text())
+    for key, where in NEWER_KEYS.items():
+        inner_old, inner = old, written
+        for k in where:
+            inner_old, inner = inner_old[k], inner[k]
+        if key not in inner_old:
+            assert inner.pop(key) is None, key
+    assert json.dumps(written, indent=2) + "\n" == path.read_text()
+    assert prune_result.load_pruning(tmp_path) == result  # the folder or the file
+
+
+def test_the_binomial_and_the_bootstrap_error_are_two_fields(tmp_path):
+    result = prune_result.load_pruning(SHIPPED[0])
+    result = dataclasses.replace(result, pruning=dataclasses.replace(result.pruning, base_binomial_se=0.0123))
+    saved = json.loads(prune_result.write(result, tmp_path / "p.json").read_text())
+    assert saved["base_binomial_se"] == 0.0123 and saved["base_se"] == result.spread.base.se != 0.0123
+    assert prune_result.load_pruning(tmp_path / "p.json") == result
+
+
+def test_a_file_without_a_key_is_refused_by_name(tmp_path):
+    d = json.loads(SHIPPED[0].read_text())
+    del d["spearman_draws"]
+    with pytest.raises(KeyError, match="spearman_draws"):
+        prune_result.from_json(d)
