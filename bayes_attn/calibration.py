@@ -167,6 +167,27 @@ def batched_nuts(
     guided = start == "expansion" and smp.start is not None
     starts, prior_starts = _expansion_starts(smp, inputs, y, sites) if guided else (None, np.zeros(y.shape[0], bool))
 
+    run = _chain(smp, model, args, info, inputs, sites, (init_kernel, sample_kernel), num_warmup, num_draws,
+                 thinning, options)
+    k_run, k_cond = jax.random.split(key)
+    R = y.shape[0]
+    batched = jax.jit(lambda ks, ys, st: jax.lax.map(lambda t: run(*t), (ks, ys, st), batch_size=min(batch_size, R)))
+    obs, n, d = batched(jax.random.split(k_run, R), y, starts)
+
+    def cond(o, k, yr):  # per replication: draws as [chain = 1, draw, ...]
+        extra = smp.conditional(jax.tree.map(lambda v: v[None], o), k, inputs._replace(y=yr), options)
+        return jax.tree.map(lambda v: v[0], extra)
+
+    obs |= jax.jit(jax.vmap(cond))(obs, jax.random.split(k_cond, R), y)
+    return obs, {"n_steps": n, "divergences": d, "prior_starts": prior_starts}
+
+
+def _chain(smp, model, args, info, inputs, sites: list[str], kernels, num_warmup: int, num_draws: int, thinning: int,
+           options):
+    """``run(key, y_r, start)`` of :func:`batched_nuts`: one replication's NUTS chain (warm-up and draws in one
+    scan) and its observables ``[S, ...]``, mean leapfrog steps and divergences after warm-up."""
+    init_kernel, sample_kernel = kernels
+
     def prior_init(k, yr):
         """The sites' start, unconstrained: the sampler's ``init_strategy`` (a prior draw unless it says otherwise)."""
         seeded = numpyro.handlers.seed(model, k)
@@ -198,17 +219,7 @@ def batched_nuts(
         obs = jax.vmap(lambda zz: smp.observables(constrain(zz), inputs._replace(y=yr), options))(z)
         return obs, n[num_warmup:].mean(), d[num_warmup:].sum()
 
-    k_run, k_cond = jax.random.split(key)
-    R = y.shape[0]
-    batched = jax.jit(lambda ks, ys, st: jax.lax.map(lambda t: run(*t), (ks, ys, st), batch_size=min(batch_size, R)))
-    obs, n, d = batched(jax.random.split(k_run, R), y, starts)
-
-    def cond(o, k, yr):  # per replication: draws as [chain = 1, draw, ...]
-        extra = smp.conditional(jax.tree.map(lambda v: v[None], o), k, inputs._replace(y=yr), options)
-        return jax.tree.map(lambda v: v[0], extra)
-
-    obs |= jax.jit(jax.vmap(cond))(obs, jax.random.split(k_cond, R), y)
-    return obs, {"n_steps": n, "divergences": d, "prior_starts": prior_starts}
+    return run
 
 
 def _expansion_starts(smp, inputs, y: jax.Array, sites: list[str]) -> tuple[tuple, np.ndarray]:
@@ -383,33 +394,26 @@ def sbc_ranks(
     Returns:
         An :class:`SBCResult` (feed it to :func:`uniformity`).
     """
-    smp = get(sampler)  # a clear error for an unknown name
+    get(sampler)  # a clear error for an unknown name
     _checks.choice("start", start, STARTS)
     x, x_test = net.check_inputs(x), net.check_inputs(x_test, "x_test")
     temperature = _checks.positive("temperature", temperature)
     Tl = temperature if likelihood_temperature is None else _checks.positive("likelihood_temperature", likelihood_temperature)
-    n_reps = _checks.positive_int("n_reps", n_reps)
-    num_warmup = _checks.positive_int("num_warmup", num_warmup, minimum=0)
-    num_draws = _checks.positive_int("num_draws", num_draws)
-    thinning = _checks.positive_int("thinning", thinning)
-    n_train_obs = _checks.positive_int("n_train_obs", n_train_obs, minimum=0)
+    n_reps, num_warmup, num_draws, thinning, n_train_obs, batch_size = (
+        _checks.positive_int(name, v, minimum=minimum) for name, v, minimum in (
+            ("n_reps", n_reps, 1), ("num_warmup", num_warmup, 0), ("num_draws", num_draws, 1),
+            ("thinning", thinning, 1), ("n_train_obs", n_train_obs, 0), ("batch_size", batch_size, 1)))
     if n_train_obs > x.shape[0]:
         raise ValueError(f"n_train_obs must be at most P = {x.shape[0]}, got {n_train_obs}")
     _checks.choice("dtype", dtype, DTYPES)
-    batch_size = _checks.positive_int("batch_size", batch_size)
     k_sim, k_run = jax.random.split(jax.random.key(seed))
     with x64(dtype == "float64"):
         truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)
         t0 = time.perf_counter()
-        if smp.draw is not None:
-            draws, stats = guided_draws(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
-                                        num_draws=num_draws, thinning=thinning, key=k_run, dtype=dtype)
-            stats |= {"n_steps": np.full(n_reps, np.nan), "divergences": np.zeros(n_reps, int)}
-        else:
-            draws, stats = batched_nuts(sampler, net, x, x_test, truth["y"], temperature=Tl, num_warmup=num_warmup,
-                                        num_draws=num_draws, thinning=thinning, key=k_run,
-                                        target_accept=target_accept, max_tree_depth=max_tree_depth, dtype=dtype,
-                                        batch_size=batch_size, start=start)
+        draws, stats = _replication_draws(
+            sampler, net, x, x_test, truth["y"], Tl, k_run,
+            dict(num_warmup=num_warmup, num_draws=num_draws, thinning=thinning, dtype=dtype),
+            dict(target_accept=target_accept, max_tree_depth=max_tree_depth, batch_size=batch_size, start=start))
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
     true, drawn, labels = true_and_drawn(net, truth, draws, n_train_obs)
@@ -422,6 +426,17 @@ def sbc_ranks(
                   prior_starts=int(np.sum(stats["prior_starts"])))
     return SBCResult(ranks, labels, num_draws, np.asarray(stats["n_steps"]), np.asarray(stats["divergences"]),
                      seconds, config)
+
+
+def _replication_draws(sampler: str, net: Network, x, x_test, y, temperature: float, key, common: dict,
+                       nuts_only: dict) -> tuple[dict, dict]:
+    """The draws of every replication (row of ``y``) and their statistics: :func:`guided_draws` for a sampler with
+    its own draw loop (no leapfrog steps, no divergences), else :func:`batched_nuts` (with ``nuts_only``)."""
+    if get(sampler).draw is not None:
+        draws, stats = guided_draws(sampler, net, x, x_test, y, temperature=temperature, key=key, **common)
+        R = y.shape[0]
+        return draws, stats | {"n_steps": np.full(R, np.nan), "divergences": np.zeros(R, int)}
+    return batched_nuts(sampler, net, x, x_test, y, temperature=temperature, key=key, **common, **nuts_only)
 
 
 def uniformity(result: SBCResult, bins: int = 4) -> dict:

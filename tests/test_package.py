@@ -229,6 +229,35 @@ def test_import_circle_detector_can_fail():
     assert "bayes_attn/oneshot/model.py" in graph["bayes_attn/oneshot/training.py"]
 
 
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 500, 80
+"""The house's sizes: a module a reader can hold, a function that fits on a screen."""
+
+
+def _oversized(source: str, name: str) -> list[str]:
+    """``name`` when ``source`` has over :data:`MAX_MODULE_LINES` lines, and each function over
+    :data:`MAX_FUNCTION_LINES` (``def`` to its last line, docstring included)."""
+    out = [f"{name}: {source.count(chr(10))} lines"] if source.count("\n") > MAX_MODULE_LINES else []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_FUNCTION_LINES:
+                out.append(f"{name}:{node.lineno} {node.name}: {n} lines")
+    return out
+
+
+def test_no_module_over_500_lines_and_no_function_over_80():
+    found = [o for p in sorted((ROOT / "bayes_attn").rglob("*.py"))
+             for o in _oversized(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not found, found
+
+
+def test_size_check_can_fail():
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert _oversized(f"def f():\n{body}\n", "m.py") == [f"m.py:1 f: {MAX_FUNCTION_LINES + 1} lines"]
+    assert _oversized("\n" * (MAX_MODULE_LINES + 1), "m.py") == [f"m.py: {MAX_MODULE_LINES + 1} lines"]
+    assert _oversized(f"def f():\n{body[: body.rindex(chr(10))]}\n", "m.py") == []
+
+
 def test_make_clean_removes_only_what_the_build_made():
     """``make clean`` (dry run) removes the environment and caches, never ``runs/`` (the commands' results)."""
     import shlex

@@ -85,6 +85,19 @@ class Scan(NamedTuple):
         return self.theories[(int(width), temperature)]
 
 
+def _checked(spec, net, **episodes) -> tuple:
+    """``spec``, ``net`` and the episode sets ``x, y, x_val, y_val, x_test, y_test`` checked, in that order."""
+    if not isinstance(spec, OneShotSpec):
+        raise ValueError(f"spec must be a OneShotSpec, got {type(spec).__name__}")
+    if not isinstance(net, Network):
+        raise ValueError(f"net must be a Network, got {type(net).__name__}")
+    out = []
+    for part in ("", "_val", "_test"):
+        x = net.check_inputs(episodes["x" + part], "x" + part)
+        out += [x, _checks.signs("y" + part, episodes["y" + part], x.shape[0])]
+    return tuple(out)
+
+
 def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test, y_test, *,
                      progress_bar: bool = True) -> Scan:
     """Theory at every ``spec.theory.widths`` × ``temperatures`` and the GP limit per temperature.
@@ -101,15 +114,8 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     temperature maximises validation accuracy among converged solutions
     (ties: the lowest temperature); the GP limit chooses its own.
     """
-    if not isinstance(spec, OneShotSpec):
-        raise ValueError(f"spec must be a OneShotSpec, got {type(spec).__name__}")
-    if not isinstance(net, Network):
-        raise ValueError(f"net must be a Network, got {type(net).__name__}")
-    x = net.check_inputs(x, "x")
-    y = _checks.signs("y", y, x.shape[0])
-    x_val, x_test = net.check_inputs(x_val, "x_val"), net.check_inputs(x_test, "x_test")
-    y_val = _checks.signs("y_val", y_val, x_val.shape[0])
-    y_test = _checks.signs("y_test", y_test, x_test.shape[0])
+    x, y, x_val, y_val, x_test, y_test = _checked(spec, net, x=x, y=y, x_val=x_val, y_val=y_val, x_test=x_test,
+                                                  y_test=y_test)
     th = spec.theory
     widths, temps = list(th.widths), sorted(th.temperatures)
     xi, xi_val, xi_test = path_inputs(net, x), path_inputs(net, x_val), path_inputs(net, x_test)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import stats
+from .. import _markdown, stats
 from ..compare import THEORY_NAMES, Comparison
 
 __all__ = ["comparison_report"]
@@ -34,10 +34,9 @@ def _theories_section(comp: Comparison) -> list[str]:
         return []
     rows = []
     for corr, c in comp.theories.items():
-        for ch in c.checks:
-            rows.append(f"| {THEORY_NAMES[corr]} | {ch.name} | {ch.value:.4g} | {ch.mcse:.2g} | {ch.gap:.4g} | "
-                        f"{'pass' if ch.passed else 'FAIL'} |")
-        rows.append(f"| {THEORY_NAMES[corr]} | **verdict** | | | | **{c.verdict}** |")
+        rows += [(THEORY_NAMES[corr], ch.name, f"{ch.value:.4g}", f"{ch.mcse:.2g}", f"{ch.gap:.4g}",
+                  "pass" if ch.passed else "FAIL") for ch in c.checks]
+        rows.append((THEORY_NAMES[corr], "**verdict**", "", "", "", f"**{c.verdict}**"))
     lines = [
         "## Leading order and finite-width correction",
         "",
@@ -47,35 +46,62 @@ def _theories_section(comp: Comparison) -> list[str]:
         "shrinks like 1/N. The Laplace correction (§8) adds the next order in 1/N; its remaining gap shrinks "
         "like 1/N².",
         "",
-        "| theory | check | relative error | MCSE | noise-corrected gap | result |",
-        "|---|---|---|---|---|---|",
-        *rows,
+        *_markdown.table(("theory", "check", "relative error", "MCSE", "noise-corrected gap", "result"), rows),
         "",
     ]
     if comp.U_sd_theory is not None and comp.U_sd_sampled is not None:
         labels = comp.path_labels
         iu = np.triu_indices(len(labels))
         lines += ["Posterior standard deviation of U (upper triangle): predicted (§8) against sampled.", "",
-                  "| entry | predicted sd | sampled sd |", "|---|---|---|",
-                  *[f"| {labels[i]}, {labels[j]} | {comp.U_sd_theory[i, j]:.4g} | {comp.U_sd_sampled[i, j]:.4g} |"
-                    for i, j in zip(*iu)], ""]
+                  *_markdown.table(("entry", "predicted sd", "sampled sd"),
+                                   [(f"{labels[i]}, {labels[j]}", f"{comp.U_sd_theory[i, j]:.4g}",
+                                     f"{comp.U_sd_sampled[i, j]:.4g}") for i, j in zip(*iu)]), ""]
     return lines
+
+
+def _warnings(comp: Comparison) -> list[str]:
+    """What limits the reading of the checks: theory warnings and problems, failed diagnostics, a disagreement."""
+    lines = []
+    if comp.theory_warnings:
+        lines += ["**Warning:** " + "; ".join(comp.theory_warnings) + ". Read the corrected theory's numbers with "
+                  "care; the leading order is beside them.", ""]
+    if comp.theory_problems:
+        lines += ["The theory is not a solution, so its numbers cannot be compared: " + "; ".join(comp.theory_problems)
+                  + ". Check the spec's scales (labels, variances, temperature) or give the solver more iterations.", ""]
+    if comp.sampler_failures:
+        lines += ["The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
+                  + "; ".join(comp.sampler_failures) + ". Sample longer (more warm-up and draws, more "
+                  "chains) or with a higher target acceptance before reading the checks below.", ""]
+    if comp.verdict == "disagree" and comp.alternative is not None:
+        lines += [f"The other theory: {THEORY_NAMES[comp.alternative.correction]}: {comp.alternative.verdict}.", ""]
+    if comp.verdict == "disagree" and comp.correction != "laplace":
+        lines += ["The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
+                  "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
+                  "several --sample-widths shows whether it shrinks.", ""]
+    return lines
+
+
+def _checks_and_accuracy(comp: Comparison) -> list[str]:
+    """The headline theory's checks, the sampler's diagnostics and the test accuracy of sign(mean)."""
+    checks = [(c.name, f"{c.value:.4g}", f"{c.mcse:.2g}", f"{c.noise_floor:.2g} ± {c.noise_sd:.2g}", f"{c.gap:.4g}",
+               f"{c.tolerance:.3g}", "pass" if c.passed else "FAIL") for c in comp.checks]
+    n = len(comp.y_test)
+    diag = ", ".join(f"{k} = {v:.4g}" for k, v in comp.diagnostics.items())
+    return [
+        *([] if comp.alternative is None else [f"## Checks of the headline theory ({THEORY_NAMES[comp.correction]})", ""]),
+        *_markdown.table(("check", "relative error", "MCSE", "MC noise floor", "noise-corrected gap", "tolerance",
+                          "result"), checks),
+        "", f"Sampler diagnostics: {diag}", "", "## Test accuracy of sign(mean)", "",
+        *_markdown.table(("predictor", "accuracy", f"test-set s.e. (P_test = {n})"),
+                         [(k, f"{v:.4f}", f"{stats.binomial_se(v, n):.4f}") for k, v in comp.accuracy.items()]),
+        "",
+    ]
 
 
 def comparison_report(comp: Comparison) -> str:
     """The Markdown report of a :class:`~bayes_attn.compare.Comparison` (what ``Comparison.report()`` gave)."""
     labels = comp.path_labels
     frame = lambda a: pd.DataFrame(a, index=labels, columns=labels).to_markdown(floatfmt=".4g")  # noqa: E731
-    rows = [
-        f"| {c.name} | {c.value:.4g} | {c.mcse:.2g} | {c.noise_floor:.2g} ± {c.noise_sd:.2g} | {c.gap:.4g} | {c.tolerance:.3g} | "
-        f"{'pass' if c.passed else 'FAIL'} |"
-        for c in comp.checks
-    ]
-    n = len(comp.y_test)
-    acc = [
-        f"| {k} | {v:.4f} | {stats.binomial_se(v, n):.4f} |" for k, v in comp.accuracy.items()
-    ]
-    diag = ", ".join(f"{k} = {v:.4g}" for k, v in comp.diagnostics.items())
     return "\n".join(
         [
             f"# Theory vs sampling (N = {comp.width})",
@@ -86,46 +112,9 @@ def comparison_report(comp: Comparison) -> str:
             f"(a check fails only when the relative error exceeds its tolerance and its excess over the "
             f"Monte-Carlo noise floor exceeds {comp.checks[0].n_sigma if comp.checks else 3:g} standard errors).",
             "",
-            *([] if not comp.theory_warnings else [
-                "**Warning:** " + "; ".join(comp.theory_warnings) + ". Read the corrected theory's numbers with "
-                "care; the leading order is beside them.",
-                "",
-            ]),
-            *([] if not comp.theory_problems else [
-                "The theory is not a solution, so its numbers cannot be compared: " + "; ".join(comp.theory_problems)
-                + ". Check the spec's scales (labels, variances, temperature) or give the solver more iterations.",
-                "",
-            ]),
-            *([] if not comp.sampler_failures else [
-                "The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
-                + "; ".join(comp.sampler_failures) + ". Sample longer (more warm-up and draws, more "
-                "chains) or with a higher target acceptance before reading the checks below.",
-                "",
-            ]),
-            *([] if comp.verdict != "disagree" or comp.alternative is None else [
-                f"The other theory: {THEORY_NAMES[comp.alternative.correction]}: {comp.alternative.verdict}.",
-                "",
-            ]),
-            *([] if comp.verdict != "disagree" or comp.correction == "laplace" else [
-                "The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
-                "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
-                "several --sample-widths shows whether it shrinks.",
-                "",
-            ]),
+            *_warnings(comp),
             *_theories_section(comp),
-            *([] if comp.alternative is None else [f"## Checks of the headline theory ({THEORY_NAMES[comp.correction]})", ""]),
-            "| check | relative error | MCSE | MC noise floor | noise-corrected gap | tolerance | result |",
-            "|---|---|---|---|---|---|---|",
-            *rows,
-            "",
-            f"Sampler diagnostics: {diag}",
-            "",
-            "## Test accuracy of sign(mean)",
-            "",
-            f"| predictor | accuracy | test-set s.e. (P_test = {n}) |",
-            "|---|---|---|",
-            *acc,
-            "",
+            *_checks_and_accuracy(comp),
             "## Order parameter U",
             "",
             "Theory:",

@@ -61,6 +61,29 @@ def _shift(images: np.ndarray, shift: int, rng: np.random.Generator) -> np.ndarr
     return padded[i, j, rows[..., :, None], cols[..., None, :]]
 
 
+def _class_pairs(imageset: ImageSet, n: int, rng: np.random.Generator, within_group: bool):
+    """``n`` pairs of distinct classes ``(a, b)``, uniform (within one group when ``within_group``): ``a`` the
+    query's class, ``b`` the other."""
+    C = imageset.n_classes
+    if within_group:
+        group_ids = {g: i for i, g in enumerate(imageset.group_names)}
+        gid = np.array([group_ids[g] for g in imageset.groups])
+        gsize = np.bincount(gid)[gid]  # classes in each class's group
+        eligible = np.flatnonzero(gsize >= 2)
+        if eligible.size == 0:
+            raise ValueError("within_group=True needs a group with at least 2 classes in imageset")
+        by_group = np.argsort(gid, kind="stable")  # classes sorted by group
+        pos = np.empty(C, dtype=np.int64)
+        pos[by_group] = np.arange(C)
+        gstart = np.r_[0, np.cumsum(np.bincount(gid))[:-1]][gid]
+        a = eligible[rng.integers(eligible.size, size=n)]
+        b = by_group[gstart[a] + (pos[a] - gstart[a] + rng.integers(1, gsize[a])) % gsize[a]]
+    else:
+        a = rng.integers(C, size=n)
+        b = (a + rng.integers(1, C, size=n)) % C
+    return a, b
+
+
 def make_episodes(
     imageset: ImageSet,
     n: int,
@@ -108,22 +131,7 @@ def make_episodes(
     order = np.argsort(imageset.classes, kind="stable")
     start = np.r_[0, np.cumsum(counts)[:-1]]
 
-    if within_group:
-        group_ids = {g: i for i, g in enumerate(imageset.group_names)}
-        gid = np.array([group_ids[g] for g in imageset.groups])
-        gsize = np.bincount(gid)[gid]  # classes in each class's group
-        eligible = np.flatnonzero(gsize >= 2)
-        if eligible.size == 0:
-            raise ValueError("within_group=True needs a group with at least 2 classes in imageset")
-        by_group = np.argsort(gid, kind="stable")  # classes sorted by group
-        pos = np.empty(C, dtype=np.int64)
-        pos[by_group] = np.arange(C)
-        gstart = np.r_[0, np.cumsum(np.bincount(gid))[:-1]][gid]
-        a = eligible[rng.integers(eligible.size, size=n)]
-        b = by_group[gstart[a] + (pos[a] - gstart[a] + rng.integers(1, gsize[a])) % gsize[a]]
-    else:
-        a = rng.integers(C, size=n)
-        b = (a + rng.integers(1, C, size=n)) % C
+    a, b = _class_pairs(imageset, n, rng, within_group)
     y = np.where(np.arange(n) < n // 2, 1.0, -1.0)
     rng.shuffle(y)
     # a = query class, b = the other class; y=+1: support 0 is a, else support 1 is a.

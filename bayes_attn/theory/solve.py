@@ -87,37 +87,48 @@ def solve_theory(
         Us0 = check_order_parameters("init", init, net)
     t0 = time.perf_counter()
     problem = make_problem(net, x, y, temperature, basis=basis)
-    try:
-        res = solver.minimise(Us0, problem)
-    except np.linalg.LinAlgError as err:  # a breakdown, not a bug: name the scales that cause it
-        scale = float(np.abs(y).max())
-        hint = (f"the labels y have max |y| = {scale:.3g}, far from unit scale: rescale them (the theory expects "
-                "labels of order one, e.g. ±1)") if not 0.1 <= scale <= 10 else (
-                f"check the scales of the variances {list(net.variances)} and the temperature {temperature:g}")
-        raise ValueError(f"solve_theory: the Newton solve broke down ({err}); {hint}") from None
+    res = _minimise(solver, Us0, problem, net, y, temperature)
     seconds = time.perf_counter() - t0
     theory = _make_theory(net, x, y, temperature, problem, res, limit="finite_width", seconds=seconds)
-    if not theory.converged:
-        warnings.warn(
-            f"solve_theory did not converge ({res.message}" + ("" if "gradient" in res.message else
-                                                             f"; max gradient {theory.max_gradient:.3g}")
-            + f" > tol {solver.tol:.3g})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    elif not theory.is_minimum:
-        warnings.warn(
-            "solve_theory stopped at a stationary point that is not a minimum "
-            f"(Hessian min eigenvalue {theory.hessian_min_eigenvalue:.3g})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    _warn_if_not_a_minimum(theory, res, solver.tol)
     if correction == "laplace" and theory.problems:  # no expansion about a point that is not a minimum
         warnings.warn("the Laplace correction is skipped (the result is the leading order): "
                       + "; ".join(theory.problems), RuntimeWarning, stacklevel=2)
     elif correction == "laplace":
         theory = corrected_theory(theory, problem)
     return theory
+
+
+def _minimise(solver: NewtonSolver, Us0, problem: Problem, net: Network, y, temperature: float) -> NewtonResult:
+    """``solver.minimise``; a breakdown (``LinAlgError``) is a ``ValueError`` that names the scales causing it."""
+    try:
+        return solver.minimise(Us0, problem)
+    except np.linalg.LinAlgError as err:  # a breakdown, not a bug: name the scales that cause it
+        scale = float(np.abs(y).max())
+        hint = (f"the labels y have max |y| = {scale:.3g}, far from unit scale: rescale them (the theory expects "
+                "labels of order one, e.g. ±1)") if not 0.1 <= scale <= 10 else (
+                f"check the scales of the variances {list(net.variances)} and the temperature {temperature:g}")
+        raise ValueError(f"solve_theory: the Newton solve broke down ({err}); {hint}") from None
+
+
+def _warn_if_not_a_minimum(theory: Theory, res: NewtonResult, tol: float) -> None:
+    """A ``RuntimeWarning`` (at the caller of :func:`solve_theory`) when the solve did not converge, or stopped
+    where the Hessian is not positive definite."""
+    if not theory.converged:
+        warnings.warn(
+            f"solve_theory did not converge ({res.message}" + ("" if "gradient" in res.message else
+                                                             f"; max gradient {theory.max_gradient:.3g}")
+            + f" > tol {tol:.3g})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    elif not theory.is_minimum:
+        warnings.warn(
+            "solve_theory stopped at a stationary point that is not a minimum "
+            f"(Hessian min eigenvalue {theory.hessian_min_eigenvalue:.3g})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def gp_limit(net: Network, x, y, *, temperature: float, basis: Basis | None = None) -> Theory:
