@@ -5,19 +5,21 @@ inputs ``x`` ``[P, T, N0]``, path inputs ``xi`` ``[P, D, N0]``, order parameters
 kept between calls: a caller that evaluates one data set many times keeps what it computed (e.g. the theory's
 :class:`Basis`) and passes it on.
 
-Two choices of form live here, for two uses:
+One rule chooses a form, :func:`cheapest_form`: the least cost among the forms that fit in memory. Each use
+states its own costs:
 
 - :func:`choose_kernel_form` (``"tensor"``, ``"xi"``, ``"woodbury"``): how the samplers evaluate ``K(U)``
-  once per draw, by a cost model of one likelihood evaluation;
+  once per draw, by a cost model of one likelihood evaluation (:func:`kernel_form_costs`);
 - :func:`basis_form` (``"C"``, ``"xi"``): what the theory's Newton solve stores for the data term and its
-  derivatives (docs/theory.md §4), by the number of entries of the folded ``C`` (memory, not flops: the
-  solve contracts it with every pair of order-parameter entries).
+  derivatives (docs/theory.md §4): the folded ``C`` wherever it fits in :data:`C_MAX_ENTRIES`;
+- :func:`bayes_attn.samplers.laplace.proposal_form` (``"C"``, ``"xi"``): the basis of the guided samplers'
+  proposals, by the flops per draw and the bytes of ``C``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -32,7 +34,7 @@ from .threads import limits
 
 __all__ = [
     "omegas", "xi", "path_kernel_from_xi", "kernel_from_C", "kernel_diag_from_xi", "kernel_from_xi",
-    "KERNEL_FORMS", "TENSOR_READ_COST", "kernel_form_costs", "choose_kernel_form", "path_features",
+    "cheapest_form", "KERNEL_FORMS", "TENSOR_READ_COST", "kernel_form_costs", "choose_kernel_form", "path_features",
     "C_MAX_ENTRIES", "BASIS_FORMS", "basis_form", "Basis", "basis_array", "make_basis", "inputs_key",
 ]
 
@@ -99,6 +101,19 @@ def kernel_from_xi(U: jax.Array, xi1: jax.Array, xi2: jax.Array, s0sq: float) ->
 
 
 # ----------------------------------------------------------------------------
+# the one rule for a form
+# ----------------------------------------------------------------------------
+def cheapest_form(costs: Mapping[str, float], fits: Mapping[str, bool] | None = None) -> str:
+    """The form of least cost in ``costs`` (``{form: cost}``; ties: the first listed) among those that fit in
+    memory (``fits``: ``{form: bool}``, a form not named fits). ``ValueError`` when none fits."""
+    fits = {} if fits is None else fits
+    allowed = {form: c for form, c in costs.items() if fits.get(form, True)}
+    if not allowed:
+        raise ValueError(f"no form of {list(costs)} fits in memory")
+    return min(allowed, key=allowed.get)
+
+
+# ----------------------------------------------------------------------------
 # forms of K(U) for the samplers, chosen by a cost model
 # ----------------------------------------------------------------------------
 KERNEL_FORMS = ("tensor", "xi", "woodbury")
@@ -146,8 +161,7 @@ def kernel_form_costs(D: int, P: int, N0: int, rank: int | None = None) -> dict[
 
 def choose_kernel_form(D: int, P: int, N0: int, rank: int | None = None) -> str:
     """The cheapest of :data:`KERNEL_FORMS` for ``D`` paths, ``P`` examples, ``N0`` features and ``U`` of ``rank``."""
-    costs = kernel_form_costs(D, P, N0, rank)
-    return min(costs, key=costs.get)
+    return cheapest_form(kernel_form_costs(D, P, N0, rank))
 
 
 def path_features(xi: jax.Array, F: jax.Array, s0sq: float) -> jax.Array:
@@ -168,9 +182,15 @@ C_MAX_ENTRIES = 20_000_000
 BASIS_FORMS = ("C", "xi")
 
 
+BASIS_FORM_COSTS = {"C": 1.0, "xi": 2.0}
+"""The Newton solve's relative costs: the folded ``C`` is computed once per data set and reused at every step,
+width and temperature (a :class:`Basis`), while the ``"xi"`` form recomputes its Gram blocks ``O(D⁴ N0²)`` at
+every step; so ``"C"`` wherever it fits."""
+
+
 def basis_form(D: int, P: int) -> str:
-    """``"C"`` when ``D² P² <= C_MAX_ENTRIES``, else ``"xi"``."""
-    return "C" if D * D * P * P <= C_MAX_ENTRIES else "xi"
+    """``"C"`` when ``D² P² <= C_MAX_ENTRIES``, else ``"xi"`` (:func:`cheapest_form` of :data:`BASIS_FORM_COSTS`)."""
+    return cheapest_form(BASIS_FORM_COSTS, fits={"C": D * D * P * P <= C_MAX_ENTRIES})
 
 
 def inputs_key(x: np.ndarray, att: Sequence[np.ndarray], readout: str, s0sq: float) -> str:

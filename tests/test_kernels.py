@@ -53,3 +53,21 @@ def test_kernel_form_choice_by_shape():
     assert choose_kernel_form(16, 600, 64) == "xi"  # the one-shot image task
     assert choose_kernel_form(16, 600, 8, rank=4) == "woodbury"
     assert "woodbury" not in kernel_form_costs(16, 600, 64, rank=16)
+
+
+def test_one_rule_chooses_every_form():
+    """:func:`cheapest_form`: the least cost among the forms that fit (ties: the first listed); the samplers',
+    the theory's and the proposals' choices all go through it."""
+    from bayes_attn.kernels import basis_form, cheapest_form
+    from bayes_attn.samplers.laplace import proposal_form
+
+    assert cheapest_form({"a": 2.0, "b": 1.0}) == "b"
+    assert cheapest_form({"a": 2.0, "b": 1.0}, fits={"b": False}) == "a"
+    assert cheapest_form({"a": 1.0, "b": 1.0}) == "a" and cheapest_form({"b": 1.0, "a": 1.0}) == "b"
+    with pytest.raises(ValueError, match="no form of"):
+        cheapest_form({"a": 1.0}, fits={"a": False})
+    assert basis_form(4, 100) == "C" and basis_form(16, 600) == "xi"  # D² P² against C_MAX_ENTRIES
+    assert proposal_form(3, 10, 1, 8) == "xi"  # n_1 = 6 > D N0 = 3
+    assert proposal_form(5, 10, 1, 8) == "xi"  # n_1 = 15 > D N0 = 5 ...
+    assert proposal_form(5, 10, 3, 8) == "xi"  # ... n_1 = D N0 = 15: a tie goes to "xi"
+    assert proposal_form(5, 10, 4, 8) == "C"

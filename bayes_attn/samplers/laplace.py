@@ -86,6 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from ..kernels import cheapest_form
 from ..theory.coordinates import unpack
 from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
@@ -118,11 +119,12 @@ def proposal_form(D: int, P: int, N0: int, itemsize: int) -> str:
     A batch contracts the folded ``C`` ``[n_1, P, P]`` (``n_1 = D(D+1)/2``) with its draws' ``U_1`` in one
     matrix product, ``2 n_1 P²`` flops per draw, reading ``C`` once per batch; the ``"xi"`` basis costs
     ``2 D N0 P²`` per draw. So ``"C"`` where ``n_1 < D N0`` and ``C`` takes at most
-    :data:`PROPOSAL_BASIS_BYTES`, else ``"xi"``. (The Newton solve for the mode keeps
-    :func:`~bayes_attn.kernels.basis_form`'s choice: it contracts the basis with every pair of entries.)
+    :data:`PROPOSAL_BASIS_BYTES`, else ``"xi"`` (:func:`bayes_attn.kernels.cheapest_form`; a tie goes to
+    ``"xi"``). The Newton solve for the mode keeps :func:`~bayes_attn.kernels.basis_form`'s choice.
     """
     n1 = D * (D + 1) // 2
-    return "C" if n1 < D * N0 and n1 * P * P * itemsize <= PROPOSAL_BASIS_BYTES else "xi"
+    return cheapest_form({"xi": 2.0 * D * N0 * P * P, "C": 2.0 * n1 * P * P},
+                         fits={"C": n1 * P * P * itemsize <= PROPOSAL_BASIS_BYTES})
 
 
 class Guide(NamedTuple):
