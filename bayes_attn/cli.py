@@ -215,10 +215,10 @@ def cmd_theory(args) -> int:
     labels = t.net.path_labels
     table = lambda U: pd.DataFrame(U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}")  # noqa: E731
     print(f"{spec.name}: N={t.net.widths[0]}, temperature={temperature}, P={len(t.y_train)}, theory: "
-          f"{THEORY_NAMES[t.correction]}")
-    if t.correction == "laplace":
+          f"{THEORY_NAMES[t.correction_name]}")
+    if t.correction is not None:
         print("U at leading order (the minimum of S, docs/theory.md §4):")
-        print(table(t.U_leading))
+        print(table(t.correction.U_leading))
         print("U corrected at finite width (its posterior mean, §8; the accuracy below is of this theory):")
     else:
         print("U (order parameter over paths):")

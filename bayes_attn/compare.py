@@ -51,7 +51,7 @@ VERDICTS = ("agree", "disagree", "inconclusive")
 def headline_of(wanted: str, theory: Theory) -> str:
     """The headline ``wanted`` (``"laplace"`` or ``"none"``), or ``"none"`` when ``theory`` carries no
     correction (``solve_theory`` skips it where the leading order is not a solution)."""
-    return _checks.choice("headline", wanted, CORRECTIONS) if theory.correction == "laplace" else "none"
+    return _checks.choice("headline", wanted, CORRECTIONS) if theory.correction is not None else "none"
 
 
 def diagnostics_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:
@@ -297,15 +297,15 @@ def compare(
         n_sigma: MC standard errors beyond the noise floor that make a difference significant.
         gp: the GP limit of the same problem (computed if not given).
         headline: ``"laplace"`` or ``"none"``, the theory whose verdict is the
-            result's (default: ``theory.correction``); ``"laplace"`` needs a corrected theory.
+            result's (default: ``theory.correction_name``); ``"laplace"`` needs a corrected theory.
     """
     net = theory.net
     x_test = net.check_inputs(x_test, "x_test")
     y_test = _checks.signs("y_test", y_test, x_test.shape[0])
     _checks.positive("rtol", rtol)
     _checks.positive("n_sigma", n_sigma)
-    headline = _checks.choice("headline", theory.correction if headline is None else headline, CORRECTIONS)
-    if headline == "laplace" and theory.correction != "laplace":
+    headline = _checks.choice("headline", theory.correction_name if headline is None else headline, CORRECTIONS)
+    if headline == "laplace" and theory.correction is None:
         raise ValueError('headline="laplace" needs a theory solved with correction="laplace"')
     other = posterior.net
     same_net = (net.widths, net.variances, net.readout, net.heads) == (other.widths, other.variances, other.readout, other.heads)
@@ -328,7 +328,7 @@ def compare(
         raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature}")
 
     gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
-    if theory.correction != "laplace":
+    if theory.correction is None:
         return _compare_one(theory, posterior, x_test, y_test, rtol, n_sigma, gp)
     both = {"laplace": _compare_one(theory, posterior, x_test, y_test, rtol, n_sigma, gp),
             "none": _compare_one(theory.leading_order(), posterior, x_test, y_test, rtol, n_sigma, gp)}
@@ -391,8 +391,8 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
                     "temperature": theory.temperature,
                     "x_test_fingerprint": fingerprint(x_test),
                     "train_fingerprint": data_fingerprint(theory.x_train, theory.y_train)},
-        correction=theory.correction,
-        U_sd_theory=None if theory.U_sd is None else np.asarray(theory.U_sd),
+        correction=theory.correction_name,
+        U_sd_theory=None if theory.correction is None else np.asarray(theory.correction.U_sd),
         U_sd_sampled=np.asarray(tree["posterior"]["U"].std(("chain", "draw")).values),
         theory_problems=theory.problems,
         theory_warnings=theory.correction_problems,

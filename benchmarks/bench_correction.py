@@ -122,17 +122,17 @@ def cost(widths, out_dir: Path, repeats: int) -> dict:
             "predict_leading_warm_s": predict_leading,
             "predict_corrected_warm_s": predict_corrected,
             "leading_iterations": lead.iterations,
-            "correction_newton_iterations": corr.laplace.iterations,
-            "correction_newton_decrement": corr.laplace.newton_decrement,
-            "correction_converged": corr.laplace.converged,
-            "dimension": corr.laplace.dimension,
+            "correction_newton_iterations": corr.correction.mode.report.iterations,
+            "correction_newton_decrement": corr.correction.mode.report.measure,
+            "correction_converged": corr.correction.mode.report.converged,
+            "dimension": corr.correction.mode.dimension,
             "relative_change_of_U": float(np.linalg.norm(corr.U - lead.U) / np.linalg.norm(corr.U)),
             "load_average_1min": [load_before, os.getloadavg()[0]],
         }
         rows.append(row)
         print(f"N={N:>5}: warm leading {warm_leading * 1e3:7.1f} ms, corrected {warm_corrected * 1e3:7.1f} ms "
               f"(ratio {row['ratio_warm']:.2f}; correction alone {warm_correction * 1e3:.1f} ms, "
-              f"{corr.laplace.iterations} Newton steps) | cold leading {cold_leading:.1f} s, corrected "
+              f"{corr.correction.mode.report.iterations} Newton steps) | cold leading {cold_leading:.1f} s, corrected "
               f"{cold_corrected:.1f} s (ratio {row['ratio_cold']:.2f}) | predict {predict_leading * 1e3:.1f} / "
               f"{predict_corrected * 1e3:.1f} ms | load {os.getloadavg()[0]:.2f}", flush=True)
     out = {
@@ -183,19 +183,19 @@ def accuracy(widths, out_dir: Path, num_samples: int, num_chains: int) -> dict:
         p = post.tree["posterior"]
         row = {"N": N, "sampling_s": seconds, "max_rhat": s.max_rhat, "min_ess_bulk": s.min_ess,
                "divergences": s.divergences}
-        for name, lead, corr in (("U", sol.U_leading, sol.U), ("U_2", sol.order_parameters_leading[1],
-                                                                sol.order_parameters[1]), ("Ua", sol.Ua_leading, sol.Ua)):
+        for name, lead, corr in (("U", sol.correction.U_leading, sol.U), ("U_2", sol.correction.order_parameters_leading[1],
+                                                                sol.order_parameters[1]), ("Ua", sol.correction.Ua_leading, sol.Ua)):
             draws = p[name].values
             draws = draws.reshape(*draws.shape[:2], -1)
             se = np.atleast_1d(np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)).ravel()
             row[name] = {"leading": relative_distance(draws, lead, se), "corrected": relative_distance(draws, corr, se),
                          "mc_floor": float(np.linalg.norm(se) / np.linalg.norm(np.ravel(corr)))}
         sampled_sd = float(p["U"].values[..., 0, 0].std())
-        row["sd_U_1-1_1-1"] = {"predicted": float(sol.U_sd[0, 0]), "sampled": sampled_sd}
+        row["sd_U_1-1_1-1"] = {"predicted": float(sol.correction.U_sd[0, 0]), "sampled": sampled_sd}
         rows.append(row)
         u = {k: row["U"][k]["distance"] if k != "mc_floor" else row["U"][k] for k in row["U"]}
         print(f"N={N:>4}: U distance leading {u['leading']:.4f} -> corrected {u['corrected']:.4f} "
-              f"(MC floor {u['mc_floor']:.4f}); sd U[1-1,1-1] predicted {sol.U_sd[0, 0]:.4g} vs sampled "
+              f"(MC floor {u['mc_floor']:.4f}); sd U[1-1,1-1] predicted {sol.correction.U_sd[0, 0]:.4g} vs sampled "
               f"{sampled_sd:.4g}; R-hat {s.max_rhat:.3f}, ESS {s.min_ess:.0f}, {seconds:.0f} s", flush=True)
     out = {
         "problem": f"Fig. 2c Markov network, D=4, P=100, temperature {TEMPERATURE}",

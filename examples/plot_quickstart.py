@@ -22,7 +22,7 @@ x, y, x_test, y_test = task.generate()  # x: [P, T, N0] = [100, 31, 20]
 theory = ba.solve_theory(net, x, y, temperature=0.01, correction="laplace")
 print(net.path_labels)
 print(theory.U.round(3))  # the order parameter U [path, path_], corrected (§8)
-print(theory.U_leading.round(3))  # its leading order (§4)
+print(theory.correction.U_leading.round(3))  # its leading order (§4)
 
 # %%
 # Sampling: four chains of the exact Wishart chain (any width costs the same).

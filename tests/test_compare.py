@@ -270,8 +270,8 @@ def test_corrected_theory_is_compared_beside_the_leading_order(problem, correcte
     assert c.correction == "laplace" and c.alternative.correction == "none"
     _record_verdict(record_property, c)
     assert c.verdict == "agree", comparison_report(c)
-    np.testing.assert_allclose(c.alternative.U_theory, corrected.U_leading)
-    lead_gap = np.linalg.norm(corrected.U - corrected.U_leading) / np.linalg.norm(corrected.U_leading)
+    np.testing.assert_allclose(c.alternative.U_theory, corrected.correction.U_leading)
+    lead_gap = np.linalg.norm(corrected.U - corrected.correction.U_leading) / np.linalg.norm(corrected.correction.U_leading)
     # pytest.approx(lead_gap, rel=0.3, abs=0.01): within the larger of the two
     check("leading_U_distance_error", abs(c.alternative.check("U (relative Frobenius)").value - lead_gap),
           max(0.3 * lead_gap, 0.01), scale="log")  # a positive error against a threshold that moves with the data
@@ -288,7 +288,7 @@ def test_headline_picks_the_verdict_and_is_checked(problem, corrected):
     post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
     c = ba.compare(corrected, post, xt, yt, headline="none")
     assert c.correction == "none" and c.alternative.correction == "laplace"
-    np.testing.assert_allclose(c.U_theory, corrected.U_leading)
+    np.testing.assert_allclose(c.U_theory, corrected.correction.U_leading)
     assert list(c.theories) == ["none", "laplace"]
     with pytest.raises(ValueError, match="headline"):
         ba.compare(corrected, post, xt, yt, headline="first")

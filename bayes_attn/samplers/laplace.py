@@ -159,7 +159,7 @@ def guide(inputs: SamplerInputs) -> Guide:
     H = np.asarray(mode.hessian)
     if not (np.isfinite(mode.action) and np.all(np.isfinite(H))):
         raise ValueError(f"the Laplace expansion gives no proposal: S or its Hessian is not finite at the mode "
-                         f"({mode.message})")
+                         f"({mode.report.message})")
     lam, vec = np.linalg.eigh(0.5 * (H + H.T))
     top = max(float(np.abs(lam).max()), 1e-300)
     H = (vec * np.maximum(np.abs(lam), MIN_CURVATURE * top)) @ vec.T
@@ -408,8 +408,8 @@ def _guide_attrs(g: Guide) -> dict:
     return {"proposal": f"{1 - PROPOSAL_MIX:g} normal + {PROPOSAL_MIX:g} Student t (nu={PROPOSAL_DF:g}) at the mode "
                         "of S with covariance H^-1 or, where attribute adapted >= 1, at the last pilot's weighted "
                         "mean and covariance (docs/theory.md §9)",
-            "mode_converged": int(g.mode.converged), "mode_seconds": float(g.mode.seconds),
-            "mode_message": g.mode.message}
+            "mode_converged": int(g.mode.report.converged), "mode_seconds": float(g.mode.report.seconds),
+            "mode_message": g.mode.report.message}
 
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,

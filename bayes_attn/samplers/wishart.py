@@ -284,8 +284,8 @@ def start(inputs: SamplerInputs, guide_of: Callable[[SamplerInputs], Guide] = gu
     :class:`~bayes_attn.samplers.laplace.GuideOnce`)."""
     net = inputs.net
     g = guide_of(inputs)
-    if not g.mode.converged:  # a fixed metric from a point that is not the mode could be poor: adapt instead
-        raise ValueError(f"the expansion's mode was not found ({g.mode.message})")
+    if not g.mode.report.converged:  # a fixed metric from a point that is not the mode could be poor: adapt instead
+        raise ValueError(f"the expansion's mode was not found ({g.mode.report.message})")
     diag = diagonal_distribution(net.heads, net.widths, inputs.dtype)
     r = diag.batch_shape[0]
     theta = g.theta

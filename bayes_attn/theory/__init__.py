@@ -36,12 +36,12 @@ whatever the caller's JAX default; results are NumPy float64.
 
 from .objective import Problem, action, action_gradient, gp_order_parameters, kernel_basis, make_problem
 from .newton import NewtonResult, NewtonSolver
-from .result import LaplaceExpansion, Theory, head_scores, load_theory
+from .result import Correction, Theory, head_scores, load_theory
 from .corrected import laplace_correction
 from .solve import gp_limit, solve_theory
 
 __all__ = [
-    "LaplaceExpansion",
+    "Correction",
     "NewtonResult",
     "NewtonSolver",
     "Problem",

@@ -10,7 +10,7 @@ import numpy as np
 from .coordinates import sizes, unpack
 from .correction import check_coordinates, expand
 from .objective import Problem, make_problem
-from .result import LaplaceExpansion, Theory
+from .result import Correction, Theory
 
 __all__ = ["laplace_correction", "corrected_theory"]
 
@@ -35,15 +35,13 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
 
     ``theory`` must come from :func:`~bayes_attn.theory.solve_theory` without
     correction (its order parameters are the start of the Newton solve for
-    ``θ̂``). Returns a new :class:`Theory` with ``correction="laplace"``:
-    ``U``, ``order_parameters``, ``Ua`` the corrected posterior means; the
-    leading values in ``U_leading``, ``order_parameters_leading``,
-    ``Ua_leading``; posterior standard deviations ``U_sd``,
-    ``order_parameter_sds``, ``Ua_sd``; the expansion in ``laplace``
-    (:class:`~bayes_attn.theory.result.LaplaceExpansion`), which
+    ``θ̂``). Returns a new :class:`Theory` with ``U``, ``order_parameters``,
+    ``Ua`` the corrected posterior means and its ``correction``
+    (:class:`~bayes_attn.theory.result.Correction`): the leading values,
+    the posterior standard deviations and the expansion, which
     :meth:`Theory.predict` uses for the corrected predictor.
 
-    Warns (``RuntimeWarning``, and says so in ``laplace.message``) when the
+    Warns (``RuntimeWarning``, and lists them in ``correction.problems``) when the
     Newton solve for ``θ̂`` does not converge, ``H`` is not positive definite
     there, or a corrected mean of some ``U_l`` is not positive semi-definite
     (then the next-order terms are as large as the leading ones: the widths
@@ -51,7 +49,7 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
     """
     if not isinstance(theory, Theory):
         raise ValueError(f"theory must be a Theory, got {type(theory).__name__}")
-    if theory.correction != "none" or theory.limit != "finite_width":
+    if theory.correction is not None or theory.limit != "finite_width":
         raise ValueError("theory must be a leading-order finite-width Theory (solve_theory without correction)")
     check_coordinates(theory.net, coordinates)
     problem = make_problem(theory.net, theory.x_train, theory.y_train, theory.temperature)
@@ -62,16 +60,16 @@ def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "ba
                      max_iter: int = 50) -> Theory:
     """:func:`laplace_correction` with the :class:`Problem` of ``theory`` already built (arguments not checked)."""
     net = theory.net
-    res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
-                 max_iter=max_iter)
-    hmin = float(np.linalg.eigvalsh(res.hessian)[0]) if np.all(np.isfinite(res.hessian)) else float("nan")
+    mode, res = expand(net, problem, theory.order_parameters, theory.Ua, coordinates=coordinates, tol=tol,
+                       max_iter=max_iter)
+    hmin = mode.hessian_min_eigenvalue
     heads = net.heads
     point_Us, point_Ua = _split(res.point, heads)
     mean_Us, mean_Ua = _split(res.mean, heads)
     sd_Us, sd_Ua = _split(np.sqrt(np.clip(np.diag(res.covariance), 0.0, None)), heads)
     problems = []
-    if not res.converged:
-        problems.append(res.message)
+    if not mode.report.converged:
+        problems.append(mode.report.message)
     if not hmin > 0:
         problems.append(f"the Hessian of S at the expansion point is not positive definite (min eigenvalue {hmin:.3g})")
     if not np.all(np.isfinite(res.mean)):
@@ -84,37 +82,12 @@ def corrected_theory(theory: Theory, problem: Problem, *, coordinates: str = "ba
         if bad:
             problems.append(f"the corrected mean of {', '.join(bad)} is not positive semi-definite: "
                             "the widths are too small for the expansion")
-    message = res.message if not problems else "; ".join(dict.fromkeys([res.message, *problems]))
     if problems:
         warnings.warn(f"the Laplace correction is unreliable: {'; '.join(problems)}", RuntimeWarning, stacklevel=3)
     n1 = net.D * (net.D + 1) // 2
-    expansion = LaplaceExpansion(
-        coordinates=coordinates,
-        dimension=int(res.theta.shape[0]),
-        order_parameters=tuple(point_Us),
-        Ua=point_Ua,
+    correction = Correction(
+        mode=mode, point=tuple(point_Us), Ua_point=point_Ua, order_parameters_leading=theory.order_parameters,
+        Ua_leading=theory.Ua, order_parameter_sds=tuple(sd_Us), Ua_sd=sd_Ua,
         U_covariance=_covariance_tensor(res.covariance[:n1, :n1], net.D),
-        action=res.action,
-        newton_decrement=res.newton_decrement,
-        hessian_min_eigenvalue=hmin,
-        converged=bool(res.converged),
-        iterations=res.iterations,
-        message=message,
-        seconds=res.seconds,
-        problems=tuple(problems),
-    )
-    return dataclasses.replace(
-        theory,
-        U=mean_Us[0],
-        order_parameters=tuple(mean_Us),
-        Ua=mean_Ua,
-        correction="laplace",
-        U_leading=theory.U,
-        order_parameters_leading=theory.order_parameters,
-        Ua_leading=theory.Ua,
-        U_sd=sd_Us[0],
-        order_parameter_sds=tuple(sd_Us),
-        Ua_sd=sd_Ua,
-        laplace=expansion,
-        solve_seconds=theory.solve_seconds + res.seconds,
-    )
+        seconds=mode.report.seconds + res.seconds, problems=tuple(problems))
+    return dataclasses.replace(theory, order_parameters=tuple(mean_Us), Ua=mean_Ua, correction=correction)

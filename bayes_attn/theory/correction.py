@@ -58,7 +58,7 @@ diagonal entries whose Bartlett factors hold several normal entries, whose squar
 The predictor mean ``k*ᵀ G⁻¹ Y`` and variance ``k** − k*ᵀ G⁻¹ k*`` depend
 on ``θ`` only through ``U_1``; :meth:`Theory.predict` expands them around
 ``U_1(θ̂)`` with the mean shift ``E[U_1] − U_1(θ̂)`` and the covariance of
-``U_1`` stored in :class:`~bayes_attn.theory.result.LaplaceExpansion`
+``U_1`` stored in :class:`~bayes_attn.theory.result.Correction`
 (the same formula, by the chain rule). The corrected predictive variance is
 that of ``f(x*)``: ``E[variance] + Var[mean]`` (law of total variance, both
 terms to next order).
@@ -76,6 +76,7 @@ import math
 import time
 from collections.abc import Sequence
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -86,7 +87,7 @@ from .. import _checks
 from ..bartlett import factor_shapes, sites_of_order_parameters
 from ..precision import float64
 from .coordinates import log_cholesky, sizes
-from .newton import damped_newton
+from .newton import SolveReport, damped_newton
 from .coordinate_maps import MAPS
 from .objective import Problem, data_derivatives, data_term_and_factor
 
@@ -94,7 +95,6 @@ __all__ = [
     "COORDINATES",
     "CORRECTIONS",
     "THEORY_NAMES",
-    "ExpansionResult",
     "check_coordinates",
     "action_at",
     "action_function",
@@ -103,6 +103,9 @@ __all__ = [
     "expand",
     "find_mode",
     "Mode",
+    "Moments",
+    "moments",
+    "shapes_of",
     "observables",
     "order_parameters_at",
     "start_point",
@@ -286,9 +289,15 @@ def observables(theta, problem: Problem, coordinates: str = "bartlett"):
 
 def _shapes_for(problem: Problem, coordinates: str):
     """Static shapes of the Bartlett factors (``None`` for log-Cholesky coordinates)."""
+    return shapes_of(problem.heads, np.asarray(problem.widths), coordinates)
+
+
+def shapes_of(heads, widths, coordinates: str):
+    """:attr:`Mode.shapes` for a network of ``heads`` and ``widths``: static shapes of the Bartlett factors
+    (``None`` for log-Cholesky coordinates)."""
     if coordinates == "log_cholesky":
         return None
-    shapes = factor_shapes(problem.heads, [int(round(float(n))) for n in np.asarray(problem.widths)])
+    shapes = factor_shapes(heads, [int(round(float(n))) for n in widths])
     return tuple(tuple(int(a) for a in s) for s in shapes)
 
 
@@ -307,37 +316,6 @@ def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "ba
 # ----------------------------------------------------------------------------
 # Newton for θ̂ and the expansion
 # ----------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class ExpansionResult:
-    """The Laplace expansion at ``θ̂`` (docs/theory.md §8), before it is put into a :class:`Theory`.
-
-    Attributes:
-        coordinates: ``"bartlett"`` or ``"log_cholesky"``.
-        theta: ``θ̂`` ``[n]``.
-        point: ``g(θ̂)``: vech of every ``U_l`` then ``Ua``.
-        mean: the corrected posterior means of the same entries.
-        covariance: their covariance ``g'ᵀ Σ g'`` ``[k, k]``.
-        hessian: ``H`` ``[n, n]``; v: ``v`` ``[n]``.
-        action: ``S(θ̂)``; newton_decrement: ``sqrt(S'ᵀ H⁻¹ S')`` at ``θ̂``.
-        converged, iterations, message: of the Newton solve for ``θ̂``.
-        seconds: wall time (solve and expansion).
-    """
-
-    coordinates: str
-    theta: np.ndarray
-    point: np.ndarray
-    mean: np.ndarray
-    covariance: np.ndarray
-    hessian: np.ndarray
-    v: np.ndarray
-    action: float
-    newton_decrement: float
-    converged: bool
-    iterations: int
-    message: str
-    seconds: float
-
-
 def check_coordinates(net, coordinates: str) -> None:
     """``ValueError`` unless ``coordinates`` is one of :data:`COORDINATES` and valid for ``net``'s widths."""
     _checks.choice("coordinates", coordinates, COORDINATES)
@@ -352,16 +330,16 @@ def check_coordinates(net, coordinates: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Mode:
-    """``θ̂ = argmin S`` and ``H = S''(θ̂)`` (docs/theory.md §8): the expansion point, and the centre and scale of
-    the guided samplers' proposal (§9).
+    """The expansion of ``S(θ)`` about its mode (docs/theory.md §8): ``θ̂ = argmin S``, ``H = S''(θ̂)`` and what
+    the correction reuses; the centre and scale of the guided samplers' proposal (§9). The one expansion type:
+    :class:`~bayes_attn.theory.result.Correction` holds it beside the corrected means.
 
     Attributes:
         coordinates: ``"bartlett"`` or ``"log_cholesky"``; shapes: the static factor shapes (``None`` for
             log-Cholesky coordinates).
         theta: ``θ̂`` ``[n]``; action: ``S(θ̂)``; gradient: ``S'(θ̂)`` ``[n]``; hessian: ``H`` ``[n, n]``.
         data_gradient, data_hessian: ``d'``, ``d''`` of the data term at ``U_1(θ̂)`` (what the expansion reuses).
-        newton_decrement: ``sqrt(S'ᵀ H⁻¹ S')`` at ``θ̂``; converged, iterations, message: of the Newton solve.
-        seconds: wall time of the solve.
+        report: the Newton solve for ``θ̂`` (its ``measure``: the Newton decrement ``sqrt(S'ᵀ H⁻¹ S')``).
     """
 
     coordinates: str
@@ -372,11 +350,18 @@ class Mode:
     hessian: np.ndarray
     data_gradient: np.ndarray
     data_hessian: np.ndarray
-    newton_decrement: float
-    converged: bool
-    iterations: int
-    message: str
-    seconds: float
+    report: SolveReport
+
+    @property
+    def dimension(self) -> int:
+        """The number of coordinates ``n``."""
+        return int(np.shape(self.theta)[0])
+
+    @property
+    def hessian_min_eigenvalue(self) -> float:
+        """The smallest eigenvalue of ``H`` (NaN where ``H`` is not finite)."""
+        H = np.asarray(self.hessian)
+        return float(np.linalg.eigvalsh(H)[0]) if np.all(np.isfinite(H)) else float("nan")
 
 
 def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
@@ -405,19 +390,34 @@ def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, c
     run = damped_newton(x, vgh, value, lambda g, H, d, aux: math.sqrt(max(-float(g @ d), 0.0)), tol=tol,
                         max_iter=max_iter, stalled_converged=1e-6, measure="Newton decrement")
     gd, Hd = (np.asarray(a) for a in run.aux)
-    return Mode(coordinates, shapes, run.x, float(run.value), run.grad, run.hess, gd, Hd, run.measure,
-                bool(run.converged), run.iterations, run.message, time.perf_counter() - t0)
+    report = SolveReport(bool(run.converged), run.iterations, run.message, time.perf_counter() - t0, run.measure)
+    return Mode(coordinates, shapes, run.x, float(run.value), run.grad, run.hess, gd, Hd, report)
 
 
-def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
-           tol: float = 1e-9, max_iter: int = 50) -> ExpansionResult:
-    """:func:`find_mode` from ``(Us0, Ua0)``, then the expansion there (docs/theory.md §8)."""
-    mode = find_mode(net, problem, Us0, Ua0, coordinates=coordinates, tol=tol, max_iter=max_iter)
+class Moments(NamedTuple):
+    """The corrected moments of the entries ``g`` (vech of every ``U_l`` then ``Ua``) at a :class:`Mode`
+    (docs/theory.md §8): ``point`` ``g(θ̂)``, ``mean`` the corrected posterior means, ``covariance``
+    ``g'ᵀ Σ g'`` ``[k, k]``, ``v`` ``[n]``, and the wall ``seconds`` of the expansion."""
+
+    point: np.ndarray
+    mean: np.ndarray
+    covariance: np.ndarray
+    v: np.ndarray
+    seconds: float
+
+
+def moments(mode: Mode, problem: Problem) -> Moments:
+    """The expansion at ``mode`` (:func:`find_mode`) of the problem it was found for (docs/theory.md §8)."""
     t0 = time.perf_counter()
     with float64():
         g0, mean, cov, v = (np.asarray(a) for a in _expansion(
             jnp.asarray(mode.theta, jnp.float64), mode.hessian, mode.data_gradient, mode.data_hessian, problem,
-            coordinates=coordinates, shapes=mode.shapes))
-    return ExpansionResult(coordinates, mode.theta, g0, mean, 0.5 * (cov + cov.T), mode.hessian, v, mode.action,
-                           mode.newton_decrement, mode.converged, mode.iterations, mode.message,
-                           mode.seconds + time.perf_counter() - t0)
+            coordinates=mode.coordinates, shapes=mode.shapes))
+    return Moments(g0, mean, 0.5 * (cov + cov.T), v, time.perf_counter() - t0)
+
+
+def expand(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, coordinates: str = "bartlett",
+           tol: float = 1e-9, max_iter: int = 50) -> tuple[Mode, Moments]:
+    """:func:`find_mode` from ``(Us0, Ua0)``, then the :func:`moments` there (docs/theory.md §8)."""
+    mode = find_mode(net, problem, Us0, Ua0, coordinates=coordinates, tol=tol, max_iter=max_iter)
+    return mode, moments(mode, problem)

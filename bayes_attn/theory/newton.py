@@ -31,9 +31,29 @@ from .objective import (
 )
 from .coordinates import log_cholesky, pack, vech_weights
 
-__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "damped_newton", "newton_direction"]
+__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "SolveReport", "damped_newton", "newton_direction"]
 
 COORDINATES = ("log_cholesky", "vech")
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    """How a Newton solve ended (of §4's order parameters or of §8's mode ``θ̂``).
+
+    Attributes:
+        converged: whether its criterion reached the tolerance.
+        iterations: Newton steps taken.
+        message: the stopping reason.
+        seconds: wall time (including compilation if any).
+        measure: its criterion where it stopped: ``max_l |∂(S/N_max)/∂U_l|`` for §4, the Newton
+            decrement ``sqrt(S'ᵀ H⁻¹ S')`` for §8.
+    """
+
+    converged: bool
+    iterations: int
+    message: str
+    seconds: float
+    measure: float
 
 
 class NewtonResult(NamedTuple):

@@ -18,9 +18,11 @@ from .. import _checks, _io, gp
 from ..kernels import kernel_from_xi
 from ..network import Network, head_labels, order_parameter_labels
 from ..precision import float64
+from .correction import Mode, shapes_of
+from .newton import SolveReport
 from .objective import gp_order_parameters
 
-__all__ = ["LaplaceExpansion", "Theory", "head_scores", "load_theory"]
+__all__ = ["Correction", "Theory", "head_scores", "load_theory"]
 
 
 def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
@@ -66,41 +68,58 @@ def _laplace_moments(U0, shift, E, xi_t, xi_train, y, temperature, s0):
 
 
 @dataclass(frozen=True, eq=False)
-class LaplaceExpansion:
-    """The expansion point and spread of the finite-width correction (docs/theory.md §8).
+class Correction:
+    """The finite-width correction of a theory (docs/theory.md §8): where ``S(θ)`` was expanded, what the
+    expansion gives, and how far to trust it.
 
     Attributes:
-        coordinates: the coordinates ``θ`` (``"bartlett"`` or ``"log_cholesky"``).
-        dimension: the number of coordinates.
-        order_parameters: ``[U_1, ..., U_L]`` at ``θ̂`` (the minimiser of the exact ``S(θ)``).
-        Ua: ``Ua`` at ``θ̂``.
-        U_covariance: posterior covariance ``Cov(U_ij, U_kl)`` of the entries of
-            ``U_1``, ``[D, D, D, D]`` (``g'ᵀ Σ g'``).
-        action: ``S(θ̂)`` (up to a constant).
-        newton_decrement: ``sqrt(S'ᵀ H⁻¹ S')`` where the Newton solve stopped.
-        hessian_min_eigenvalue: smallest eigenvalue of ``H = S''(θ̂)``.
-        converged, iterations, message: of the Newton solve for ``θ̂``.
-        seconds: wall time of the solve and the expansion.
-        problems: why the correction is unreliable (empty when it is not): no
-            convergence, an indefinite Hessian, corrected means that are not
-            finite or not positive semi-definite (widths too small for the expansion).
+        mode: the expansion point ``θ̂``, ``H = S''(θ̂)`` and the report of its Newton solve (:class:`Mode`).
+        point, Ua_point: ``[U_1, ..., U_L]`` and ``Ua`` at ``θ̂``.
+        order_parameters_leading, Ua_leading: the leading-order values (the minimum of ``S`` of §4).
+        order_parameter_sds, Ua_sd: the predicted posterior standard deviation of every entry
+            (``sqrt(g'ᵀ Σ g')``).
+        U_covariance: posterior covariance ``Cov(U_ij, U_kl)`` of the entries of ``U_1``, ``[D, D, D, D]``.
+        seconds: wall time of the Newton solve for ``θ̂`` and the expansion.
+        problems: why the correction is unreliable (empty when it is not): no convergence, an indefinite
+            Hessian, corrected means that are not finite or not positive semi-definite (widths too small).
     """
 
-    coordinates: str
-    dimension: int
-    order_parameters: tuple[np.ndarray, ...]
-    Ua: float
+    mode: Mode
+    point: tuple[np.ndarray, ...]
+    Ua_point: float
+    order_parameters_leading: tuple[np.ndarray, ...]
+    Ua_leading: float
+    order_parameter_sds: tuple[np.ndarray, ...]
+    Ua_sd: float
     U_covariance: np.ndarray
-    action: float
-    newton_decrement: float
-    hessian_min_eigenvalue: float
-    converged: bool
-    iterations: int
-    message: str = ""
-    seconds: float = float("nan")
+    seconds: float
     problems: tuple[str, ...] = ()
 
     SCALARS = ("dimension", "action", "newton_decrement", "hessian_min_eigenvalue", "converged", "iterations")
+    """What the files keep of the mode's solve, as ``laplace_<name>``."""
+
+    @property
+    def U_leading(self) -> np.ndarray:
+        """The leading-order ``U_1`` ``[D, D]``."""
+        return self.order_parameters_leading[0]
+
+    @property
+    def U_sd(self) -> np.ndarray:
+        """The predicted posterior standard deviation of every entry of ``U_1`` ``[D, D]``."""
+        return self.order_parameter_sds[0]
+
+    @property
+    def message(self) -> str:
+        """The mode's stopping reason, then the problems (each once)."""
+        m = self.mode.report.message
+        return m if not self.problems else "; ".join(dict.fromkeys([m, *self.problems]))
+
+    def scalar(self, name: str):
+        """One of :data:`SCALARS` of the mode and its solve."""
+        r = self.mode.report
+        return {"dimension": self.mode.dimension, "action": self.mode.action, "newton_decrement": r.measure,
+                "hessian_min_eigenvalue": self.mode.hessian_min_eigenvalue, "converged": r.converged,
+                "iterations": r.iterations}[name]
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,56 +127,68 @@ class Theory:
     """Order parameters at the minimum of ``S`` and what follows from them.
 
     Attributes:
-        U: ``U_1``, ``[D, D]``, the order parameter over paths.
-        order_parameters: ``[U_1, ..., U_L]``; ``U_l`` is ``[H_l...H_L, H_l...H_L]``.
+        order_parameters: ``[U_1, ..., U_L]``; ``U_l`` is ``[H_l...H_L, H_l...H_L]`` (``U``: ``U_1``).
         Ua: the readout order parameter ``Ua`` (a positive scalar).
         action: ``S / N_max`` at the solution.
-        max_gradient: max over ``l`` and entries of ``|∂(S/N_max)/∂U_l|``.
         hessian_min_eigenvalue: smallest eigenvalue of the Hessian of
             ``S/N_max`` w.r.t. the vech entries of all ``U_l`` (``Ua`` eliminated).
-        converged: whether ``max_gradient <= tol`` was reached.
-        iterations: Newton iterations taken.
         temperature: the likelihood variance.
         net: the network.
         x_train: the training inputs ``[P, T, N0]``.
         y_train: the training labels ``[P]``.
         limit: ``"finite_width"`` (``solve_theory``) or ``"gp"`` (``gp_limit``).
-        message: the solver's stopping reason.
-        solve_seconds: wall time of the solve (including compilation if any).
-        correction: ``"none"`` (the theory of §4) or ``"laplace"`` (the
-            finite-width correction of §8: ``U``, ``order_parameters`` and
-            ``Ua`` are then the corrected posterior means, and :meth:`predict`
-            gives the corrected predictor).
-        U_leading, order_parameters_leading, Ua_leading: with ``"laplace"``,
-            the leading-order values (the minimum of ``S`` of §4); else None.
-        U_sd, order_parameter_sds, Ua_sd: with ``"laplace"``, the predicted
-            posterior standard deviation of every entry (``sqrt(g'ᵀ Σ g')``); else None.
-        laplace: with ``"laplace"``, the :class:`LaplaceExpansion`; else None.
+        report: the Newton solve (:class:`SolveReport`; its ``measure`` is ``max_gradient``).
+        correction: ``None`` (the theory of §4) or the finite-width correction of §8 (:class:`Correction`):
+            ``order_parameters`` and ``Ua`` are then the corrected posterior means, and :meth:`predict` gives
+            the corrected predictor; the leading-order values are the correction's.
     """
 
-    U: np.ndarray
     order_parameters: tuple[np.ndarray, ...]
     Ua: float
     action: float
-    max_gradient: float
     hessian_min_eigenvalue: float
-    converged: bool
-    iterations: int
     temperature: float
     net: Network
     x_train: np.ndarray = field(repr=False)
     y_train: np.ndarray = field(repr=False)
     limit: str = "finite_width"
-    message: str = ""
-    solve_seconds: float = float("nan")
-    correction: str = "none"
-    U_leading: np.ndarray | None = None
-    order_parameters_leading: tuple[np.ndarray, ...] | None = None
-    Ua_leading: float | None = None
-    U_sd: np.ndarray | None = None
-    order_parameter_sds: tuple[np.ndarray, ...] | None = None
-    Ua_sd: float | None = None
-    laplace: LaplaceExpansion | None = field(default=None, repr=False)
+    report: SolveReport = SolveReport(False, 0, "", float("nan"), float("nan"))
+    correction: Correction | None = field(default=None, repr=False)
+
+    @property
+    def U(self) -> np.ndarray:
+        """``U_1``, ``[D, D]``, the order parameter over paths."""
+        return self.order_parameters[0]
+
+    @property
+    def converged(self) -> bool:
+        """Whether ``max_gradient <= tol`` was reached."""
+        return self.report.converged
+
+    @property
+    def iterations(self) -> int:
+        """Newton iterations taken."""
+        return self.report.iterations
+
+    @property
+    def message(self) -> str:
+        """The solver's stopping reason."""
+        return self.report.message
+
+    @property
+    def max_gradient(self) -> float:
+        """Max over ``l`` and entries of ``|∂(S/N_max)/∂U_l|`` at the solution."""
+        return self.report.measure
+
+    @property
+    def solve_seconds(self) -> float:
+        """Wall time of the solve (including compilation if any, and the correction's when corrected)."""
+        return self.report.seconds + (0.0 if self.correction is None else self.correction.seconds)
+
+    @property
+    def correction_name(self) -> str:
+        """``"laplace"`` when corrected (§8), else ``"none"`` (§4): a key of ``THEORY_NAMES``."""
+        return "none" if self.correction is None else "laplace"
 
     @property
     def is_minimum(self) -> bool:
@@ -179,7 +210,8 @@ class Theory:
     @property
     def correction_problems(self) -> list[str]:
         """Why the finite-width correction (§8) is unreliable (empty when it is not, or without one)."""
-        return [] if self.laplace is None else [f"the Laplace correction is unreliable: {p}" for p in self.laplace.problems]
+        c = self.correction
+        return [] if c is None else [f"the Laplace correction is unreliable: {p}" for p in c.problems]
 
     # ----- kernels and predictors ---------------------------------------------
     @cached_property
@@ -204,13 +236,11 @@ class Theory:
 
     def leading_order(self) -> Theory:
         """The leading-order theory (docs/theory.md §4) this one was corrected from; ``self`` when not corrected."""
-        if self.correction != "laplace":
+        c = self.correction
+        if c is None:
             return self
-        return replace(
-            self, U=self.U_leading, order_parameters=tuple(self.order_parameters_leading), Ua=self.Ua_leading,
-            correction="none", U_leading=None, order_parameters_leading=None, Ua_leading=None, U_sd=None,
-            order_parameter_sds=None, Ua_sd=None, laplace=None,
-        )
+        return replace(self, order_parameters=tuple(c.order_parameters_leading), Ua=c.Ua_leading, correction=None,
+                       report=replace(self.report, seconds=self.solve_seconds))
 
     def predict(self, x_test, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of ``f(x*)`` (docs/theory.md §4 "Predictor statistics"):
@@ -222,7 +252,7 @@ class Theory:
         """
         xt = self.net.check_inputs(x_test, "x_test")
         batch_size = _checks.positive_int("batch_size", batch_size)
-        if self.correction == "laplace":
+        if self.correction is not None:
             return self._predict_laplace(xt, batch_size)
         s0 = self.net.variances[0]
         with float64():
@@ -240,11 +270,11 @@ class Theory:
         """Corrected predictor: ``g(U) = (mean, variance)`` given ``U_1``, expanded as
         ``g(Û) + g'·(E[U_1] − Û) + ½ Σ_k g''[q_k, q_k]`` with ``Cov(U_1) = Σ_k q_k q_kᵀ``,
         plus ``Σ_k (mean'·q_k)²`` on the variance."""
-        lp = self.laplace
+        c = self.correction
         D = self.net.D
-        U0 = np.asarray(lp.order_parameters[0])
+        U0 = np.asarray(c.point[0])
         iu = np.triu_indices(D)
-        cov = lp.U_covariance[iu[0], iu[1]][:, iu[0], iu[1]]  # covariance of the vech entries of U_1
+        cov = c.U_covariance[iu[0], iu[1]][:, iu[0], iu[1]]  # covariance of the vech entries of U_1
         w, V = np.linalg.eigh(0.5 * (cov + cov.T))
         Q = V * np.sqrt(np.clip(w, 0.0, None))  # columns q_k
         E = np.zeros((Q.shape[1], D, D))
@@ -323,32 +353,38 @@ class Theory:
             limit=self.limit,
             message=self.message,
             n_train=int(self.x_train.shape[0]),
-            correction=self.correction,
+            correction=self.correction_name,
         )
-        if self.correction == "laplace":
-            ds = self._add_laplace(ds)
-        return ds
+        return ds if self.correction is None else self._add_laplace(ds)
 
     def _add_laplace(self, ds):
-        """The leading-order values, standard deviations and expansion of ``correction="laplace"``."""
-        lp = self.laplace
-        ds["U_leading"] = (("path", "path_"), self.U_leading)
-        ds["U_sd"] = (("path", "path_"), self.U_sd)
+        """The leading-order values, standard deviations and expansion of the correction (§8)."""
+        c = self.correction
+        m, r = c.mode, c.mode.report
+        ds["U_leading"] = (("path", "path_"), c.U_leading)
+        ds["U_sd"] = (("path", "path_"), c.U_sd)
         for l in range(1, self.net.L + 1):
             dims = (f"index_{l}", f"index_{l}_")
-            ds[f"U_{l}_leading"] = (dims, self.order_parameters_leading[l - 1])
-            ds[f"U_{l}_sd"] = (dims, self.order_parameter_sds[l - 1])
-            ds[f"U_{l}_expansion_point"] = (dims, lp.order_parameters[l - 1])
-        ds["Ua_leading"] = ((), self.Ua_leading)
-        ds["Ua_sd"] = ((), self.Ua_sd)
-        ds["Ua_expansion_point"] = ((), lp.Ua)
+            ds[f"U_{l}_leading"] = (dims, c.order_parameters_leading[l - 1])
+            ds[f"U_{l}_sd"] = (dims, c.order_parameter_sds[l - 1])
+            ds[f"U_{l}_expansion_point"] = (dims, c.point[l - 1])
+        ds["Ua_leading"] = ((), c.Ua_leading)
+        ds["Ua_sd"] = ((), c.Ua_sd)
+        ds["Ua_expansion_point"] = ((), c.Ua_point)
         labels = ds["path"].values
-        ds["U_covariance"] = (("path", "path_", "cov_path", "cov_path_"), lp.U_covariance)
+        ds["U_covariance"] = (("path", "path_", "cov_path", "cov_path_"), c.U_covariance)
         ds = ds.assign_coords(cov_path=labels, cov_path_=labels)
-        for name in LaplaceExpansion.SCALARS:
-            ds[f"laplace_{name}"] = ((), getattr(lp, name))
-        ds.attrs.update(laplace_coordinates=lp.coordinates, laplace_message=lp.message,
-                        laplace_seconds=float(lp.seconds), laplace_problems=json.dumps(list(lp.problems)))
+        for name, value in (("dimension", m.dimension), ("action", m.action), ("newton_decrement", r.measure),
+                            ("hessian_min_eigenvalue", m.hessian_min_eigenvalue), ("converged", r.converged),
+                            ("iterations", r.iterations)):
+            ds[f"laplace_{name}"] = ((), value)
+        # the mode itself (θ̂, its gradient and curvature), from which a read-back theory rebuilds it
+        for name, dims in (("theta", ("theta",)), ("gradient", ("theta",)), ("hessian", ("theta", "theta_")),
+                           ("data_gradient", ("theta_1",)), ("data_hessian", ("theta_1", "theta_1_"))):
+            ds[f"laplace_{name}"] = (dims, np.asarray(getattr(m, name)))
+        ds.attrs.update(laplace_coordinates=m.coordinates, laplace_message=c.message, laplace_seconds=float(c.seconds),
+                        laplace_mode_seconds=float(r.seconds), laplace_mode_message=r.message,
+                        laplace_problems=json.dumps(list(c.problems)))
         return ds
 
     def to_file_dataset(self) -> "xarray.Dataset":  # noqa: F821
@@ -359,12 +395,31 @@ class Theory:
         ds["y_train"] = (("example",), np.asarray(self.y_train))
         for l, W in enumerate(self.net.attention, start=1):
             ds[f"attention_{l}"] = ((f"head_{l}", "feature", "feature_"), np.asarray(W))
-        ds.attrs.update(solve_seconds=float(self.solve_seconds))
+        ds.attrs.update(solve_seconds=float(self.solve_seconds),  # the correction's seconds included
+                        leading_solve_seconds=float(self.report.seconds))
         return ds
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_file_dataset` to netCDF, atomically (read it back with :func:`load_theory`)."""
         return _io.save(self.to_file_dataset(), path)
+
+
+def _correction_of(ds, net: Network, level) -> Correction:
+    """The :class:`Correction` stored by :meth:`Theory.to_file_dataset` in ``ds``."""
+    a = ds.attrs
+    arr = lambda name: np.asarray(ds[name].values, dtype=np.float64)  # noqa: E731
+    coordinates = str(a["laplace_coordinates"])
+    report = SolveReport(bool(ds["laplace_converged"]), int(ds["laplace_iterations"]),
+                         str(a.get("laplace_mode_message", "")), float(a.get("laplace_mode_seconds", float("nan"))),
+                         float(ds["laplace_newton_decrement"]))
+    mode = Mode(coordinates, shapes_of(net.heads, net.widths, coordinates), arr("laplace_theta"),
+                float(ds["laplace_action"]), arr("laplace_gradient"), arr("laplace_hessian"),
+                arr("laplace_data_gradient"), arr("laplace_data_hessian"), report)
+    return Correction(mode=mode, point=level("U_{}_expansion_point"), Ua_point=float(ds["Ua_expansion_point"]),
+                      order_parameters_leading=level("U_{}_leading"), Ua_leading=float(ds["Ua_leading"]),
+                      order_parameter_sds=level("U_{}_sd"), Ua_sd=float(ds["Ua_sd"]),
+                      U_covariance=arr("U_covariance"), seconds=float(a["laplace_seconds"]),
+                      problems=tuple(json.loads(a.get("laplace_problems", "[]"))))
 
 
 def load_theory(path: str | os.PathLike) -> Theory:
@@ -378,48 +433,19 @@ def load_theory(path: str | os.PathLike) -> Theory:
     net = Network.from_stored(a, ds)
     level = lambda name: tuple(np.asarray(ds[name.format(l)].values, dtype=np.float64) for l in range(1, L + 1))  # noqa: E731
     Us = level("U_{}")
-    correction = str(a.get("correction", "none"))
-    extra = {}
-    if correction == "laplace":
-        extra = dict(
-            U_leading=np.asarray(ds["U_leading"].values, dtype=np.float64),
-            order_parameters_leading=level("U_{}_leading"),
-            Ua_leading=float(ds["Ua_leading"]),
-            U_sd=np.asarray(ds["U_sd"].values, dtype=np.float64),
-            order_parameter_sds=level("U_{}_sd"),
-            Ua_sd=float(ds["Ua_sd"]),
-            laplace=LaplaceExpansion(
-                coordinates=str(a["laplace_coordinates"]),
-                order_parameters=level("U_{}_expansion_point"),
-                Ua=float(ds["Ua_expansion_point"]),
-                U_covariance=np.asarray(ds["U_covariance"].values, dtype=np.float64),
-                message=str(a.get("laplace_message", "")),
-                seconds=float(a["laplace_seconds"]),
-                problems=tuple(json.loads(a.get("laplace_problems", "[]"))),
-                dimension=int(ds["laplace_dimension"]),
-                action=float(ds["laplace_action"]),
-                newton_decrement=float(ds["laplace_newton_decrement"]),
-                hessian_min_eigenvalue=float(ds["laplace_hessian_min_eigenvalue"]),
-                converged=bool(ds["laplace_converged"]),
-                iterations=int(ds["laplace_iterations"]),
-            ),
-        )
+    correction = _correction_of(ds, net, level) if str(a.get("correction", "none")) == "laplace" else None
+    seconds = float(a.get("leading_solve_seconds", a["solve_seconds"]))
     return Theory(
-        U=Us[0],
         order_parameters=Us,
         Ua=float(ds["Ua"]),
         action=float(ds["action"]),
-        max_gradient=float(ds["max_gradient"]),
         hessian_min_eigenvalue=float(ds["hessian_min_eigenvalue"]),
-        converged=bool(ds["converged"]),
-        iterations=int(ds["iterations"]),
         temperature=float(ds["temperature"]),
         net=net,
         x_train=np.asarray(ds["x_train"].values, dtype=np.float64),
         y_train=np.asarray(ds["y_train"].values, dtype=np.float64),
         limit=str(a["limit"]),
-        message=str(a.get("message", "")),
-        solve_seconds=float(a["solve_seconds"]),
+        report=SolveReport(bool(ds["converged"]), int(ds["iterations"]), str(a.get("message", "")), seconds,
+                           float(ds["max_gradient"])),
         correction=correction,
-        **extra,
     )

@@ -23,7 +23,7 @@ from .objective import (
     value_grad_hess,
 )
 from .coordinates import matrix_gradients, pack, unpack
-from .newton import NewtonResult, NewtonSolver
+from .newton import NewtonResult, NewtonSolver, SolveReport
 from .corrected import corrected_theory
 from .correction import CORRECTIONS
 from .result import Theory
@@ -62,7 +62,7 @@ def solve_theory(
             and ``max_iter``, when given, replace its own.
         correction: ``None`` or ``"none"`` (default: the theory of §4, unchanged)
             or ``"laplace"`` (§8; skipped, with a warning, when the leading order did not
-            converge to a minimum: then ``Theory.correction`` is ``"none"``).
+            converge to a minimum: then ``Theory.correction`` is ``None``).
         basis: the :func:`~bayes_attn.theory.kernel_basis` of ``net`` on ``x``, when it was computed
             before (e.g. for another width); checked against ``x`` and the network.
 
@@ -162,19 +162,14 @@ def _make_theory(
     max_grad = float(max(np.abs(G).max() for G in grads))
     hmin = float(np.linalg.eigvalsh(res.hess)[0]) if np.all(np.isfinite(res.hess)) else float("nan")
     return Theory(
-        U=Us[0],
         order_parameters=tuple(Us),
         Ua=Ua,
         action=float(res.value),
-        max_gradient=max_grad,
         hessian_min_eigenvalue=hmin,
-        converged=bool(res.converged),
-        iterations=int(res.iterations),
         temperature=float(temperature),
         net=net,
         x_train=x,
         y_train=y,
         limit=limit,
-        message=res.message,
-        solve_seconds=seconds,
+        report=SolveReport(bool(res.converged), int(res.iterations), res.message, seconds, max_grad),
     )

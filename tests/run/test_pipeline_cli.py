@@ -177,12 +177,12 @@ def test_theory_command_reads_the_specs_correction_and_the_option(tmp_path, caps
     path = spec_file(tmp_path)
     assert cli.main(["theory", str(path), "--out", str(tmp_path / "a")]) == 0
     assert "corrected (Laplace, §8)" in capsys.readouterr().out
-    assert ba.load_theory(tmp_path / "a" / "theory.nc").correction == "laplace"
+    assert ba.load_theory(tmp_path / "a" / "theory.nc").correction_name == "laplace"
     assert cli.main(["theory", str(path), "--out", str(tmp_path / "b"), "--correction", "none"]) == 0
-    assert ba.load_theory(tmp_path / "b" / "theory.nc").correction == "none"
+    assert ba.load_theory(tmp_path / "b" / "theory.nc").correction_name == "none"
     none = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"correction": "none"}})
     assert cli.main(["theory", str(none), "--out", str(tmp_path / "c")]) == 0
-    assert ba.load_theory(tmp_path / "c" / "theory.nc").correction == "none"
+    assert ba.load_theory(tmp_path / "c" / "theory.nc").correction_name == "none"
 
 
 @pytest.mark.slow

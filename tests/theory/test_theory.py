@@ -467,5 +467,6 @@ def test_a_convergence_message_names_the_gradient_once():
     said = [str(w.message) for w in caught if "did not converge" in str(w.message)]
     assert len(said) == 1 and said[0].count("gradient") == 1, said
     assert t.problems[0].count("dS/dU") + t.problems[0].count("gradient") == 1, t.problems
-    failed = dataclasses.replace(t, message="line search failed (max gradient 0.002)")
+    report = dataclasses.replace(t.report, message="line search failed (max gradient 0.002)")
+    failed = dataclasses.replace(t, report=report)
     assert failed.problems[0].count("gradient") == 1 and "dS/dU" not in failed.problems[0], failed.problems
