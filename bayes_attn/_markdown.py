@@ -6,7 +6,8 @@ from collections.abc import Iterable, Sequence
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    """The lines of a Markdown table: ``| a | b |``, the rule ``|---|---|`` and one line per row (cells by ``str``; an empty cell is ``| |``)."""
+    """The lines of a Markdown table: ``| a | b |``, the rule ``|---|---|`` and one line per row (cells by
+    ``str``; an empty cell is ``| |``)."""
     width = len(header)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * width]
     for row in rows:

@@ -183,8 +183,9 @@ def accuracy(widths, out_dir: Path, num_samples: int, num_chains: int) -> dict:
         p = post.tree["posterior"]
         row = {"N": N, "sampling_s": seconds, "max_rhat": s.max_rhat, "min_ess_bulk": s.min_ess,
                "divergences": s.divergences}
-        for name, lead, corr in (("U", sol.correction.U_leading, sol.U), ("U_2", sol.correction.order_parameters_leading[1],
-                                                                sol.order_parameters[1]), ("Ua", sol.correction.Ua_leading, sol.Ua)):
+        c = sol.correction
+        for name, lead, corr in (("U", c.U_leading, sol.U), ("U_2", c.order_parameters_leading[1],
+                                                               sol.order_parameters[1]), ("Ua", c.Ua_leading, sol.Ua)):
             draws = p[name].values
             draws = draws.reshape(*draws.shape[:2], -1)
             se = np.atleast_1d(np.asarray(azs.mcse(post.tree, var_names=[name])[name].values)).ravel()

@@ -169,7 +169,7 @@ def landed_fig3():
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, run, sets=sets, evaluation=ev)
     net, _ = gd_model.to_network(model.params, model.config, width=10, variances=1.0)
-    return net, ev["theory_train"], ev["test"], chosen
+    return net, ev.theory_train, ev.test, chosen
 
 
 def image(quick: bool) -> dict:

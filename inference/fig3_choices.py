@@ -72,7 +72,7 @@ def variant_spec(changes: dict, patience: int, epochs: int):
 def train_on_validation(spec) -> dict:
     """Train ``spec``'s model with early stopping on its validation episodes; the numbers of the module doc."""
     sets = data.datasets(spec)
-    val = data.evaluation_episodes(spec, sets)["validation"]  # its test episodes are built, never evaluated
+    val = data.evaluation_episodes(spec, sets).validation  # its test episodes are built, never evaluated
     load0, cpu0, t0 = os.getloadavg(), os.times(), time.perf_counter()
     _, hist = training.train(spec.model_config, None, None, spec.training, x_val=val.x, y_val=val.y,
                              augment=lambda epoch, rng: data.gd_episodes(spec, sets, epoch)[1:])

@@ -35,7 +35,7 @@ def main() -> None:
         training=dataclasses.replace(base.training, lr=lr, epochs=epochs),
     )
     sets = pl.datasets(spec)
-    val = pl.evaluation_episodes(spec, sets)["validation"]
+    val = pl.evaluation_episodes(spec, sets).validation
     t0 = time.time()
     _, hist = train(spec.model_config, None, None, spec.training, x_val=val.x, y_val=val.y,
                     augment=lambda e, rng: pl.gd_episodes(spec, sets, e)[1:])

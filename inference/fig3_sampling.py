@@ -96,7 +96,7 @@ def main() -> None:
     model = train_model(spec, a.run, sets=sets, evaluation=ev)
     th = spec.theory
     net, _ = gd_model.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
-    tr, te = ev["theory_train"], ev["test"]
+    tr, te = ev.theory_train, ev.test
     out = a.run / "sampling"
     out.mkdir(exist_ok=True)
     for N in a.widths:

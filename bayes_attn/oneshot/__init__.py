@@ -12,14 +12,14 @@
 - :mod:`.pipeline`: :func:`run_oneshot`, the whole job behind ``bayes-attn prune``.
 """
 
-from .data import EpisodeSet, ImageSets, datasets, evaluation_episodes, gd_episodes, theory_draws, tokenizer
+from .data import EpisodeSet, Evaluation, ImageSets, datasets, evaluation_episodes, gd_episodes, theory_draws, tokenizer
 from .pipeline import TrainedModel, run_oneshot, train_model
 from .prune_result import PruneResult, load_pruning
 from .scan import Scan, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, load_oneshot_spec
 
 __all__ = [
-    "EpisodeSet", "ImageSets", "OneShotSpec", "PruneResult", "Scan", "TrainedModel", "datasets", "evaluation_episodes",
-    "gd_episodes", "load_oneshot_spec", "load_pruning", "predictor_mean", "run_oneshot", "sample_at_widths",
+    "EpisodeSet", "Evaluation", "ImageSets", "OneShotSpec", "PruneResult", "Scan", "TrainedModel", "datasets",
+    "evaluation_episodes", "gd_episodes", "load_oneshot_spec", "load_pruning", "predictor_mean", "run_oneshot", "sample_at_widths",
     "temperature_scan", "theory_draws", "tokenizer", "train_model",
 ]

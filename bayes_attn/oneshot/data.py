@@ -26,8 +26,8 @@ from .. import _checks
 from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
 from .spec import OneShotSpec
 
-__all__ = ["EpisodeSet", "ImageSets", "check_data", "check_spec", "datasets", "episode_seed", "evaluation_episodes", "gd_episodes",
-           "theory_draws", "tokenizer"]
+__all__ = ["EpisodeSet", "Evaluation", "ImageSets", "check_data", "check_spec", "datasets", "episode_seed",
+           "evaluation_episodes", "gd_episodes", "theory_draws", "tokenizer"]
 
 FULL_ZIPS = ("images_background.zip", "images_evaluation.zip")
 """Omniglot's full archives, which a spec reads when ``task.files`` names them (the default: the small ones)."""
@@ -113,21 +113,28 @@ def _episode_set(spec: OneShotSpec, images: ImageSet, n: int, tag: str, *extra: 
     return EpisodeSet(ep, tokenizer(spec)(ep), ep.y)
 
 
-def evaluation_episodes(spec: OneShotSpec, sets: ImageSets) -> dict[str, EpisodeSet]:
-    """The fixed episode sets: ``theory_train`` (``P`` episodes), ``validation``, ``test`` and ``ood/<name>``.
+class Evaluation(NamedTuple):
+    """The fixed episode sets: ``theory_train`` (the theory's ``P`` episodes), ``validation``, ``test`` and the
+    OOD sets by name."""
+
+    theory_train: EpisodeSet
+    validation: EpisodeSet
+    test: EpisodeSet
+    ood: dict[str, EpisodeSet]
+
+
+def evaluation_episodes(spec: OneShotSpec, sets: ImageSets) -> Evaluation:
+    """The fixed episode sets of ``spec`` from the image ``sets``.
 
     OOD ``all_runs`` episodes take both classes from one run (``within_group=True``:
     classes of different runs may be the same character).
     """
     t = check_spec(spec).task
-    out = {
-        "theory_train": _episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train"),
-        "validation": _episode_set(spec, sets.validation, t.n_validation, "validation"),
-        "test": _episode_set(spec, sets.test, t.n_test, "test"),
-    }
-    for name, images in sets.ood.items():
-        out[f"ood/{name}"] = _episode_set(spec, images, t.n_ood, f"ood/{name}", within_group=name == "all_runs")
-    return out
+    ood = {name: _episode_set(spec, images, t.n_ood, f"ood/{name}", within_group=name == "all_runs")
+           for name, images in sets.ood.items()}
+    return Evaluation(_episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train"),
+                      _episode_set(spec, sets.validation, t.n_validation, "validation"),
+                      _episode_set(spec, sets.test, t.n_test, "test"), ood)
 
 
 def theory_draws(spec: OneShotSpec, sets: ImageSets, first: EpisodeSet | None = None) -> list[EpisodeSet]:

@@ -55,7 +55,7 @@ from .. import _io, outputs, stats
 from ..compare import diagnostics_verdict
 from ..theory import Theory, gp_limit, head_scores, solve_theory
 from . import checkpoints, data, figures, model as gd_model, pruning, results, training
-from .data import EpisodeSet, ImageSets
+from .data import EpisodeSet, Evaluation, ImageSets
 from .model import ModelConfig, Params
 from .prune_result import Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, Spread, Temperatures, write
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
@@ -103,17 +103,16 @@ def _accuracy(correct: np.ndarray) -> Accuracy:
     return Accuracy(*stats.proportion(correct))
 
 
-def _metrics(params: Params, evaluation: dict[str, EpisodeSet], seconds: float, reused: bool,
+def _metrics(params: Params, evaluation: Evaluation, seconds: float, reused: bool,
              history: training.History) -> ModelMetrics:
-    test = evaluation["test"]
+    test = evaluation.test
     ood = {}
-    for key, s in evaluation.items():
-        if key.startswith("ood/"):
-            acc = _accuracy(gd_model.correct(params, s.x, s.y))
-            ood[key[4:]] = OodAccuracy(acc.accuracy, acc.se, *gd_model.nearest_neighbour_accuracy(s.episodes.images, s.y))
+    for name, s in evaluation.ood.items():
+        acc = _accuracy(gd_model.correct(params, s.x, s.y))
+        ood[name] = OodAccuracy(acc.accuracy, acc.se, *gd_model.nearest_neighbour_accuracy(s.episodes.images, s.y))
     return ModelMetrics(
         test=_accuracy(gd_model.correct(params, test.x, test.y)),
-        validation=_accuracy(gd_model.correct(params, evaluation["validation"].x, evaluation["validation"].y)),
+        validation=_accuracy(gd_model.correct(params, evaluation.validation.x, evaluation.validation.y)),
         nn_baseline=Accuracy(*gd_model.nearest_neighbour_accuracy(test.episodes.images, test.y)),
         ood=ood, train_seconds=seconds, reused=reused, epochs_run=len(history.loss), kept_epoch=history.kept_epoch)
 
@@ -123,7 +122,7 @@ def train_model(
     out: str | os.PathLike,
     *,
     sets: ImageSets | None = None,
-    evaluation: dict[str, EpisodeSet] | None = None,
+    evaluation: Evaluation | None = None,
     data_dir: str | os.PathLike | None = None,
     retrain: bool = False,
     progress_bar: bool = True,
@@ -145,7 +144,7 @@ def train_model(
         params, history, seconds = saved.params, saved.history, float(meta.get("train_seconds", float("nan")))
         _log(progress_bar, f"reusing {out / 'model.npz'} (same training settings)")
     else:
-        val = evaluation["validation"]
+        val = evaluation.validation
         t0 = time.perf_counter()
         params, history = training.train(
             config, None, None, spec.training, x_val=val.x, y_val=val.y, progress_bar=progress_bar,
@@ -160,9 +159,9 @@ def train_model(
 
 
 # ----- 6. uncertainty ---------------------------------------------------------------
-def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: dict[str, EpisodeSet], boots, c0) -> dict:
+def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: Evaluation, boots, c0) -> dict:
     """The model's, the theory's (at the score width, validation-chosen ``T``) and the GP's test accuracy ± bootstrap se."""
-    tr, te, score_width = ev["theory_train"], ev["test"], spec.theory.score_width
+    tr, te, score_width = ev.theory_train, ev.test, spec.theory.score_width
     xi_tr, xi_te = path_inputs(net, tr.x), path_inputs(net, te.x)
 
     def acc(U, temperature):
@@ -187,11 +186,11 @@ def _score_draws(spec: OneShotSpec, sets: ImageSets, net, heads, scores, first: 
     return draws
 
 
-def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: Scan, ev: dict[str, EpisodeSet],
+def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: Scan, ev: Evaluation,
            score_theory: Theory, pruned: pruning.PruningResult, progress_bar: bool = False) -> Spread:
     """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ."""
     th, pr = spec.theory, spec.pruning
-    tr, te = ev["theory_train"], ev["test"]
+    tr, te = ev.theory_train, ev.test
     heads = model.config.heads
     query_class = te.episodes.classes[:, 2]
     boots = pruning.class_bootstrap(query_class, pr.n_bootstrap, seed=pr.seed)
@@ -313,12 +312,12 @@ def _temperatures(scan: Scan) -> Temperatures:
                         float(d["gp_best_temperature"]))
 
 
-def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: dict[str, EpisodeSet], model: TrainedModel,
+def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluation, model: TrainedModel,
                     lap: Callable[[str], None], seconds: dict, progress_bar: bool) -> PruneResult:
     """What :func:`run_oneshot` does with the trained model: scan, sample, score, prune, write."""
     th, heads = spec.theory, model.config.heads
     net, _ = gd_model.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
-    tr, val, te = ev["theory_train"], ev["validation"], ev["test"]
+    tr, val, te = ev.theory_train, ev.validation, ev.test
     scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
     lap("theory scan")
     sampled, _ = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)

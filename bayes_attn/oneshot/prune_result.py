@@ -178,8 +178,8 @@ def from_json(d: dict) -> PruneResult:
     acc = lambda a, se: Accuracy(d[a], d[se])  # noqa: E731
     cum, ab, mo, te = d["cumulative"], d["theory_ablation"], d["model"], d["temperatures"]
     rnd = cum["random"]
-    pruning = PruningResult(d["head_scores"], d["base_accuracy"], d.get("base_binomial_se"),
-                            d["accuracy_drops"], d["drop_se"], _flat(Spearman, d["spearman"]), _cumulative(cum["ascending"]),
+    pruning = PruningResult(d["head_scores"], d["base_accuracy"], d.get("base_binomial_se"), d["accuracy_drops"],
+                            d["drop_se"], _flat(Spearman, d["spearman"]), _cumulative(cum["ascending"]),
                             _cumulative(cum["descending"]),
                             RandomPruning(**{**rnd, "curves": [_cumulative(c) for c in rnd["curves"]]}))
     rho = SpearmanSpread(d["spearman_draws"], d["spearman_median"], d["spearman_q05"], d["spearman_q95"],

@@ -302,14 +302,14 @@ def test_theory_episodes_come_from_training_classes_and_test_classes_are_disjoin
     assert not any(c in n for c in "@~" for s in (sets.validation, sets.test) for n in s.class_names)
     # the theory's P episodes: unrotated, unmirrored drawings of the gradient-descent classes, every draw
     assert set(sets.theory_train.class_names) == {n for n in sets.gd_train.class_names if not set("@~") & set(n)}
-    draws = oneshot.theory_draws(TINY, sets, ev["theory_train"])
-    assert len(draws) == 3 and draws[0] is ev["theory_train"]
+    draws = oneshot.theory_draws(TINY, sets, ev.theory_train)
+    assert len(draws) == 3 and draws[0] is ev.theory_train
     assert not np.array_equal(draws[1].episodes.indices, draws[0].episodes.indices)
     for d in draws:
         used = {d.episodes.class_names[c] for c in np.unique(d.episodes.classes)}
         assert used <= names[0] and not used & (names[1] | names[2])
         assert np.array_equal(d.episodes.images, sets.theory_train.images[d.episodes.indices])  # unshifted
-    assert ev["theory_train"].x.shape == (40, 48, 64) and set(ev) >= {"validation", "test", "ood/all_runs", "ood/digits"}
+    assert ev.theory_train.x.shape == (40, 48, 64) and set(ev.ood) == {"all_runs", "digits"}
 
 
 @pytest.mark.slow
@@ -382,7 +382,7 @@ def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_
     np.testing.assert_allclose(head_scores(U, saved.config.heads)[0], json.loads((out / "pruning.json").read_text())
                                ["trained_head_scores"][0], rtol=1e-6)
     # the frozen model as a Network (readout "mean", W = K^T Q / sqrt(d_qk)) on real tokens
-    x = tiny_sets[1]["test"].x[:12]
+    x = tiny_sets[1].test.x[:12]
     net, weights = model.to_network(saved.params, saved.config)
     f_gd = model.predict(saved.params, x)
     for form in ("token", "path"):
