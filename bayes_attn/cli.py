@@ -310,9 +310,13 @@ def cmd_prune(args) -> int:
                 f"Spearman rho = {rho.rho:.3g}, p = {rho.p_value:.2g}")
     base = result.spread.base
     print(f"base accuracy {base.accuracy:.3f} ± {base.se:.3f}; head score vs drop: {spearman}")
-    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {result.sampling.verdict})")
-    if result.sampling.verdict == "inconclusive":
-        return _inconclusive(result.sampling.reasons, "some sampled width")
+    for N, c in result.comparisons.items():
+        print(f"N = {N}: {c.summary()}")
+    print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {result.verdict})")
+    if result.verdict == "inconclusive":
+        reasons = result.sampling.reasons + [f"N={N}: {r}" for N, c in result.comparisons.items()
+                                             for r in c.theories[c.headline].reasons]
+        return _inconclusive(list(dict.fromkeys(reasons)), "some sampled width")
     return 0
 
 

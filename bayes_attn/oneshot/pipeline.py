@@ -12,6 +12,8 @@ frozen value (:mod:`bayes_attn.oneshot.prune_result`) and the next takes it:
    query/key, the temperature chosen on the *validation* episodes → ``Scan``;
 4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: the posterior
    (``[sampler]``) at the chosen temperatures → :class:`SamplingVerdict`;
+   :func:`compare_at_widths`: the leading and the corrected theory against
+   it, as ``bayes-attn run`` compares them → :class:`WidthComparison` per width;
 5. :func:`~bayes_attn.oneshot.pruning.pruning_report`: head scores from the
    theory's ``U`` at ``score_width``, ``score_temperature``; single-head drops
    and cumulative pruning of the model on the test episodes → ``PruningResult``;
@@ -44,6 +46,7 @@ import logging
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,18 +55,20 @@ import numpy as np
 import xarray as xr
 
 from .. import _io, outputs, stats
-from ..compare import diagnostics_verdict
+from ..compare import compare, diagnostics_verdict
 from ..theory import Theory, gp_limit, head_scores, solve_theory
 from . import checkpoints, data, figures, model as gd_model, pruning, results, training
 from .data import EpisodeSet, Evaluation, ImageSets
 from .model import ModelConfig, Params
-from .prune_result import Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, Spread, Temperatures, write
+from .prune_result import (Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, Spread, Temperatures,
+                           WidthComparison, width_comparison, write)
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODEL_FILES", "PRUNE_FILES", "TrainedModel", "run_oneshot", "sampling_verdict", "spread", "train_model"]
+__all__ = ["MODEL_FILES", "PRUNE_FILES", "TrainedModel", "compare_at_widths", "run_oneshot", "sampling_verdict", "spread",
+           "train_model"]
 
 MODEL_FILES = ("model.npz", "model.json")
 """The trained model, moved into the output folder as soon as training ends."""
@@ -158,6 +163,32 @@ def train_model(
     return TrainedModel(params, config, history, _metrics(params, evaluation, seconds, saved is not None, history))
 
 
+# ----- 4. the theory against the exact posterior ------------------------------------
+def compare_at_widths(net, tr: EpisodeSet, te: EpisodeSet, scan: Scan, posteriors: dict,
+                      progress_bar: bool = False) -> dict[int, WidthComparison]:
+    """At each sampled width ``N`` (``posteriors``: by width, at the scan's chosen temperature), the corrected
+    theory (docs/theory.md §8) and the leading order (§4) against the exact posterior, on the test episodes
+    ``te`` (:func:`bayes_attn.compare.compare`, its default tolerances). Where the correction cannot be
+    computed (too large for memory, or the leading order is not a solution) the leading order headlines and
+    the reason is kept in ``correction_problems``."""
+    out = {}
+    for N, post in posteriors.items():
+        temperature = scan.best_temperature(N)
+        problems = []
+        try:
+            with warnings.catch_warnings():  # an unreliable or skipped correction is reported, not warned
+                warnings.simplefilter("ignore", RuntimeWarning)
+                theory = solve_theory(net.with_width(N), tr.x, tr.y, temperature=temperature, correction="laplace")
+        except ValueError as err:
+            problems.append(f"the correction was not computed: {err}")
+            theory = scan.theory(N)
+        if theory.correction is None and not problems:
+            problems.append("the correction was skipped: " + "; ".join(theory.problems))
+        out[int(N)] = width_comparison(compare(theory, post, te.x, te.y), temperature, problems)
+        _log(progress_bar, f"compared at N={N}: {out[int(N)].summary()}")
+    return out
+
+
 # ----- 6. uncertainty ---------------------------------------------------------------
 def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: Evaluation, boots, c0) -> dict:
     """The model's, the theory's (at the score width, validation-chosen ``T``) and the GP's test accuracy ± bootstrap se."""
@@ -242,7 +273,8 @@ def run_oneshot(
     (:func:`bayes_attn.oneshot.prune_result.to_json`), ``oneshot.nc``,
     ``report.md`` and the figures of :data:`bayes_attn.oneshot.results.FIGURES`.
     ``sampling.verdict`` is ``"inconclusive"`` (with its reasons) when the
-    sampler's R-hat or divergences failed at some sampled width. The folder is
+    sampler's R-hat or divergences failed at some sampled width; ``verdict``
+    is the headline over the widths' comparisons of theory and samples. The folder is
     held and its files replaced together, as for every job (``force``: write
     into a non-empty folder this package did not write).
     """
@@ -260,7 +292,7 @@ def run_oneshot(
                 shutil.copy2(out / name, stage.staging / name)
         publish = lambda: outputs.publish(stage, MODEL_FILES, command="prune")  # noqa: E731
         result = _run_oneshot(spec, stage.staging, data_dir, retrain, progress_bar, publish)
-        stage.record.update(verdict=result.sampling.verdict)
+        stage.record.update(verdict=result.verdict)
     return result
 
 
@@ -320,8 +352,10 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     tr, val, te = ev.theory_train, ev.validation, ev.test
     scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
     lap("theory scan")
-    sampled, _ = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)
+    sampled, posteriors = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)
     lap("sampling")
+    comparisons = compare_at_widths(net, tr, te, scan, posteriors, progress_bar)
+    lap("theory against the samples")
     score_theory = scan.theories.get((th.score_width, th.score_temperature)) or solve_theory(
         net.with_width(th.score_width), tr.x, tr.y, temperature=th.score_temperature)
     scores = head_scores(score_theory.U, heads)
@@ -336,7 +370,7 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
         trained_head_scores=[s.tolist() for s in trained_scores],
         trained_spearman=pruning.spearman(trained_scores, pruned.drops, seed=spec.pruning.seed),
         temperatures=_temperatures(scan), theory_classes=spec.task.theory_part, deviations=deviations(spec),
-        sampling=sampling_verdict(sampled))
+        sampling=sampling_verdict(sampled), comparisons=comparisons)
     lap("head scores and pruning")
     m = model.metrics
     attrs = {"name": spec.name, "gd_accuracy": m.test.accuracy, "gd_se": m.test.se, "gd_width": model.config.width,

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from .. import _io
+from ..compare import THEORY_NAMES, Check, Comparison
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
 
 PAPER_SPEARMAN_RHO = 0.86
@@ -73,6 +74,63 @@ class SamplingVerdict:
 
 
 @dataclass(frozen=True)
+class TheoryVerdict:
+    """One theory against the exact posterior at one width: its three-valued verdict (``agree``, ``disagree``,
+    ``inconclusive``, with the reasons of the last), its checks (:class:`~bayes_attn.compare.Check`: ``U``,
+    the deeper order parameters, the predictor's mean and variance on the test episodes) and the test accuracy
+    of the sign of its predictor mean."""
+
+    verdict: str
+    reasons: list[str]
+    checks: list[Check]
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class WidthComparison:
+    """The theory against the exact posterior at one sampled width, as ``bayes-attn run`` compares them
+    (:func:`bayes_attn.compare.compare`).
+
+    theories: by correction (``"laplace"``, ``"none"``), the headline first: the corrected theory (§8) where it
+    exists, the leading order (§4) beside it; correction_problems: why the correction is missing or unreliable;
+    sampled_accuracy: test accuracy of the sign of the posterior mean of ``f``.
+    """
+
+    width: int
+    temperature: float
+    theories: dict[str, TheoryVerdict]
+    sampled_accuracy: float
+    correction_problems: list[str]
+
+    @property
+    def headline(self) -> str:
+        """The headline theory: ``"laplace"`` where the correction exists, else ``"none"``."""
+        return next(iter(self.theories))
+
+    @property
+    def verdict(self) -> str:
+        """The headline theory's verdict."""
+        return self.theories[self.headline].verdict
+
+    def summary(self) -> str:
+        """One line per theory, headline first: ``corrected (Laplace, §8): AGREE (U gap 0.2 % ± 0.3 %); …``."""
+        parts = []
+        for name, t in self.theories.items():
+            u = t.checks[0]
+            parts.append(f"{THEORY_NAMES[name]}: {t.verdict.upper()} (U gap {100 * u.gap:.2g} % ± {100 * u.mcse:.1g} %)")
+        return "; ".join(parts)
+
+
+def width_comparison(comp: Comparison, temperature: float, problems: list[str]) -> WidthComparison:
+    """The typed value of a :class:`~bayes_attn.compare.Comparison` at its width (``problems``: of the
+    correction, besides the comparison's own warnings)."""
+    theories = {name: TheoryVerdict(c.verdict, list(c.inconclusive_reasons), list(c.checks), float(c.accuracy["theory"]))
+                for name, c in comp.theories.items()}
+    return WidthComparison(int(comp.width), float(temperature), theories, float(comp.accuracy["sampled"]),
+                           [*problems, *comp.theory_warnings])
+
+
+@dataclass(frozen=True)
 class Temperatures:
     """The temperatures chosen on validation episodes: the rule, per scanned width, and for the GP limit."""
 
@@ -114,7 +172,7 @@ class PruneResult:
     trained_head_scores, trained_spearman: the scores read off the trained
     weights' own ``U`` and their ρ with the drops; theory_classes: the image
     set the theory's training episodes come from; deviations: departures from
-    the authors' recipe.
+    the authors' recipe; comparisons: the theory against the exact posterior at each sampled width.
     """
 
     model: ModelMetrics
@@ -128,6 +186,19 @@ class PruneResult:
     theory_classes: str
     deviations: list[str]
     sampling: SamplingVerdict
+    comparisons: dict[int, WidthComparison]
+
+    @property
+    def verdict(self) -> str:
+        """The headline over sampled widths: ``inconclusive`` where the sampling or some width's headline
+        comparison is, else ``disagree`` where some width disagrees, else ``agree``; ``not sampled`` without
+        samples."""
+        if self.sampling.verdict == "not sampled":
+            return "not sampled"
+        verdicts = {c.verdict for c in self.comparisons.values()}
+        if self.sampling.verdict == "inconclusive" or "inconclusive" in verdicts:
+            return "inconclusive"
+        return "disagree" if "disagree" in verdicts else "agree"
 
 
 def to_json(r: PruneResult) -> dict:
@@ -157,7 +228,24 @@ def to_json(r: PruneResult) -> dict:
                          "gp": r.temperatures.gp},
         "theory_classes": r.theory_classes, "deviations": r.deviations,
         "verdict": r.sampling.verdict, "inconclusive_reasons": r.sampling.reasons,
+        "headline_verdict": r.verdict,
+        "comparisons": {str(N): _comparison_json(c) for N, c in r.comparisons.items()},
     }
+
+
+def _comparison_json(c: WidthComparison) -> dict:
+    return {"width": c.width, "temperature": c.temperature, "headline": c.headline, "verdict": c.verdict,
+            "summary": c.summary(), "sampled_accuracy": c.sampled_accuracy,
+            "correction_problems": c.correction_problems,
+            "theories": {name: {"verdict": t.verdict, "reasons": t.reasons, "accuracy": t.accuracy,
+                                "checks": [{**asdict(k), "gap": k.gap, "passed": k.passed} for k in t.checks]}
+                         for name, t in c.theories.items()}}
+
+
+def _comparison(d: dict) -> WidthComparison:
+    theories = {name: TheoryVerdict(t["verdict"], t["reasons"], [_flat(Check, k) for k in t["checks"]], t["accuracy"])
+                for name, t in d["theories"].items()}
+    return WidthComparison(d["width"], d["temperature"], theories, d["sampled_accuracy"], d["correction_problems"])
 
 
 def _flat(cls, d: dict):
@@ -172,8 +260,8 @@ def from_json(d: dict) -> PruneResult:
     """The :class:`PruneResult` of a ``pruning.json`` dict.
 
     ``base_binomial_se``, ``model.epochs_run`` and ``model.kept_epoch`` are
-    ``None`` in files written before they were; any other key missing is a
-    ``KeyError`` naming it.
+    ``None``, and ``comparisons`` empty, in files written before they were; any
+    other key missing is a ``KeyError`` naming it.
     """
     acc = lambda a, se: Accuracy(d[a], d[se])  # noqa: E731
     cum, ab, mo, te = d["cumulative"], d["theory_ablation"], d["model"], d["temperatures"]
@@ -194,7 +282,8 @@ def from_json(d: dict) -> PruneResult:
     temperatures = Temperatures(te["choice"], {int(N): t for N, t in te["finite_width"].items()}, te["gp"])
     return PruneResult(model, pruning, spread, d["score_width"], d["score_temperature"], d["trained_head_scores"],
                        _flat(Spearman, d["trained_spearman"]), temperatures, d["theory_classes"], d["deviations"],
-                       SamplingVerdict(d["verdict"], d["inconclusive_reasons"]))
+                       SamplingVerdict(d["verdict"], d["inconclusive_reasons"]),
+                       {int(N): _comparison(c) for N, c in d.get("comparisons", {}).items()})
 
 
 def write(r: PruneResult, path: str | os.PathLike) -> Path:

@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from .. import _io, _markdown
+from ..compare import THEORY_NAMES
 from ..network import head_labels
 from . import figures
 from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
@@ -173,6 +174,34 @@ def _theory_section(ds: xr.Dataset) -> list[str]:
             f"{ds['converged'].size}.", ""]
 
 
+def _comparison_section(r: PruneResult) -> list[str]:
+    """The theory against the exact posterior at each sampled width, headline theory first (as ``run`` reports)."""
+    if not r.comparisons:
+        return []
+    lines = ["## Theory against the exact posterior", "",
+             "At each sampled width and its chosen temperature, as `bayes-attn run` compares them: the relative "
+             "error of each order parameter and of the predictor's mean and variance on the test episodes, with "
+             "its Monte-Carlo floor. A check fails only when the error exceeds its tolerance and its excess over "
+             "the floor exceeds 3 standard errors. The corrected theory (§8) headlines where it exists; the "
+             "leading order (§4) is beside it.", ""]
+    for N, c in r.comparisons.items():
+        rows = []
+        for name, t in c.theories.items():
+            rows += [(THEORY_NAMES[name], k.name, f"{k.value:.4g}", f"{k.mcse:.2g}", f"{k.noise_floor:.2g}",
+                      f"{k.gap:.4g}", f"{k.tolerance:.3g}", "pass" if k.passed else "FAIL") for k in t.checks]
+            rows.append((THEORY_NAMES[name], "**verdict**", "", "", "", "", "", f"**{t.verdict}**"))
+        header = ("theory", "check", "relative error", "MCSE", "MC floor", "noise-corrected gap", "tolerance",
+                  "result")
+        acc = ", ".join(f"{THEORY_NAMES[name]} {t.accuracy:.3f}" for name, t in c.theories.items())
+        lines += [f"### N = {N}, T = {c.temperature:g}: {c.summary()}", "", *_markdown.table(header, rows), "",
+                  f"Test accuracy of sign(mean): sampled {c.sampled_accuracy:.3f}, {acc}.", ""]
+        reasons = [f"{THEORY_NAMES[name]} inconclusive: {'; '.join(t.reasons)}" for name, t in c.theories.items()
+                   if t.reasons]
+        lines += [*(f"- {x}" for x in reasons + c.correction_problems), *([""] if reasons or c.correction_problems
+                                                                         else [])]
+    return lines
+
+
 def _heads_section(r: PruneResult) -> list[str]:
     p, sp = r.pruning, r.spread
     rows, labels = [], iter(head_labels([len(layer) for layer in p.head_scores]))
@@ -210,7 +239,10 @@ def report_markdown(name: str, result: PruneResult, ds: xr.Dataset, seconds: Map
     v = result.sampling
     lines = [f"# One-shot image classification (paper Fig. 3): `{name}`", "",
              f"Verdict of the sampling: **{v.verdict}**" + (": " + "; ".join(v.reasons) if v.reasons else "") + ".", "",
-             *_summary(result), *_model_section(result, ds), *_theory_section(ds), *_heads_section(result),
+             *([] if not result.comparisons else [f"Verdict of the theory against the samples: **{result.verdict}** "
+                                                  "(the headline theory at every sampled width).", ""]),
+             *_summary(result), *_model_section(result, ds), *_theory_section(ds), *_comparison_section(result),
+             *_heads_section(result),
              *_pruning_section(result)]
     if result.deviations:
         lines += ["", "## Departures from the authors' recipe", "", *[f"- {d}" for d in result.deviations]]

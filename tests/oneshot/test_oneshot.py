@@ -347,7 +347,19 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     assert load_oneshot_spec(out / "spec.toml") == TINY
     # the file is the returned value, written by its one serialiser and read back by its one loader
     assert prune_result.load_pruning(out) == result and saved == json.loads(json.dumps(prune_result.to_json(result)))
-    # the verdict is in the returned result, the file and report.md alike
+    # at every sampled width, the corrected theory against the exact posterior, the leading order beside it
+    assert list(result.comparisons) == list(TINY.theory.sample_widths)
+    for N, c in result.comparisons.items():
+        missing = any(p.startswith(("the correction was not computed", "the correction was skipped"))
+                      for p in c.correction_problems)
+        assert list(c.theories) == (["none"] if missing else ["laplace", "none"]), (c.theories, c.correction_problems)
+        assert c.verdict in ("agree", "disagree", "inconclusive")
+        names = [k.name for k in c.theories[c.headline].checks]
+        assert names[0] == "U (relative Frobenius)" and any("mean" in n for n in names), names
+        assert saved["comparisons"][str(N)]["summary"] == c.summary() in (out / "report.md").read_text()
+    assert saved["headline_verdict"] == result.verdict in ("agree", "disagree", "inconclusive")
+    assert json.loads((out / "manifest.json").read_text())["verdict"] == result.verdict
+    # the verdict of the sampling is in the returned result, the file and report.md alike
     assert saved["verdict"] == result.sampling.verdict in ("diagnostics passed", "inconclusive", "not sampled")
     assert f"Verdict of the sampling: **{saved['verdict']}**" in (out / "report.md").read_text()
     import xarray as xr

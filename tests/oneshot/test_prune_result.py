@@ -14,8 +14,9 @@ from bayes_attn.oneshot.pruning import PruningResult, Spearman
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "inference/results/fig3").rglob("pruning.json"))
-NEWER_KEYS = {"base_binomial_se": (), "epochs_run": ("model",), "kept_epoch": ("model",)}
-"""Keys (and where they sit) of fields added after some shipped files were written; read as ``None``."""
+NEWER_KEYS = {"base_binomial_se": ((), None), "epochs_run": (("model",), None), "kept_epoch": (("model",), None),
+              "comparisons": ((), {})}
+"""Keys (where they sit, and what they are read as) of fields added after some shipped files were written."""
 
 
 def test_the_shipped_results_are_found():
@@ -31,12 +32,15 @@ def test_loading_and_writing_a_shipped_file_gives_its_bytes_back(path, tmp_path)
     assert result.pruning.base_binomial_se is None  # written before it had a field
     text = prune_result.write(result, tmp_path / "pruning.json").read_text()
     written, old = json.loads(text), json.loads(path.read_text())
-    for key, where in NEWER_KEYS.items():
+    for key, (where, empty) in NEWER_KEYS.items():
         inner_old, inner = old, written
         for k in where:
             inner_old, inner = inner_old[k], inner[k]
         if key not in inner_old:
-            assert inner.pop(key) is None, key
+            assert inner.pop(key) == empty, key
+    # the headline over the widths' comparisons, derived: without comparisons, that of the sampling
+    assert written.pop("headline_verdict") == ("not sampled" if old["verdict"] == "not sampled" else
+                                               "inconclusive" if old["verdict"] == "inconclusive" else "agree")
     assert json.dumps(written, indent=2) + "\n" == path.read_text()
     assert prune_result.load_pruning(tmp_path) == result  # the folder or the file
 
