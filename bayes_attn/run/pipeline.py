@@ -44,7 +44,7 @@ def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
     labels = gp.net.path_labels
     keep = np.isin(labels, paths)
     U = np.diag(np.where(keep, np.diag(gp.U) * gp.net.D / keep.sum(), 0.0))
-    return dataclasses.replace(gp, U=U, order_parameters=(U, *gp.order_parameters[1:]), limit=f"gp on {list(paths)}")
+    return dataclasses.replace(gp, order_parameters=(U, *gp.order_parameters[1:]), limit=f"gp on {list(paths)}")
 
 
 def gp_accuracies(spec: Spec, gp: Theory, x_test, y_test) -> dict[str, float]:
