@@ -56,12 +56,12 @@ import xarray as xr
 
 from .. import _io, outputs, stats
 from ..compare import compare, diagnostics_verdict
-from ..theory import Theory, gp_limit, head_scores, solve_theory
+from ..theory import Theory, gp_limit, head_scores, laplace_correction, solve_theory
 from . import checkpoints, data, figures, model as gd_model, pruning, results, training
 from .data import EpisodeSet, Evaluation, ImageSets
 from .model import ModelConfig, Params
-from .prune_result import (Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, Spread, Temperatures,
-                           WidthComparison, width_comparison, write)
+from .prune_result import (Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, ScoreSpreads, Spread,
+                           Temperatures, WidthComparison, width_comparison, write)
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations
 
@@ -204,22 +204,61 @@ def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: Evaluation, bo
                 theory_temperature=temp_th, theory_width=score_width, gp=acc(net.gp_U, temp_gp), gp_temperature=temp_gp)
 
 
-def _score_draws(spec: OneShotSpec, sets: ImageSets, net, heads, scores, first: EpisodeSet,
-                 progress_bar: bool) -> list:
-    """The head scores ``[n_heads]`` of the theory solved on each draw of the ``P`` episodes (draw 0: ``scores``)."""
+def _flat_scores(U, heads) -> np.ndarray:
+    return np.concatenate([np.ravel(s) for s in head_scores(U, heads)])
+
+
+def _corrected(t: Theory) -> tuple[Theory | None, str]:
+    """The corrected theory (§8) of the leading-order ``t``, or ``None`` and why not."""
+    if t.problems:
+        return None, "; ".join(t.problems)
+    try:
+        with warnings.catch_warnings():  # an unreliable correction is used and said so, not warned
+            warnings.simplefilter("ignore", RuntimeWarning)
+            c = laplace_correction(t)
+    except ValueError as err:
+        return None, str(err)
+    return c, "; ".join(c.correction_problems)
+
+
+def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: Theory, ev: Evaluation,
+               progress_bar: bool) -> tuple[dict[str, list], list[str]]:
+    """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s): the head scores of the leading and of the
+    corrected theory, and the theory-side ablation's drops on the test episodes ``[n_heads]`` each; and the
+    problems of the corrections."""
     th = spec.theory
-    draws = [np.concatenate([np.ravel(s) for s in scores])]
     net_score = net.with_width(th.score_width)
-    for k, d in enumerate(data.theory_draws(spec, sets, first)[1:], start=1):
-        t = solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
-        draws.append(np.concatenate([np.ravel(s) for s in head_scores(t.U, heads)]))
-        _log(progress_bar, f"theory draw {k}: head scores {np.round(draws[-1], 3).tolist()}")
-    return draws
+    xi_te, s0 = path_inputs(net, ev.test.x), net.variances[0]
+    rows, problems = {"leading": [], "corrected": [], "ablation": []}, []
+    for k, d in enumerate(data.theory_draws(spec, sets, ev.theory_train)):
+        t = score_theory if k == 0 else solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
+        c, why = _corrected(t)
+        rows["leading"].append(_flat_scores(t.U, heads))
+        rows["corrected"].append(_flat_scores(c.U, heads) if c is not None else np.full(sum(heads), np.nan))
+        problems += [f"draw {k}: {why}"] if why else []
+        ab = pruning.theory_head_drops(t.U, th.score_temperature, path_inputs(net, d.x), d.y, xi_te, ev.test.y,
+                                       heads, s0sq=s0)
+        rows["ablation"].append(np.array([np.nan if v is None else v for layer in ab.drops for v in layer]))
+        _log(progress_bar, f"theory draw {k}: head scores {np.round(rows['leading'][-1], 3).tolist()}")
+    return rows, problems
+
+
+def _spread_of(rows: list, drop_rows: list) -> pruning.SpearmanSpread | None:
+    """:func:`~bayes_attn.oneshot.pruning.spearman_spread` over the finite rows, or ``None`` where none is."""
+    finite = [r for r in rows if np.isfinite(r).any()]
+    try:
+        return pruning.spearman_spread(finite, drop_rows) if finite else None
+    except ValueError:  # fewer than 2 heads with finite values, or every pair constant
+        return None
 
 
 def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: Scan, ev: Evaluation,
-           score_theory: Theory, pruned: pruning.PruningResult, progress_bar: bool = False) -> Spread:
-    """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ."""
+           score_theory: Theory, pruned: pruning.PruningResult, posteriors: dict | None = None,
+           progress_bar: bool = False) -> Spread:
+    """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ of
+    each score (the leading and the corrected theory's ``U``, the exact posterior's mean ``U`` at the score width
+    when it was sampled) and of the theory-side ablation with the model's drops, over draws of the ``P``
+    episodes × class bootstraps of the test episodes."""
     th, pr = spec.theory, spec.pruning
     tr, te = ev.theory_train, ev.test
     heads = model.config.heads
@@ -235,15 +274,21 @@ def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: S
     scores = pruned.head_scores
     rho_score = pruning.spearman(scores, ablation.drops, seed=pr.seed)
     rho_drops = pruning.spearman(ablation.drops, pruned.drops, seed=pr.seed)
-    score_draws = _score_draws(spec, sets, net, heads, scores, tr, progress_bar)
+    draws, problems = _draw_rows(spec, sets, net, heads, score_theory, ev, progress_bar)
     removable = np.array([heads[l] > 1 for l, _ in pruning.all_heads(heads)])
     drop_rows = []  # the drops on class bootstraps of the test episodes
     for i in pruning.class_bootstrap(query_class, pr.spread_bootstrap, seed=pr.seed + 1):
         d = c0[i].mean() - rows[:, i].mean(axis=1)
         drop_rows.append(np.where(removable, d, np.nan))
+    post = (posteriors or {}).get(th.score_width)
+    others = {"corrected": _spread_of(draws["corrected"], drop_rows), "ablation": _spread_of(draws["ablation"], drop_rows),
+              "posterior": None if post is None else _spread_of([_flat_scores(post.order_parameter(1), heads)],
+                                                                 drop_rows)}
     return Spread(se_method=se_method, ablation=ablation, ablation_rho_score=rho_score, ablation_rho_drops=rho_drops,
-                  rho=pruning.spearman_spread(score_draws, drop_rows), score_draws=[s.tolist() for s in score_draws],
-                  **accuracies)
+                  rho=pruning.spearman_spread(draws["leading"], drop_rows),
+                  score_draws=[s.tolist() for s in draws["leading"]],
+                  others=ScoreSpreads(**others, posterior_temperature=None if post is None else post.temperature,
+                                      correction_problems=problems), **accuracies)
 
 
 # ----- the whole job -------------------------------------------------------------
@@ -365,7 +410,7 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     trained_scores = head_scores(trained.U, heads)
     result = PruneResult(
         model=model.metrics, pruning=pruned,
-        spread=spread(spec, sets, net, model, scan, ev, score_theory, pruned, progress_bar),
+        spread=spread(spec, sets, net, model, scan, ev, score_theory, pruned, posteriors, progress_bar),
         score_width=th.score_width, score_temperature=th.score_temperature,
         trained_head_scores=[s.tolist() for s in trained_scores],
         trained_spearman=pruning.spearman(trained_scores, pruned.drops, seed=spec.pruning.seed),

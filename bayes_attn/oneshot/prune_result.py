@@ -140,6 +140,24 @@ class Temperatures:
 
 
 @dataclass(frozen=True)
+class ScoreSpreads:
+    """ρ with the model's single-head drops of the other predictors of pruning, over the same draws × bootstraps
+    as the leading-order score's (``None`` where it could not be computed).
+
+    corrected: the head scores of the corrected theory's ``U`` (§8), one per draw of the ``P`` episodes;
+    posterior: of the exact posterior's mean ``U`` at the score width (one draw: its spread is the bootstraps'),
+    sampled at ``posterior_temperature``; ablation: the theory-side ablation's drops (a head's paths out of the
+    leading-order ``U``), one per draw; correction_problems: per draw, why a correction is missing or unreliable.
+    """
+
+    corrected: SpearmanSpread | None
+    posterior: SpearmanSpread | None
+    ablation: SpearmanSpread | None
+    posterior_temperature: float | None
+    correction_problems: list[str]
+
+
+@dataclass(frozen=True)
 class Spread:
     """The uncertainty stage: class-bootstrap errors, the theory's own accuracy and ablation, and the spread of ρ.
 
@@ -148,7 +166,8 @@ class Spread:
     ``gp_temperature``; ablation: the theory-side head removal with its ρ
     against the score and against the model's drops; rho: ρ(score, drop) over
     draws of the theory's episodes × class bootstraps; score_draws: the head
-    scores of each draw ``[n_draws, n_heads]``.
+    scores of each draw ``[n_draws, n_heads]``; others: the same spread for
+    the corrected theory's and the exact posterior's scores and for the ablation.
     """
 
     base: Accuracy
@@ -163,6 +182,7 @@ class Spread:
     ablation_rho_drops: Spearman
     rho: SpearmanSpread
     score_draws: list[list[float]]
+    others: ScoreSpreads = ScoreSpreads(None, None, None, None, [])
 
 
 @dataclass(frozen=True)
@@ -228,9 +248,24 @@ def to_json(r: PruneResult) -> dict:
                          "gp": r.temperatures.gp},
         "theory_classes": r.theory_classes, "deviations": r.deviations,
         "verdict": r.sampling.verdict, "inconclusive_reasons": r.sampling.reasons,
+        "score_spreads": _score_spreads_json(s.others),
         "headline_verdict": r.verdict,
         "comparisons": {str(N): _comparison_json(c) for N, c in r.comparisons.items()},
     }
+
+
+def _score_spreads_json(o: ScoreSpreads) -> dict:
+    return {**{k: None if v is None else asdict(v) for k, v in
+               (("corrected", o.corrected), ("posterior", o.posterior), ("ablation", o.ablation))},
+            "posterior_temperature": o.posterior_temperature, "correction_problems": o.correction_problems}
+
+
+def _score_spreads(d: dict | None) -> ScoreSpreads:
+    if d is None:
+        return ScoreSpreads(None, None, None, None, [])
+    of = lambda k: None if d[k] is None else _flat(SpearmanSpread, d[k])  # noqa: E731
+    return ScoreSpreads(of("corrected"), of("posterior"), of("ablation"), d["posterior_temperature"],
+                        d["correction_problems"])
 
 
 def _comparison_json(c: WidthComparison) -> dict:
@@ -260,7 +295,7 @@ def from_json(d: dict) -> PruneResult:
     """The :class:`PruneResult` of a ``pruning.json`` dict.
 
     ``base_binomial_se``, ``model.epochs_run`` and ``model.kept_epoch`` are
-    ``None``, and ``comparisons`` empty, in files written before they were; any
+    ``None``, and ``score_spreads`` and ``comparisons`` empty, in files written before they were; any
     other key missing is a ``KeyError`` naming it.
     """
     acc = lambda a, se: Accuracy(d[a], d[se])  # noqa: E731
@@ -275,7 +310,8 @@ def from_json(d: dict) -> PruneResult:
     spread = Spread(acc("base_accuracy", "base_se"), d["se_method"], acc("theory_accuracy", "theory_se"),
                     d["theory_temperature"], d["theory_width"], acc("gp_accuracy", "gp_se"), d["gp_temperature"],
                     _flat(TheoryAblation, ab), _flat(Spearman, ab["spearman_score"]),
-                    _flat(Spearman, ab["spearman_gd_drops"]), rho, d["spearman_score_draws"])
+                    _flat(Spearman, ab["spearman_gd_drops"]), rho, d["spearman_score_draws"],
+                    _score_spreads(d.get("score_spreads")))
     model = ModelMetrics(_flat(Accuracy, mo["test"]), _flat(Accuracy, mo["validation"]),
                          _flat(Accuracy, d["nn_baseline"]), {k: _flat(OodAccuracy, v) for k, v in d["ood"].items()},
                          mo["train_seconds"], mo["reused"], mo.get("epochs_run"), mo.get("kept_epoch"))

@@ -226,6 +226,24 @@ def _heads_section(r: PruneResult) -> list[str]:
             f"vs the model's drops {sp.ablation_rho_drops.describe()}."]
 
 
+def _predictors_section(r: PruneResult) -> list[str]:
+    """ρ with the model's drops of each predictor of pruning, with the same spread, beside the paper's."""
+    sp, o = r.spread, r.spread.others
+    N, T = r.score_width, r.score_temperature
+    cases = [(f"head score, leading-order theory U (N = {N}, T = {T:g})", sp.rho),
+             (f"head score, corrected theory U (§8, N = {N}, T = {T:g})", o.corrected),
+             (f"head score, exact posterior's mean U (N = {N}, T = {o.posterior_temperature or float('nan'):g})",
+              o.posterior),
+             ("theory-side ablation (a head's paths out of the leading-order U)", o.ablation)]
+    rows = [(what, "not computed" if s_ is None else f"{s_.median:.2f} [{s_.q05:.2f}, {s_.q95:.2f}]",
+             "" if s_ is None else f"{s_.n_draws} × {s_.n_resamples}") for what, s_ in cases]
+    return ["", "Which predicts the single-head drops: Spearman ρ with the model's drops, median [5 %, 95 %] over "
+            "draws of the theory's training episodes × class bootstraps of the test episodes (the posterior's "
+            f"score: one draw); the paper's ρ ≈ {PAPER_SPEARMAN_RHO}.", "",
+            *_markdown.table(("predictor", "ρ median [5 %, 95 %]", "draws × bootstraps"), rows),
+            *([""] + [f"- correction: {p}" for p in o.correction_problems] if o.correction_problems else [])]
+
+
 def _pruning_section(r: PruneResult) -> list[str]:
     p = r.pruning
     rows = [(k, f"{a:.3f}", f"{d:.3f}", f"{p.random.accuracy_mean[k]:.3f} ± {p.random.accuracy_std[k]:.3f}")
@@ -242,7 +260,7 @@ def report_markdown(name: str, result: PruneResult, ds: xr.Dataset, seconds: Map
              *([] if not result.comparisons else [f"Verdict of the theory against the samples: **{result.verdict}** "
                                                   "(the headline theory at every sampled width).", ""]),
              *_summary(result), *_model_section(result, ds), *_theory_section(ds), *_comparison_section(result),
-             *_heads_section(result),
+             *_heads_section(result), *_predictors_section(result),
              *_pruning_section(result)]
     if result.deviations:
         lines += ["", "## Departures from the authors' recipe", "", *[f"- {d}" for d in result.deviations]]

@@ -7,12 +7,13 @@ import warnings
 
 import numpy as np
 
+from .. import _checks
 from .coordinates import sizes, unpack
 from .correction import check_coordinates, expand
 from .objective import Problem, make_problem
 from .result import Correction, Theory
 
-__all__ = ["laplace_correction", "corrected_theory"]
+__all__ = ["check_correction_fits", "laplace_correction", "corrected_theory"]
 
 
 def _split(vec, heads):
@@ -27,6 +28,13 @@ def _covariance_tensor(cov: np.ndarray, D: int) -> np.ndarray:
     i, j = np.triu_indices(D)
     idx[i, j] = idx[j, i] = np.arange(len(i))
     return cov[np.ix_(idx.ravel(), idx.ravel())].reshape(D, D, D, D)
+
+
+def check_correction_fits(net, P: int) -> None:
+    """``ValueError`` when the expansion of ``net`` on ``P`` examples does not fit in memory: it holds second
+    derivatives of ``G`` per pair of paths, ``[D(D+1)/2, P, P]`` twice in float64."""
+    D = net.D
+    _checks.fits_in_memory(f"correction='laplace' with {D} paths and P={P}", 8.0 * 2 * D * (D + 1) / 2 * P * P)
 
 
 def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: float = 1e-9,
@@ -52,6 +60,7 @@ def laplace_correction(theory: Theory, *, coordinates: str = "bartlett", tol: fl
     if theory.correction is not None or theory.limit != "finite_width":
         raise ValueError("theory must be a leading-order finite-width Theory (solve_theory without correction)")
     check_coordinates(theory.net, coordinates)
+    check_correction_fits(theory.net, len(theory.y_train))
     problem = make_problem(theory.net, theory.x_train, theory.y_train, theory.temperature)
     return corrected_theory(theory, problem, coordinates=coordinates, tol=tol, max_iter=max_iter)
 

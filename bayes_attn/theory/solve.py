@@ -24,7 +24,7 @@ from .objective import (
 )
 from .coordinates import matrix_gradients, pack, unpack
 from .newton import NewtonResult, NewtonSolver, SolveReport
-from .corrected import corrected_theory
+from .corrected import check_correction_fits, corrected_theory
 from .correction import CORRECTIONS
 from .result import Theory
 
@@ -73,9 +73,8 @@ def solve_theory(
     """
     x, y, temperature = check_problem(net, x, y, temperature)
     correction = _checks.choice("correction", "none" if correction is None else correction, CORRECTIONS)
-    if correction == "laplace":  # the expansion holds second derivatives of G per pair of paths: [D(D+1)/2, P, P]
-        P, D = len(y), net.D
-        _checks.fits_in_memory(f"correction='laplace' with {D} paths and P={P}", 8.0 * 2 * D * (D + 1) / 2 * P * P)
+    if correction == "laplace":
+        check_correction_fits(net, len(y))
     if solver is not None and not isinstance(solver, NewtonSolver):
         raise ValueError(f"solver must be a NewtonSolver, got {type(solver).__name__}")
     changes = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}

@@ -358,6 +358,12 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
         assert names[0] == "U (relative Frobenius)" and any("mean" in n for n in names), names
         assert saved["comparisons"][str(N)]["summary"] == c.summary() in (out / "report.md").read_text()
     assert saved["headline_verdict"] == result.verdict in ("agree", "disagree", "inconclusive")
+    # ρ of every predictor of the drops, with the same spread as the leading-order score's
+    o, lead = result.spread.others, result.spread.rho
+    assert o.posterior is not None and o.posterior.n_draws == 1 and o.posterior_temperature == result.comparisons[10].temperature
+    for s in (o.corrected, o.ablation):
+        assert s is not None and (s.n_draws, s.n_resamples) == (lead.n_draws, lead.n_resamples), s
+    assert "Which predicts the single-head drops" in (out / "report.md").read_text()
     assert json.loads((out / "manifest.json").read_text())["verdict"] == result.verdict
     # the verdict of the sampling is in the returned result, the file and report.md alike
     assert saved["verdict"] == result.sampling.verdict in ("diagnostics passed", "inconclusive", "not sampled")

@@ -15,7 +15,9 @@ from bayes_attn.oneshot.pruning import PruningResult, Spearman
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "inference/results/fig3").rglob("pruning.json"))
 NEWER_KEYS = {"base_binomial_se": ((), None), "epochs_run": (("model",), None), "kept_epoch": (("model",), None),
-              "comparisons": ((), {})}
+              "comparisons": ((), {}),
+              "score_spreads": ((), {"corrected": None, "posterior": None, "ablation": None,
+                                     "posterior_temperature": None, "correction_problems": []})}
 """Keys (where they sit, and what they are read as) of fields added after some shipped files were written."""
 
 
