@@ -129,6 +129,16 @@ def cumulative_pruning(result: PruneResult, path) -> Path:
     return _save(fig, path)
 
 
+def not_sampled(path) -> Path:
+    """A figure that says the posterior was not sampled (``theory.sample_widths`` empty): no gap to draw."""
+    fig, axes = _subplots(1, 1, figsize=(6.5, 4.6))
+    ax = axes[0, 0]
+    ax.text(0.5, 0.5, "not sampled (theory.sample_widths is empty):\nno gap between samples and theory",
+            ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+    return _save(fig, path)
+
+
 # ----- (d) U heatmaps --------------------------------------------------------------------
 def order_parameters(matrices: Mapping[str, np.ndarray], labels: Sequence[str], path, title: str = "") -> Path:
     """Heatmaps of ``U`` ``[D, D]`` side by side (e.g. theory | sampled | trained weights), each with its own scale."""

@@ -15,6 +15,7 @@ import xarray as xr
 
 from .. import _io, _markdown
 from ..compare import THEORY_NAMES
+from ..run import figures as run_figures
 from ..network import head_labels
 from . import figures
 from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
@@ -25,6 +26,7 @@ FIGURES = {
     "cumulative_pruning.png": "(c) accuracy vs heads removed: ascending, descending, random",
     "order_parameters.png": "(d) U: theory | sampled | trained weights",
     "path_kernels.png": "(e) path kernels C[π,π] and GP vs renormalised kernel",
+    "finite_size.png": "(f) gap between the samples and each theory against 1/N, with its Monte-Carlo floor",
 }
 
 
@@ -37,7 +39,8 @@ def _nan_none(v) -> float:
 
 def results_dataset(scan: xr.Dataset, sampled: xr.Dataset, result: PruneResult, U: Mapping[str, np.ndarray],
                     heads: Sequence[int], attrs: Mapping) -> xr.Dataset:
-    """One dataset of everything numeric: the scan, the sampling, ``U`` theory/sampled/trained, head scores, drops.
+    """One dataset of everything numeric: the scan, the sampling, ``U`` theory/sampled/trained, head scores, drops,
+    and the comparisons of theory and samples (:func:`comparison_dataset`, its ``verdict`` as ``comparison_verdict``).
 
     ``U``: ``{"score": …, "trained": …}`` ``[D, D]`` each; ``attrs``: scalars
     for the figures and the record (``gd_accuracy``, ``gd_width``,
@@ -71,7 +74,35 @@ def results_dataset(scan: xr.Dataset, sampled: xr.Dataset, result: PruneResult, 
                      "gp_accuracy": float(sp.gp.accuracy), "gp_se": float(sp.gp.se),
                      "spearman_median": float(sp.rho.median), "spearman_q05": float(sp.rho.q05),
                      "spearman_q95": float(sp.rho.q95)})
+    cmp = comparison_dataset(result)  # the theory against the samples, per sampled width
+    if cmp.data_vars:
+        ds = ds.assign(cmp.rename(verdict="comparison_verdict").data_vars)
     return ds
+
+
+def comparison_dataset(result: PruneResult) -> xr.Dataset:
+    """The comparisons over the sampled widths in a sweep's layout (``check_value``, ``check_mcse``,
+    ``check_noise_floor``, ``check_gap`` ``[sample_width, check]`` of the headline theory, ``alternative_…`` of
+    the other, ``verdict``), as :func:`bayes_attn.run.figures.finite_size` draws them."""
+    comps = list(result.comparisons.values())
+    if not comps:
+        return xr.Dataset()
+    names = [k.name for k in comps[0].theories[comps[0].headline].checks]
+    fields = {"value": lambda k: k.value, "mcse": lambda k: k.mcse, "noise_floor": lambda k: k.noise_floor,
+              "gap": lambda k: k.gap}
+    data = {}
+    for prefix, which in (("", 0), ("alternative_", 1)):
+        if any(len(c.theories) <= which for c in comps):
+            continue
+        rows = [{k.name: k for k in list(c.theories.values())[which].checks} for c in comps]
+        for f, get in fields.items():
+            data[f"{prefix}check_{f}"] = (("sample_width", "check"),
+                                          np.array([[get(r[n]) if n in r else np.nan for n in names] for r in rows]))
+    data["verdict"] = (("sample_width",), np.array([c.verdict for c in comps], dtype=str))
+    first = comps[0]
+    return xr.Dataset(data, coords={"sample_width": [c.width for c in comps], "check": names},
+                      attrs={"correction": first.headline,
+                             "alternative_correction": "none" if first.headline == "laplace" else "laplace"})
 
 
 def save_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
@@ -80,13 +111,14 @@ def save_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
 
 
 def draw_figures(out: str | os.PathLike) -> list[Path]:
-    """Figures (a)–(d) from ``out/oneshot.nc`` and ``out/pruning.json`` (no recomputation)."""
+    """Figures (a)–(d) and (f) from ``out/oneshot.nc`` and ``out/pruning.json`` (no recomputation)."""
     out = Path(out)
     return figures_of(_io.load_dataset(out / "oneshot.nc"), load_pruning(out), out)
 
 
 def figures_of(ds: xr.Dataset, result: PruneResult, out: str | os.PathLike) -> list[Path]:
-    """Figures (a)–(d) of the results ``ds`` (:func:`results_dataset`) and ``result`` into the folder ``out``."""
+    """Figures (a)–(d) and (f) of the results ``ds`` (:func:`results_dataset`) and ``result`` into the folder
+    ``out``."""
     out = Path(out)
     paths = [
         figures.accuracy_vs_width(ds, out / "accuracy_vs_width.png"),
@@ -104,6 +136,12 @@ def figures_of(ds: xr.Dataset, result: PruneResult, out: str | os.PathLike) -> l
     mats[f"trained weights U (GD model, width {int(ds.attrs['gd_width'])})"] = ds["U_trained"].values
     paths.append(figures.order_parameters(mats, list(ds["path"].values), out / "order_parameters.png",
                                           "Order parameter U over attention paths (each panel its own scale)"))
+    cmp = comparison_dataset(result)
+    if cmp.sizes.get("sample_width"):
+        cmp.attrs["n_train"] = int(ds.attrs["n_train"])
+        paths.append(run_figures.finite_size(cmp, out / "finite_size.png"))
+    else:
+        paths.append(figures.not_sampled(out / "finite_size.png"))
     return paths
 
 

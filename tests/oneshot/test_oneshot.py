@@ -332,7 +332,7 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     out, result = tiny_run
     for f in ("model.npz", "model.json", "spec.toml", "pruning.json", "oneshot.nc", "report.md",
               "accuracy_vs_width.png", "score_vs_drop.png", "cumulative_pruning.png", "order_parameters.png",
-              "path_kernels.png"):
+              "path_kernels.png", "finite_size.png"):
         assert (out / f).is_file(), f
     saved = json.loads((out / "pruning.json").read_text())
     assert {"base_accuracy", "head_scores", "accuracy_drops", "spearman", "base_se", "drop_se", "cumulative",
@@ -372,8 +372,12 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
 
     with xr.open_dataset(out / "oneshot.nc") as ds:
         for v in ("accuracy_theory", "accuracy_gp", "accuracy_sampled", "accuracy_validation", "best_temperature",
-                  "U_trained", "U_score", "U_sampled", "head_score", "accuracy_drop", "pruned_ascending"):
+                  "U_trained", "U_score", "U_sampled", "head_score", "accuracy_drop", "pruned_ascending", "check_gap",
+                  "alternative_check_gap", "comparison_verdict"):
             assert v in ds, v
+        c10 = result.comparisons[10]
+        gaps = ds["check_gap"].sel(sample_width=10, check="U (relative Frobenius)")
+        assert float(gaps) == c10.theories[c10.headline].checks[0].gap
         assert ds["accuracy_validation"].shape == (1, 2)
         assert float(ds.attrs["gd_accuracy"]) == pytest.approx(saved["base_accuracy"])
 
