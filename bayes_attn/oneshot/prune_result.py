@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from .. import _io
-from ..compare import THEORY_NAMES, Check, Comparison
+from ..compare import Check, Comparison, theories_line
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
 
 PAPER_SPEARMAN_RHO = 0.86
@@ -114,11 +114,7 @@ class WidthComparison:
 
     def summary(self) -> str:
         """One line per theory, headline first: ``corrected (Laplace, §8): AGREE (U gap 0.2 % ± 0.3 %); …``."""
-        parts = []
-        for name, t in self.theories.items():
-            u = t.checks[0]
-            parts.append(f"{THEORY_NAMES[name]}: {t.verdict.upper()} (U gap {100 * u.gap:.2g} % ± {100 * u.mcse:.1g} %)")
-        return "; ".join(parts)
+        return theories_line((name, t.verdict, t.checks[0]) for name, t in self.theories.items())
 
 
 def width_comparison(comp: Comparison, temperature: float, problems: list[str]) -> WidthComparison:
