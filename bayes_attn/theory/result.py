@@ -95,9 +95,6 @@ class Correction:
     seconds: float
     problems: tuple[str, ...] = ()
 
-    SCALARS = ("dimension", "action", "newton_decrement", "hessian_min_eigenvalue", "converged", "iterations")
-    """What the files keep of the mode's solve, as ``laplace_<name>``."""
-
     @property
     def U_leading(self) -> np.ndarray:
         """The leading-order ``U_1`` ``[D, D]``."""
@@ -113,13 +110,6 @@ class Correction:
         """The mode's stopping reason, then the problems (each once)."""
         m = self.mode.report.message
         return m if not self.problems else "; ".join(dict.fromkeys([m, *self.problems]))
-
-    def scalar(self, name: str):
-        """One of :data:`SCALARS` of the mode and its solve."""
-        r = self.mode.report
-        return {"dimension": self.mode.dimension, "action": self.mode.action, "newton_decrement": r.measure,
-                "hessian_min_eigenvalue": self.mode.hessian_min_eigenvalue, "converged": r.converged,
-                "iterations": r.iterations}[name]
 
 
 @dataclass(frozen=True, eq=False)
