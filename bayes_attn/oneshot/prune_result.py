@@ -3,7 +3,8 @@
 The stages of :func:`bayes_attn.oneshot.pipeline.run_oneshot` each return a
 frozen value and the next takes it: training → :class:`ModelMetrics` (inside
 ``TrainedModel``), theory scan → :class:`~bayes_attn.oneshot.scan.Scan`,
-sampling → :class:`SamplingVerdict`, scores and pruning →
+sampling → :class:`SamplingVerdict` and a :class:`WidthComparison` of theory and
+samples per sampled width, scores and pruning →
 :class:`~bayes_attn.oneshot.pruning.PruningResult`, uncertainty →
 :class:`Spread`; :class:`PruneResult` holds them all. :func:`to_json` is the
 only place that names the keys of ``pruning.json`` and :func:`from_json` (and
