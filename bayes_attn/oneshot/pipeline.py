@@ -190,10 +190,10 @@ def compare_at_widths(net, tr: EpisodeSet, te: EpisodeSet, scan: Scan, posterior
 
 
 # ----- 6. uncertainty ---------------------------------------------------------------
-def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: Evaluation, boots, c0) -> dict:
-    """The model's, the theory's (at the score width, validation-chosen ``T``) and the GP's test accuracy ± bootstrap se."""
+def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: Evaluation, xi_tr, xi_te, boots, c0) -> dict:
+    """The model's, the theory's (at the score width, validation-chosen ``T``) and the GP's test accuracy ± bootstrap
+    se; ``xi_tr``, ``xi_te``: the path inputs of the theory's and of the test episodes."""
     tr, te, score_width = ev.theory_train, ev.test, spec.theory.score_width
-    xi_tr, xi_te = path_inputs(net, tr.x), path_inputs(net, te.x)
 
     def acc(U, temperature):
         f = predictor_mean(U, temperature, xi_tr, tr.y, xi_te, s0sq=net.variances[0])
@@ -221,26 +221,26 @@ def _corrected(t: Theory) -> tuple[Theory | None, str]:
     return c, "; ".join(c.correction_problems)
 
 
-def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: Theory, ev: Evaluation,
-               progress_bar: bool) -> tuple[dict[str, list], list[str]]:
-    """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s): the head scores of the leading and of the
-    corrected theory, and the theory-side ablation's drops on the test episodes ``[n_heads]`` each; and the
-    problems of the corrections."""
+def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: Theory, ev: Evaluation, xi_tr, xi_te,
+               progress_bar: bool) -> tuple[dict[str, list], pruning.TheoryAblation, list[str]]:
+    """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s, path inputs ``xi_tr``): the head scores of the
+    leading and of the corrected theory, and the theory-side ablation's drops on the test episodes (path inputs
+    ``xi_te``) ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
     th = spec.theory
     net_score = net.with_width(th.score_width)
-    xi_te, s0 = path_inputs(net, ev.test.x), net.variances[0]
-    rows, problems = {"leading": [], "corrected": [], "ablation": []}, []
+    rows, problems, first = {"leading": [], "corrected": [], "ablation": []}, [], None
     for k, d in enumerate(data.theory_draws(spec, sets, ev.theory_train)):
         t = score_theory if k == 0 else solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
         c, why = _corrected(t)
         rows["leading"].append(_flat_scores(t.U, heads))
         rows["corrected"].append(_flat_scores(c.U, heads) if c is not None else np.full(sum(heads), np.nan))
         problems += [f"draw {k}: {why}"] if why else []
-        ab = pruning.theory_head_drops(t.U, th.score_temperature, path_inputs(net, d.x), d.y, xi_te, ev.test.y,
-                                       heads, s0sq=s0)
+        ab = pruning.theory_head_drops(t.U, th.score_temperature, xi_tr if k == 0 else path_inputs(net, d.x), d.y,
+                                       xi_te, ev.test.y, heads, s0sq=net.variances[0])
+        first = ab if k == 0 else first
         rows["ablation"].append(np.array([np.nan if v is None else v for layer in ab.drops for v in layer]))
         _log(progress_bar, f"theory draw {k}: head scores {np.round(rows['leading'][-1], 3).tolist()}")
-    return rows, problems
+    return rows, first, problems
 
 
 def _spread_of(rows: list, drop_rows: list) -> pruning.SpearmanSpread | None:
@@ -265,16 +265,13 @@ def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: S
     query_class = te.episodes.classes[:, 2]
     boots = pruning.class_bootstrap(query_class, pr.n_bootstrap, seed=pr.seed)
     c0, rows = pruning.head_correctness(model.params, model.config, te.x, te.y)
-    accuracies = _bootstrap_accuracies(spec, net, scan, ev, boots, c0)
+    xi_tr, xi_te = path_inputs(net, tr.x), path_inputs(net, te.x)
+    accuracies = _bootstrap_accuracies(spec, net, scan, ev, xi_tr, xi_te, boots, c0)
     se_method = (f"bootstrap over the query's class ({len(np.unique(query_class))} test classes, "
                  f"{pr.n_bootstrap} resamples)")
-    xi_tr, xi_te = path_inputs(net, tr.x), path_inputs(net, te.x)
-    ablation = pruning.theory_head_drops(score_theory.U, th.score_temperature, xi_tr, tr.y, xi_te, te.y, heads,
-                                         s0sq=net.variances[0])
-    scores = pruned.head_scores
-    rho_score = pruning.spearman(scores, ablation.drops, seed=pr.seed)
+    draws, ablation, problems = _draw_rows(spec, sets, net, heads, score_theory, ev, xi_tr, xi_te, progress_bar)
+    rho_score = pruning.spearman(pruned.head_scores, ablation.drops, seed=pr.seed)
     rho_drops = pruning.spearman(ablation.drops, pruned.drops, seed=pr.seed)
-    draws, problems = _draw_rows(spec, sets, net, heads, score_theory, ev, progress_bar)
     removable = np.array([heads[l] > 1 for l, _ in pruning.all_heads(heads)])
     drop_rows = []  # the drops on class bootstraps of the test episodes
     for i in pruning.class_bootstrap(query_class, pr.spread_bootstrap, seed=pr.seed + 1):

@@ -179,7 +179,7 @@ class Spread:
     ablation_rho_drops: Spearman
     rho: SpearmanSpread
     score_draws: list[list[float]]
-    others: ScoreSpreads = ScoreSpreads(None, None, None, None, [])
+    others: ScoreSpreads
 
 
 @dataclass(frozen=True)

@@ -88,16 +88,15 @@ def comparison_dataset(result: PruneResult) -> xr.Dataset:
     if not comps:
         return xr.Dataset()
     names = [k.name for k in comps[0].theories[comps[0].headline].checks]
-    fields = {"value": lambda k: k.value, "mcse": lambda k: k.mcse, "noise_floor": lambda k: k.noise_floor,
-              "gap": lambda k: k.gap}
     data = {}
     for prefix, which in (("", 0), ("alternative_", 1)):
         if any(len(c.theories) <= which for c in comps):
             continue
         rows = [{k.name: k for k in list(c.theories.values())[which].checks} for c in comps]
-        for f, get in fields.items():
+        for f in ("value", "mcse", "noise_floor", "gap"):
             data[f"{prefix}check_{f}"] = (("sample_width", "check"),
-                                          np.array([[get(r[n]) if n in r else np.nan for n in names] for r in rows]))
+                                          np.array([[getattr(r[n], f) if n in r else np.nan for n in names]
+                                                    for r in rows]))
     data["verdict"] = (("sample_width",), np.array([c.verdict for c in comps], dtype=str))
     first = comps[0]
     return xr.Dataset(data, coords={"sample_width": [c.width for c in comps], "check": names},
