@@ -108,9 +108,11 @@ def sample_posterior(
 
 
 def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
-            progress_bar: bool, guide_of: Callable | None = None, **attrs) -> Posterior:
+            progress_bar: bool, guide_of: Callable | None = None, stop_above: float | None = None,
+            **attrs) -> Posterior:
     """:func:`sample_posterior` with one registered sampler (arguments checked); ``guide_of``: where the guided
-    samplers and the expansion's start take their proposal (default: computed afresh)."""
+    samplers and the expansion's start take their proposal (default: computed afresh); ``stop_above``: a guided
+    sampler's pilot ``k̂`` above which it stops before its proposals (:class:`~bayes_attn.samplers.laplace.RuledOut`)."""
     smp = get(cfg.name)
     if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
         raise ValueError(
@@ -128,7 +130,7 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             memory.check_memory(memory.guided_bytes(inputs, cfg), memory.available_bytes(),
                                 f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
             t0 = time.perf_counter()
-            guided = smp.draw(inputs, cfg, key_mcmc, progress_bar=progress_bar, **given)
+            guided = smp.draw(inputs, cfg, key_mcmc, progress_bar=progress_bar, stop_above=stop_above, **given)
             draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
         else:
             model, args = smp.build(inputs)
@@ -170,17 +172,20 @@ def _start(smp, cfg: SamplerSettings, inputs, attrs: dict, given: dict) -> tuple
 def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
                  progress_bar: bool) -> Posterior:
     """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
-    diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). ``laplace-mh`` is not
-    tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
+    diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). A guided sampler whose
+    pilot's ``k̂`` exceeds :data:`~bayes_attn.samplers.laplace.PILOT_RULES_OUT` (1) is left before its proposals
+    are drawn (:class:`~bayes_attn.samplers.laplace.RuledOut`: the cost of its pilots, an eighth of the proposals
+    each). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
     docs/theory.md §9). What was tried, its cost and why it was left go into the attribute ``auto`` (JSON); the
     last sampler's draws are returned whatever their diagnostics (the verdict then says so); each entry is also
     logged at INFO. An explicit ``guided_samples`` too big for the memory is refused (``ValueError``), never left
     for ``wishart``. The expansion's
     proposal is computed once, by the first sampler that needs it (:class:`~bayes_attn.samplers.laplace.GuideOnce`;
     its cost counts in that sampler's seconds), and shared by the others."""
-    from .samplers.laplace import GuideOnce
+    from .samplers.laplace import PILOT_RULES_OUT, GuideOnce, RuledOut
 
     tried, guide_of = [], GuideOnce()
+    stop = {"stop_above": PILOT_RULES_OUT}
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
             tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
@@ -190,7 +195,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
         t0 = time.perf_counter()
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
-                           guide_of, requested_sampler=AUTO)
+                           guide_of, requested_sampler=AUTO, **(stop if name in GUIDED else {}))
         except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
             if name in GUIDED and cfg.guided_samples is not None:
                 raise ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}") \
@@ -198,6 +203,9 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
             if i + 1 == len(AUTO_ORDER):
                 raise
             tried.append(_tried(name, time.perf_counter() - t0, str(err)))
+            continue
+        except RuledOut as err:  # its pilot's k-hat: the proposals would not be used
+            tried.append(_tried(name, time.perf_counter() - t0, str(err)) | {"pareto_k": err.pareto_k})
             continue
         except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
             if i + 1 == len(AUTO_ORDER):

@@ -180,6 +180,11 @@ ADAPT_BELOW = 0.5
 """The proposal moves to the pilot's weighted moments where the pilot's importance-sampling ESS per draw is below this."""
 PILOT_MIN_ESS_PER_DIMENSION = 10
 """The pilot's weighted moments are used only where its importance-sampling ESS is at least this times ``dim θ``."""
+PILOT_RULES_OUT = 1.0
+"""``sampler="auto"`` leaves a guided sampler after its pilots, before its proposals, where the last pilot's ``k̂``
+exceeds this (:class:`RuledOut`): weights without a finite mean, on the proposal the draws would come from
+(:func:`adapt` does not move a proposal whose pilot's ``k̂`` exceeds 1). The draws' own ``k̂`` must be at most 0.7
+(:data:`bayes_attn.diagnostics.MAX_KHAT`); at N = 10 of the image network it was 2.3–2.8 (docs/theory.md §9)."""
 ADAPT_ROUNDS = 2
 """Most pilots :func:`adapt` runs, each from the proposal the one before moved (docs/theory.md §9: on Fig. 2c at
 N = 10 the importance-sampling ESS per draw was 0.07–0.17 from the expansion, 0.16–0.27 after one move,
@@ -226,6 +231,26 @@ def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = N
         g = g._replace(theta=cast(mean), chol=cast(chol))
         info["adapted"] += 1
     return g, info
+
+
+class RuledOut(ValueError):
+    """A guided sampler left after its pilots (``stop_above`` of :func:`importance` and :func:`metropolis`):
+    ``pareto_k``, the last pilot's ``k̂``; ``pilot_draws``, the proposals the pilots drew."""
+
+    def __init__(self, name: str, pilot: dict, stop_above: float, planned: int) -> None:
+        self.pareto_k, self.pilot_draws = float(pilot["pilot_pareto_k"]), int(pilot["pilot_draws"])
+        super().__init__(f"{name}'s pilot of {self.pilot_draws} proposals had Pareto k-hat {self.pareto_k:.2f} > "
+                         f"{stop_above:g} (weights without a finite mean), so its {planned} proposals were not drawn")
+
+
+def _pilot(name: str, g: Guide, planned: int, key: jax.Array, inputs: SamplerInputs, progress_bar: bool,
+           stop_above: float | None) -> tuple[Guide, dict]:
+    """:func:`adapt` with a pilot of :data:`PILOT_FRACTION` of the ``planned`` proposals; raises :class:`RuledOut`
+    where the last pilot's ``k̂`` exceeds ``stop_above`` (``None``: never)."""
+    g, pilot = adapt(g, max(1, round(PILOT_FRACTION * planned)), key, inputs, name if progress_bar else None)
+    if stop_above is not None and pilot["pilot_pareto_k"] > stop_above:
+        raise RuledOut(name, pilot, stop_above, planned)
+    return g, pilot
 
 
 class GuideOnce:
@@ -413,16 +438,18 @@ def _guide_attrs(g: Guide) -> dict:
 
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
-               guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False) -> GuidedDraws:
+               guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False,
+               stop_above: float | None = None) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
     chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in the proposals' order (module
     docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
     :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the batches of the pilots
-    and of the proposals on stderr."""
+    and of the proposals on stderr; ``stop_above``: raise :class:`RuledOut` before the proposals where the last
+    pilot's ``k̂`` exceeds it (``sampler="auto"``: :data:`PILOT_RULES_OUT`)."""
     C, S = cfg.num_chains, cfg.guided_draws
     bar = "laplace-is" if progress_bar else None
-    g, pilot = adapt(guide_of(inputs), max(1, round(PILOT_FRACTION * C * S)), jax.random.fold_in(key, 5),
-                     inputs, bar)
+    g, pilot = _pilot("laplace-is", guide_of(inputs), C * S, jax.random.fold_in(key, 5), inputs, progress_bar,
+                      stop_above)
     k_prop, k_res = jax.random.split(key)
     theta, log_w, *f = propose(g, k_prop, C * S, inputs, progress=bar and f"{bar} proposals")
     log_w = np.asarray(log_w, np.float64).reshape(C, S)
@@ -457,14 +484,15 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
 
 
 def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
-               guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False) -> GuidedDraws:
-    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of`` and
-    ``progress_bar`` as in :func:`importance`."""
+               guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False,
+               stop_above: float | None = None) -> GuidedDraws:
+    """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of``,
+    ``progress_bar`` and ``stop_above`` as in :func:`importance`."""
     C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
     bar = "laplace-mh" if progress_bar else None
-    g, pilot = adapt(guide_of(inputs), max(1, round(PILOT_FRACTION * C * T)), jax.random.fold_in(key, 5),
-                     inputs, bar)
+    g, pilot = _pilot("laplace-mh", guide_of(inputs), C * T, jax.random.fold_in(key, 5), inputs, progress_bar,
+                      stop_above)
     k_prop, k_u = jax.random.split(key)
     theta, log_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
     log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)

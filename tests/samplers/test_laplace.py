@@ -8,6 +8,7 @@ simulation-based calibration (the prior draws of the weights).
 from __future__ import annotations
 
 import json
+import math
 
 import jax
 import jax.numpy as jnp
@@ -419,7 +420,7 @@ def test_metropolis_agrees_with_wishart_on_three_layers(check, record_property):
 def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property, monkeypatch):
     """Three layers with two singular levels (widths (3, 3, 2, 4) < paths): the expansion's proposal does not
     fit (k̂ 1.2-2.1, acceptance below 0.02 measured with 2 × 2000 draws at three seeds), and the samplers say so:
-    ``laplace-is``'s diagnostics fail on k̂; ``laplace-mh``'s on R-hat or ESS, or, after a k̂ above 1, ``auto``
+    ``laplace-is``'s diagnostics fail on k̂ (or its pilot's k̂ above 1 leaves it before its proposals); ``laplace-mh``'s on R-hat or ESS, or, after a k̂ above 1, ``auto``
     does not try it; ``auto`` records both reasons and ends with ``wishart``, started at the expansion, which was
     solved once for the three samplers. A false failure needs k̂ below 0.7 on this network, far outside what was
     seen; the margins are recorded for tests/robustness.py.
@@ -459,6 +460,7 @@ def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property,
                 [np.float64(mh["max_r_hat"]) / MAX_RHAT, MIN_ESS / np.float64(mh["min_ess_bulk"])], nan=np.inf))
         check("laplace_mh_diagnostic_excess", excess, 1.0, fails="below", scale="log", detail=(mh, tried))
     assert [t["sampler"] for t in tried] == ["laplace-is", "laplace-mh", "wishart"], tried
+    assert "pilot" not in tried[0]["left_because"] or tried[0]["pareto_k"] > laplace.PILOT_RULES_OUT, tried
     if tried[0]["pareto_k"] > 1:  # an independence chain on weights without a finite mean sticks: not tried
         assert tried[1]["left_because"].startswith("not tried") and tried[1]["seconds"] == 0
     else:
@@ -584,3 +586,34 @@ def test_auto_logs_what_it_tried(monkeypatch, caplog):
     tried = json.loads(post.tree.attrs["auto"])
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
     assert len(logged) == len(tried) == 1 and logged[0].startswith("auto: laplace-is"), logged
+
+
+def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
+    """Where the pilot's ``k̂`` exceeds ``PILOT_RULES_OUT``, ``auto`` leaves the guided sampler before its proposals
+    are drawn (issue 52: at N = 10 of the image network a failed ``laplace-is`` spent ~1,600 s on 4 × 2,500
+    proposals whose k̂ was 2.3–2.8): only the pilots' proposals are drawn, the record names the pilot and keeps its
+    ``k̂``, and the explicit sampler, asked for by name, still draws all its proposals. Deterministic: the rule is
+    forced (threshold −∞) rather than waited for."""
+    from bayes_attn import posterior
+
+    net, x, y, xt = tiny_problem()
+    drawn, real_propose = [], laplace.propose
+    monkeypatch.setattr(laplace, "propose", lambda g, key, count, *a, **k: drawn.append(count)
+                        or real_propose(g, key, count, *a, **k))
+    monkeypatch.setattr(laplace, "PILOT_RULES_OUT", -math.inf)
+    monkeypatch.setattr(posterior, "AUTO_ORDER", ("laplace-is", "wishart"))  # the NUTS fallback kept cheap
+    post = ba.sample_posterior(net, x, y, temperature=0.1, sampler="auto", num_chains=2, num_warmup=50,
+                               num_samples=50, guided_samples=4000, seed=seed_of(5), progress_bar=False)
+    tried = json.loads(post.tree.attrs["auto"])
+    assert [t["sampler"] for t in tried] == ["laplace-is", "wishart"] and post.sampler == "wishart", tried
+    assert 1 <= len(drawn) <= laplace.ADAPT_ROUNDS and 2 * 4000 not in drawn, drawn  # the pilots alone
+    assert tried[0]["left_because"].startswith("laplace-is's pilot of ") and "not drawn" in tried[0]["left_because"]
+    assert math.isfinite(tried[0]["pareto_k"]) and f"{tried[0]['pareto_k']:.2f}" in tried[0]["left_because"]
+    with pytest.raises(laplace.RuledOut, match="laplace-mh's pilot"):  # the rule, called directly
+        laplace.metropolis(prepare(net, x, y, None, 0.1, "float32"),
+                           SamplerSettings(num_chains=2, num_warmup=10, num_samples=50, guided_samples=400),
+                           jax.random.key(0), stop_above=-math.inf)
+    drawn.clear()
+    explicit = ba.sample_posterior(net, x, y, temperature=0.1, sampler="laplace-is", num_chains=2,
+                                   num_samples=50, guided_samples=4000, seed=seed_of(5), progress_bar=False)
+    assert explicit.sampler == "laplace-is" and drawn[-1] == 2 * 4000, drawn
