@@ -63,7 +63,7 @@ class EveryTime(laplace.GuideOnce):
 
 def image_problem():
     net, tr, te, chosen = landed_fig3()
-    return net, tr.x, tr.y, te.x[:100], float(chosen["10"]), "float32"
+    return net, tr.x, tr.y, te.x[:100], float(chosen[10]), "float32"
 
 
 def fig2c_problem():

@@ -60,3 +60,23 @@ def test_a_file_without_a_key_is_refused_by_name(tmp_path):
     del d["spearman_draws"]
     with pytest.raises(KeyError, match="spearman_draws"):
         prune_result.from_json(d)
+
+
+def test_the_seed_summary_puts_the_scores_and_the_comparisons_side_by_side():
+    """``inference/fig3.py``'s ``summary.md`` holds, per run, ρ of the leading, corrected and posterior scores and of
+    the ablation, each as median [5 %, 95 %], and the theory's verdicts at each sampled width; a run written before
+    they were leaves the cells empty rather than failing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fig3_script", ROOT / "inference/fig3.py")
+    fig3 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fig3)
+    compared = prune_result.load_pruning(ROOT / "inference/results/fig3/compared/pruning.json")
+    older = prune_result.load_pruning(ROOT / "inference/results/fig3/2x8/seed0/pruning.json")
+    text = fig3.markdown(fig3.summarise({"2x4": {0: compared}, "2x8": {0: older}}))
+    o, cell = compared.spread.others, lambda x: f"{x.median:.2f} [{x.q05:.2f}, {x.q95:.2f}]"  # noqa: E731
+    assert f"| 2x4 | 0 | {' | '.join(map(cell, (compared.spread.rho, o.corrected, o.posterior, o.ablation)))} |" \
+        in text, text
+    assert f"| 2x8 | 0 | {cell(older.spread.rho)} |  |  |  |" in text, text
+    for N, c in compared.comparisons.items():
+        assert f"- 2x4 seed 0, N = {N}: {c.summary()}" in text, text
