@@ -289,13 +289,19 @@ def _pruning_section(r: PruneResult) -> list[str]:
             *_markdown.table(("k", "ascending", "descending", "random mean ± sd"), rows)]
 
 
+def _width_verdicts(r: PruneResult) -> str:
+    """``N = 10: disagree, N = 100: agree; the headline theory at each width, the worst deciding``."""
+    per = ", ".join(f"N = {N}: {c.verdict}" for N, c in sorted(r.comparisons.items()))
+    return f"{per}; the headline theory at each width, the worst deciding"
+
+
 def report_markdown(name: str, result: PruneResult, ds: xr.Dataset, seconds: Mapping[str, float]) -> str:
     """``report.md``: the numbers of Fig. 3 in tables."""
     v = result.sampling
     lines = [f"# One-shot image classification (paper Fig. 3): `{name}`", "",
              f"Verdict of the sampling: **{v.verdict}**" + (": " + "; ".join(v.reasons) if v.reasons else "") + ".", "",
              *([] if not result.comparisons else [f"Verdict of the theory against the samples: **{result.verdict}** "
-                                                  "(the headline theory at every sampled width).", ""]),
+                                                  f"({_width_verdicts(result)}).", ""]),
              *_summary(result), *_model_section(result, ds), *_theory_section(ds), *_comparison_section(result),
              *_heads_section(result), *_predictors_section(result),
              *_pruning_section(result)]

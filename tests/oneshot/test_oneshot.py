@@ -358,6 +358,8 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
         assert names[0] == "U (relative Frobenius)" and any("mean" in n for n in names), names
         assert saved["comparisons"][str(N)]["summary"] == c.summary() in (out / "report.md").read_text()
     assert saved["headline_verdict"] == result.verdict in ("agree", "disagree", "inconclusive")
+    per = ", ".join(f"N = {N}: {c.verdict}" for N, c in result.comparisons.items())
+    assert f"Verdict of the theory against the samples: **{result.verdict}** ({per};" in (out / "report.md").read_text()
     # ρ of every predictor of the drops, with the same spread as the leading-order score's
     o, lead = result.spread.others, result.spread.rho
     assert o.posterior is not None and o.posterior.n_draws == 1 and o.posterior_temperature == result.comparisons[10].temperature
