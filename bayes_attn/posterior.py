@@ -112,7 +112,8 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             **attrs) -> Posterior:
     """:func:`sample_posterior` with one registered sampler (arguments checked); ``guide_of``: where the guided
     samplers and the expansion's start take their proposal (default: computed afresh); ``stop_above``: a guided
-    sampler's pilot ``k̂`` above which it stops before its proposals (:class:`~bayes_attn.samplers.laplace.RuledOut`)."""
+    sampler's pilot ``k̂`` above which it stops before its proposals
+    (:class:`~bayes_attn.samplers.laplace.RuledOut`)."""
     smp = get(cfg.name)
     if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
         raise ValueError(
@@ -175,8 +176,9 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). A guided sampler whose
     pilot's ``k̂`` exceeds :data:`~bayes_attn.samplers.laplace.PILOT_RULES_OUT` (1) is left before its proposals
     are drawn (:class:`~bayes_attn.samplers.laplace.RuledOut`: the cost of its pilots, an eighth of the proposals
-    each). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
-    docs/theory.md §9). What was tried, its cost and why it was left go into the attribute ``auto`` (JSON); the
+    each). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below
+    0.02 wherever that was measured, docs/theory.md §9). What was tried, its cost and why it was left go into the
+    attribute ``auto`` (JSON); the
     last sampler's draws are returned whatever their diagnostics (the verdict then says so); each entry is also
     logged at INFO. An explicit ``guided_samples`` too big for the memory is refused (``ValueError``), never left
     for ``wishart``. The expansion's

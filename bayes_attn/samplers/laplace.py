@@ -239,8 +239,9 @@ class RuledOut(ValueError):
 
     def __init__(self, name: str, pilot: dict, stop_above: float, planned: int) -> None:
         self.pareto_k, self.pilot_draws = float(pilot["pilot_pareto_k"]), int(pilot["pilot_draws"])
+        why = " (weights without a finite mean)" if stop_above >= 1 else ""
         super().__init__(f"{name}'s pilot of {self.pilot_draws} proposals had Pareto k-hat {self.pareto_k:.2f} > "
-                         f"{stop_above:g} (weights without a finite mean), so its {planned} proposals were not drawn")
+                         f"{stop_above:g}{why}, so its {planned} proposals were not drawn")
 
 
 def _pilot(name: str, g: Guide, planned: int, key: jax.Array, inputs: SamplerInputs, progress_bar: bool,

@@ -420,7 +420,8 @@ def test_metropolis_agrees_with_wishart_on_three_layers(check, record_property):
 def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property, monkeypatch):
     """Three layers with two singular levels (widths (3, 3, 2, 4) < paths): the expansion's proposal does not
     fit (k̂ 1.2-2.1, acceptance below 0.02 measured with 2 × 2000 draws at three seeds), and the samplers say so:
-    ``laplace-is``'s diagnostics fail on k̂ (or its pilot's k̂ above 1 leaves it before its proposals); ``laplace-mh``'s on R-hat or ESS, or, after a k̂ above 1, ``auto``
+    ``laplace-is``'s diagnostics fail on k̂ (or its pilot's k̂ above 1 leaves it before its proposals);
+    ``laplace-mh``'s on R-hat or ESS, or, after a k̂ above 1, ``auto``
     does not try it; ``auto`` records both reasons and ends with ``wishart``, started at the expansion, which was
     solved once for the three samplers. A false failure needs k̂ below 0.7 on this network, far outside what was
     seen; the margins are recorded for tests/robustness.py.

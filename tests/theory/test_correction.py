@@ -513,7 +513,8 @@ def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     ratio of two such gaps is mostly noise (it reached 0.60 at offset 13), so there the sampled mean must show the
     correction's own shift to within ``factor`` of it, ``|1 − t|`` (:func:`_shift_fraction`, whose MC error is
     0.09–0.12: over offsets 0–13 ``t`` had mean 0.97 and sd 0.13, so 1/2 is 3.8 sds away); the predicted sd of
-    ``U[1-1, 1-1]`` matches the sampled one to ``1/N + 0.08`` (over 10 offsets, tests/robustness.md, the error's mean was 0.037 with sd 0.038 at N = 10
+    ``U[1-1, 1-1]`` matches the sampled one to ``1/N + 0.08`` (over 10 offsets, tests/robustness.md, the error's
+    mean was 0.037 with sd 0.038 at N = 10
     and 0.016 with sd 0.015 at N = 100: 1/N + 0.06 was 3.2 and 3.6 sds away, 1/N + 0.08 is 3.8 and 4.9); the
     Monte-Carlo floor is below 0.6 ``tol`` (its mean 0.0072 at N = 10, log-sd 0.1: 0.5 ``tol`` was 3.3 sds away).
 
