@@ -78,10 +78,7 @@ def summarise(runs: dict[str, dict[int, PruneResult]]) -> dict:
                                "gp_accuracy": s.gp.accuracy, "gp_se": s.gp.se, "spearman_median": s.rho.median,
                                "spearman_q05": s.rho.q05, "spearman_q95": s.rho.q95,
                                "rho_point": r.pruning.spearman.rho,
-                               "scores": {name: [x.median, x.q05, x.q95] for name, x in
-                                          (("leading", s.rho), ("corrected", s.others.corrected),
-                                           ("posterior", s.others.posterior), ("ablation", s.others.ablation))
-                                          if x is not None},
+                               "scores": {name: [x.median, x.q05, x.q95] for name, x in _predictors(r).items()},
                                "comparisons": {str(N): c.summary() for N, c in sorted(r.comparisons.items())}}
         pooled = np.concatenate([r.spread.rho.draws for r in by_seed.values()]) if by_seed else np.zeros(0)
         entry = {"runs": rows, "seeds": sorted(by_seed)}
@@ -89,8 +86,23 @@ def summarise(runs: dict[str, dict[int, PruneResult]]) -> dict:
             q05, med, q95 = np.quantile(pooled, [0.05, 0.5, 0.95])
             entry |= {"pooled_spearman_median": float(med), "pooled_spearman_q05": float(q05),
                       "pooled_spearman_q95": float(q95), "pooled_n": int(pooled.size)}
+        spreads = [_predictors(r) for r in by_seed.values()]
+        entry["pooled_scores"] = {name: [float(q) for q in np.quantile(np.concatenate([p[name].draws for p in spreads]),
+                                                                       [0.5, 0.05, 0.95])]
+                                  for name in PREDICTORS if spreads and all(name in p for p in spreads)}
         out["variants"][variant] = entry
     return out
+
+
+PREDICTORS = ("leading", "corrected", "posterior", "ablation")
+"""The predictors of the single-head drops whose ρ ``summary.md`` puts side by side."""
+
+
+def _predictors(r: PruneResult) -> dict:
+    """``{name: SpearmanSpread}`` of the :data:`PREDICTORS` the run has (runs written before some have fewer)."""
+    o = r.spread.others
+    spreads = dict(zip(PREDICTORS, (r.spread.rho, o.corrected, o.posterior, o.ablation)))
+    return {name: x for name, x in spreads.items() if x is not None}
 
 
 def markdown(summary: dict) -> str:
@@ -116,12 +128,14 @@ def markdown(summary: dict) -> str:
               "theory's; posterior: the exact posterior's mean `U`; ablation: the theory's own drops, a head's "
               f"paths taken out of `U`); paper {p['spearman_rho']:.2f}.", "",
               "| variant | seed | leading | corrected | posterior | ablation |", "|---|---|---|---|---|---|"]
+    def cells(scores: dict) -> str:
+        return " | ".join(f"{scores[k][0]:.2f} [{scores[k][1]:.2f}, {scores[k][2]:.2f}]" if k in scores else ""
+                          for k in PREDICTORS)
+
     for variant, v in summary["variants"].items():
-        for seed, r in v["runs"].items():
-            cells = [f"{m:.2f} [{lo:.2f}, {hi:.2f}]" if (m, lo, hi) != (None,) * 3 else "" for m, lo, hi in
-                     (r.get("scores", {}).get(k, (None, None, None))
-                      for k in ("leading", "corrected", "posterior", "ablation"))]
-            lines.append(f"| {variant} | {seed} | " + " | ".join(cells) + " |")
+        lines += [f"| {variant} | {seed} | {cells(r.get('scores', {}))} |" for seed, r in v["runs"].items()]
+        if v.get("pooled_scores"):
+            lines.append(f"| {variant} | pooled ({len(v['seeds'])}) | {cells(v['pooled_scores'])} |")
     lines += ["", "The theory against the exact posterior at each sampled width (`bayes_attn.compare`):", ""]
     lines += [f"- {variant} seed {seed}, N = {N}: {line}" for variant, v in summary["variants"].items()
               for seed, r in v["runs"].items() for N, line in r.get("comparisons", {}).items()]
