@@ -9,9 +9,9 @@ and at N = 100, where it passes and the pilot must change nothing. Settings of t
 PSIS and the resampling (before) or, where the pilot's ``k̂`` exceeds 1, nothing more (now).
 
 In one process, after one untimed call that compiles, the two variants alternate for ``--rounds`` rounds (the
-order swapped every round). ``--busy`` repeats them at N = 10 beside one CPU-bound process per core. Printed and written:
-wall time of each call, its ``k̂`` (the pilot's where it stopped), whether it stopped, the ratio of mean wall
-times (before / now), the load average; at N = 100 the two variants' log weights are checked equal.
+order swapped every round). ``--busy`` repeats them at N = 10 beside one CPU-bound process per core. Printed
+and written: wall time of each call, its ``k̂`` (the pilot's where it stopped), whether it stopped, the ratio of
+mean wall times (before / now), the load average; at N = 100 the two variants' log weights are checked equal.
 
 Run alone (~15 min on 2 quiet cores, twice that with ``--busy``)::
 

@@ -589,6 +589,7 @@ def test_auto_logs_what_it_tried(monkeypatch, caplog):
     assert len(logged) == len(tried) == 1 and logged[0].startswith("auto: laplace-is"), logged
 
 
+@pytest.mark.slow  # ~30 s: laplace-is, laplace-mh and wishart compiled
 def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
     """Where the pilot's ``k̂`` exceeds ``PILOT_RULES_OUT``, ``auto`` leaves the guided sampler before its proposals
     are drawn (issue 52: at N = 10 of the image network a failed ``laplace-is`` spent ~1,600 s on 4 × 2,500
