@@ -8,14 +8,16 @@ and at N = 100, where it passes and the pilot must change nothing. Settings of t
 (``laplace.GuideOnce``), so what is timed is the attempt itself: the pilots, then either the 10 000 proposals,
 PSIS and the resampling (before) or, where the pilot's ``k̂`` exceeds 1, nothing more (now).
 
-In one process, after one untimed call that compiles, the two variants alternate for ``--rounds`` rounds (the
-order swapped every round). ``--busy`` repeats them at N = 10 beside one CPU-bound process per core. Printed
+In one process, after one untimed call that compiles, the two variants alternate for ``--rounds`` rounds at
+N = 10 and one at N = 100 (the order swapped every round). ``--busy`` repeats them at N = 10 beside one
+CPU-bound process per core for ``--busy-rounds`` rounds (default 1: there, on 2 cores, the pilot alone took
+66 s instead of 9). Printed
 and written: wall time of each call, its ``k̂`` (the pilot's where it stopped), whether it stopped, the ratio of
 mean wall times (before / now), the load average; at N = 100 the two variants' log weights are checked equal.
 
-Run alone (~15 min on 2 quiet cores, twice that with ``--busy``)::
+Run alone (~15 min on 2 quiet cores, ~30 more with ``--busy``)::
 
-    .venv/bin/python benchmarks/bench_auto_pilot.py [--rounds 2] [--busy] [--quick]
+    .venv/bin/python benchmarks/bench_auto_pilot.py [--rounds 2] [--busy] [--busy-rounds 1] [--quick]
 
 Output: ``benchmarks/results/auto_pilot.json`` (``--quick``: a tiny problem, a temporary folder).
 """
@@ -96,18 +98,21 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--busy", action="store_true", help="also measure beside one CPU-bound process per core")
+    ap.add_argument("--busy-rounds", type=int, default=1, help="rounds beside the busy cores (default 1: the "
+                    "attempt drawing every proposal takes ~25 min there)")
     ap.add_argument("--quick", action="store_true", help="a tiny problem, one round, to a temporary folder")
     a = ap.parse_args(argv)
     cfg = SamplerSettings(num_chains=4, guided_samples=200 if a.quick else 2500, dtype="float32")
     record = {"settings": vars(a) | {"chains": cfg.num_chains, "guided_draws": cfg.guided_draws,
                                      "pilot_fraction": laplace.PILOT_FRACTION, "rules_out": laplace.PILOT_RULES_OUT},
               "load_before": os.getloadavg()}
-    for label, problem in problems(a.quick).items():
-        for busy in (False, True) if a.busy and "N=100" not in label else (False,):  # N = 100: nothing to save
-            record[label + (" busy" if busy else "")] = measure(label, problem, cfg, 1 if a.quick else a.rounds,
-                                                                busy)
     folder = Path(tempfile.mkdtemp()) if a.quick else RESULTS
-    write_record(folder / "auto_pilot.json", record)
+    for label, problem in problems(a.quick).items():
+        stops = "N=100" not in label  # at N = 100 nothing is saved: one round checks that nothing changes
+        for busy in (False, True) if a.busy and stops else (False,):
+            rounds = 1 if a.quick or not stops else a.busy_rounds if busy else a.rounds
+            record[label + (" busy" if busy else "")] = measure(label, problem, cfg, rounds, busy)
+            write_record(folder / "auto_pilot.json", record)  # after each measurement: a long run keeps its parts
 
 
 if __name__ == "__main__":
