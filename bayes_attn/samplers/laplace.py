@@ -1,13 +1,11 @@
 """``"laplace-is"`` and ``"laplace-mh"``: the exact posterior, guided by the finite-width expansion (docs/theory.md §9).
 
-The exact posterior of the order parameters is a density over the Bartlett
-sites ``θ`` of §7 (``log c`` of the chi-square diagonals and the normal lower
-entries of every factor ``A_k``), ``p(θ) ∝ exp(−S(θ))`` with the ``S`` of §8
-(:func:`bayes_attn.theory.correction.action_at`): 14 dimensions for the Fig. 2c
-network at any width, valid also where a level is singular. The Laplace
-expansion of §8 gives its mode ``θ̂`` and the curvature ``H = S''(θ̂)``
-(:func:`bayes_attn.theory.correction.find_mode`, from the leading-order
-solution of §4). Both samplers draw from the defensive mixture
+The exact posterior of the order parameters is a density over the Bartlett sites ``θ`` of §7 (``log c`` of the
+chi-square diagonals and the normal lower entries of every factor ``A_k``), ``p(θ) ∝ exp(−S(θ))`` with the ``S`` of
+§8 (:func:`bayes_attn.theory.correction.action_at`): 14 dimensions for the Fig. 2c network at any width, valid also
+where a level is singular. The Laplace expansion of §8 gives its mode ``θ̂`` and the curvature ``H = S''(θ̂)``
+(:func:`bayes_attn.theory.correction.find_mode`, from the leading-order solution of §4). Both samplers draw from the
+defensive mixture
 
     q(θ) = (1 − m) N(θ; θ̂, H⁻¹) + m t_ν(θ; θ̂, H⁻¹),      m = PROPOSAL_MIX, ν = PROPOSAL_DF,
 
@@ -18,58 +16,38 @@ docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log
 (one ``S`` evaluation per draw: one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with
 ``vmap``, :data:`~bayes_attn.samplers.base.BATCH_BYTES` at a time).
 
-Before its draws, each sampler makes a pilot of :data:`PILOT_FRACTION` as
-many proposals and, where their importance-sampling ESS is low but their
-weighted moments can be trusted, moves the proposal's centre and scale to the
-pilot's weighted mean and covariance, and repeats this once from the moved
-proposal (:func:`adapt`: adaptive importance sampling, for the skewed
-posteriors of small widths; the pilots are not kept).
+Before its draws, each sampler makes a pilot of :data:`PILOT_FRACTION` as many proposals and, where their
+importance-sampling ESS is low but their weighted moments can be trusted, moves the proposal's centre and scale to
+the pilot's weighted mean and covariance, and repeats this once from the moved proposal (:func:`adapt`: adaptive
+importance sampling, for the skewed posteriors of small widths; the pilots are not kept). Called by ``auto``, a
+sampler whose pilot rules its proposal out stops there (:class:`RuledOut`).
 
-- ``laplace-is`` (importance sampling): the log weights of all
-  ``chains × samples`` draws (``samples``: ``SamplerSettings.guided_draws``) are Pareto-smoothed (PSIS, arviz-stats'
-  ``psislw``); its ``k̂`` says whether the estimate can be trusted
-  (``k̂ ≤ 0.7``, :data:`bayes_attn.diagnostics.MAX_KHAT`; Vehtari et al. 2024).
-  Each chain (an independent batch of ``samples`` draws) is then resampled
-  (systematic resampling, :func:`~bayes_attn.samplers.weights.systematic_resample`: proposal ``i`` gets
-  ``⌊M w̄_i⌋`` or ``⌈M w̄_i⌉`` copies, ``M w̄_i`` on average) to ``samples``
-  equally weighted draws, **kept in the order of the proposals**, so a draw
-  copied ``k`` times appears as a run of ``k`` equal draws. The run-length
-  autocorrelation this leaves is the importance-sampling error: ArviZ's
-  autocorrelation-based variance of the mean of ``g`` measures
-  ``Σ_i k_i² (g_i − ḡ)² / M²``, whose expectation
-  ``Σ_i (M² w̄_i² + Var k_i) (g_i − ḡ)² / M²`` is the delta-method IS
-  variance ``Σ w̄_i² (g_i − ḡ)²`` plus ``Σ_i Var k_i (g_i − ḡ)² / M²``
-  (``Var k_i ≤ 1/4``), which bounds the resampling variance of a scheme whose
-  counts are negatively correlated, as systematic resampling's are (exactly
-  the resampling variance for a multinomial draw, whose ``Var k_i`` is larger:
-  docs/theory.md §9 has the ESS of each), and its ESS and MCSE follow from the
-  draws. So
-  ``compare``, ``az.summary`` and the verdict read the draws like any other
-  sampler's, with honest error bars. (Shuffled copies would hide the
-  duplicates and overstate the ESS.)
-- ``laplace-mh`` (independence Metropolis–Hastings): ``num_warmup + samples``
-  proposals per chain (``samples``: ``SamplerSettings.guided_draws``), accepted with probability ``min(1, w(θ') / w(θ))``
-  (raw weights); exact MCMC whose R-hat and ESS ArviZ computes as for NUTS.
-  Each chain starts at its first proposal; the first ``num_warmup`` iterations
-  are dropped.
+- ``laplace-is`` (importance sampling): the log weights of all ``chains × samples`` draws (``samples``:
+  ``SamplerSettings.guided_draws``) are Pareto-smoothed (PSIS, arviz-stats' ``psislw``), whose ``k̂`` must be at
+  most 0.7 (:data:`bayes_attn.diagnostics.MAX_KHAT`; Vehtari et al. 2024). Each chain (an independent batch of
+  ``samples`` draws) is resampled systematically (:func:`~bayes_attn.samplers.weights.systematic_resample`:
+  proposal ``i`` gets ``⌊M w̄_i⌋`` or ``⌈M w̄_i⌉`` copies) to ``samples`` equally weighted draws **kept in the
+  order of the proposals**, so a draw copied ``k`` times is a run of ``k`` equal draws, and ArviZ's
+  autocorrelation-based variance of a mean bounds the importance-sampling and resampling error (derived in
+  docs/theory.md §9): ``compare``, ``az.summary`` and the verdict read the draws like any other sampler's, with
+  honest error bars. (Shuffled copies would hide the duplicates and overstate the ESS.)
+- ``laplace-mh`` (independence Metropolis–Hastings): ``num_warmup + samples`` proposals per chain (``samples``:
+  ``SamplerSettings.guided_draws``), accepted with probability ``min(1, w(θ') / w(θ))`` (raw weights); exact MCMC
+  whose R-hat and ESS ArviZ computes as for NUTS. Each chain starts at its first proposal; the first ``num_warmup``
+  iterations are dropped.
 
-With each proposal, ``f_train`` and ``f_test`` are drawn exactly given its
-``U_1`` (pathwise conditioning, as for ``wishart``:
-:func:`bayes_attn.samplers.base.pathwise_draw`), solved with the Cholesky
-factor of ``G = K(U_1) + T I`` that its ``S`` computed, so a proposal costs one
-``P × P`` factorisation in all. The first kept copy of a proposal carries
-that ``f`` (the weight depends on ``θ`` alone, so given ``θ`` it is an exact
-draw whether or not the proposal is kept); each further copy (a resampled
-duplicate, a ``laplace-mh`` chain that stayed) gets a fresh exact draw given
-its ``U_1`` (:func:`_kept`), so copies share ``θ`` but not ``f``.
+With each proposal, ``f_train`` and ``f_test`` are drawn exactly given its ``U_1`` (pathwise conditioning, as for
+``wishart``: :func:`bayes_attn.samplers.base.pathwise_draw`), solved with the Cholesky factor of ``G = K(U_1) + T I``
+that its ``S`` computed, so a proposal costs one ``P × P`` factorisation in all. The first kept copy of a proposal
+carries that ``f`` (the weight depends on ``θ`` alone, so given ``θ`` it is an exact draw whether or not the
+proposal is kept); each further copy (a resampled duplicate, a ``laplace-mh`` chain that stayed) gets a fresh exact
+draw given its ``U_1`` (:func:`_kept`), so copies share ``θ`` but not ``f``.
 
-Stored besides the observables: ``sample_stats`` ``log_weight`` (the raw
-log weight of the proposal each kept draw is: for ``laplace-is`` the one it
-copies, for ``laplace-mh`` the chain's state), ``source`` (``laplace-is``: the
-index of that proposal in its chain), ``accepted`` and ``acceptance_rate``
-(``laplace-mh``: the move and its probability ``min(1, w'/w)``); attributes
-``pareto_k``, ``is_ess`` (``1 / Σ w̄²`` of the smoothed weights, all chains) or
-``acceptance``, and ``proposal``, ``mode_converged``, ``mode_seconds``.
+Stored besides the observables: ``sample_stats`` ``log_weight`` (the raw log weight of the proposal each kept draw
+is: for ``laplace-is`` the one it copies, for ``laplace-mh`` the chain's state), ``source`` (``laplace-is``: the
+index of that proposal in its chain), ``accepted`` and ``acceptance_rate`` (``laplace-mh``: the move and its
+probability ``min(1, w'/w)``); attributes ``pareto_k``, ``is_ess`` (``1 / Σ w̄²`` of the smoothed weights, all
+chains) or ``acceptance``, and ``proposal``, ``mode_converged``, ``mode_seconds``.
 """
 
 from __future__ import annotations
@@ -181,10 +159,9 @@ ADAPT_BELOW = 0.5
 PILOT_MIN_ESS_PER_DIMENSION = 10
 """The pilot's weighted moments are used only where its importance-sampling ESS is at least this times ``dim θ``."""
 PILOT_RULES_OUT = 1.0
-"""``sampler="auto"`` leaves a guided sampler after its pilots, before its proposals, where the last pilot's ``k̂``
-exceeds this (:class:`RuledOut`): weights without a finite mean, on the proposal the draws would come from
-(:func:`adapt` does not move a proposal whose pilot's ``k̂`` exceeds 1). The draws' own ``k̂`` must be at most 0.7
-(:data:`bayes_attn.diagnostics.MAX_KHAT`); at N = 10 of the image network it was 2.3–2.8 (docs/theory.md §9)."""
+"""``sampler="auto"`` leaves a guided sampler before its proposals where the last pilot's ``k̂`` exceeds this
+(:class:`RuledOut`): weights without a finite mean, on the proposal the draws would come from (:func:`adapt` does
+not move such a proposal); at N = 10 of the image network ``k̂`` is 2.1–3.2 (docs/theory.md §9)."""
 ADAPT_ROUNDS = 2
 """Most pilots :func:`adapt` runs, each from the proposal the one before moved (docs/theory.md §9: on Fig. 2c at
 N = 10 the importance-sampling ESS per draw was 0.07–0.17 from the expansion, 0.16–0.27 after one move,
