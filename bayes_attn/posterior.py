@@ -187,7 +187,6 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     from .samplers.laplace import PILOT_RULES_OUT, GuideOnce, RuledOut
 
     tried, guide_of = [], GuideOnce()
-    stop = {"stop_above": PILOT_RULES_OUT}
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
             tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
@@ -197,7 +196,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
         t0 = time.perf_counter()
         try:
             post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
-                           guide_of, requested_sampler=AUTO, **(stop if name in GUIDED else {}))
+                           guide_of, PILOT_RULES_OUT if name in GUIDED else None, requested_sampler=AUTO)
         except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
             if name in GUIDED and cfg.guided_samples is not None:
                 raise ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}") \

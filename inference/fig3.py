@@ -80,16 +80,16 @@ def summarise(runs: dict[str, dict[int, PruneResult]]) -> dict:
                                "rho_point": r.pruning.spearman.rho,
                                "scores": {name: [x.median, x.q05, x.q95] for name, x in _predictors(r).items()},
                                "comparisons": {str(N): c.summary() for N, c in sorted(r.comparisons.items())}}
-        pooled = np.concatenate([r.spread.rho.draws for r in by_seed.values()]) if by_seed else np.zeros(0)
-        entry = {"runs": rows, "seeds": sorted(by_seed)}
-        if pooled.size:
-            q05, med, q95 = np.quantile(pooled, [0.05, 0.5, 0.95])
-            entry |= {"pooled_spearman_median": float(med), "pooled_spearman_q05": float(q05),
-                      "pooled_spearman_q95": float(q95), "pooled_n": int(pooled.size)}
         spreads = [_predictors(r) for r in by_seed.values()]
-        entry["pooled_scores"] = {name: [float(q) for q in np.quantile(np.concatenate([p[name].draws for p in spreads]),
-                                                                       [0.5, 0.05, 0.95])]
-                                  for name in PREDICTORS if spreads and all(name in p for p in spreads)}
+        pooled = {name: np.concatenate([p[name].draws for p in spreads])
+                  for name in PREDICTORS if spreads and all(name in p for p in spreads)}
+        scores = {name: [float(q) for q in np.quantile(v, [0.5, 0.05, 0.95])] for name, v in pooled.items()}
+        entry = {"runs": rows, "seeds": sorted(by_seed)}
+        if "leading" in pooled and pooled["leading"].size:
+            med, q05, q95 = scores["leading"]
+            entry |= {"pooled_spearman_median": med, "pooled_spearman_q05": q05, "pooled_spearman_q95": q95,
+                      "pooled_n": int(pooled["leading"].size)}
+        entry["pooled_scores"] = scores
         out["variants"][variant] = entry
     return out
 
