@@ -25,6 +25,10 @@ from .. import _io
 from ..compare import Check, Comparison, theories_line
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
 
+NOT_SAMPLED, NOT_COMPARED = "not sampled", "not compared"
+"""The verdicts of a run without samples, and of one whose samples passed their diagnostics but were compared
+with no theory: neither is ``agree``, and a command ending on either exits 0."""
+
 PAPER_SPEARMAN_RHO = 0.86
 """The paper's head score vs single-head drop Spearman ρ (its Fig. 3, 2 × 4 heads)."""
 
@@ -207,14 +211,17 @@ class PruneResult:
 
     @property
     def verdict(self) -> str:
-        """The headline over sampled widths: ``inconclusive`` where the sampling or some width's headline
-        comparison is, else ``disagree`` where some width disagrees, else ``agree``; ``not sampled`` without
-        samples."""
-        if self.sampling.verdict == "not sampled":
-            return "not sampled"
+        """The headline over sampled widths: ``not sampled`` without samples; ``inconclusive`` where the sampling
+        or some width's headline comparison is; else ``not compared`` where samples passed their diagnostics
+        but no comparison was made (a file written before ``prune`` compared); else ``disagree`` where some
+        width disagrees; ``agree`` only where every width was compared and agrees."""
+        if self.sampling.verdict == NOT_SAMPLED:
+            return NOT_SAMPLED
         verdicts = {c.verdict for c in self.comparisons.values()}
         if self.sampling.verdict == "inconclusive" or "inconclusive" in verdicts:
             return "inconclusive"
+        if not verdicts:
+            return NOT_COMPARED
         return "disagree" if "disagree" in verdicts else "agree"
 
 

@@ -18,7 +18,7 @@ from ..compare import THEORY_NAMES
 from ..run import figures as run_figures
 from ..network import head_labels
 from . import figures
-from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
+from .prune_result import NOT_COMPARED, PAPER_SPEARMAN_RHO, PruneResult, load_pruning
 
 FIGURES = {
     "accuracy_vs_width.png": "(a) test accuracy vs N: theory, GP, sampled; GD model and pixel baseline",
@@ -295,13 +295,24 @@ def _width_verdicts(r: PruneResult) -> str:
     return f"{per}; the headline theory at each width, the worst deciding"
 
 
+def _theory_verdict_lines(r: PruneResult) -> list[str]:
+    """The theory's verdict against the samples, ``not compared`` in words where samples passed but no theory
+    was compared with them; nothing without samples."""
+    if r.verdict == NOT_COMPARED:
+        return ["Verdict of the theory against the samples: **not compared** (the samples passed their diagnostics, "
+                "but no theory was compared with them: this result was written before `prune` compared; run `prune` "
+                "again to compare).", ""]
+    if not r.comparisons:
+        return []
+    return [f"Verdict of the theory against the samples: **{r.verdict}** ({_width_verdicts(r)}).", ""]
+
+
 def report_markdown(name: str, result: PruneResult, ds: xr.Dataset, seconds: Mapping[str, float]) -> str:
     """``report.md``: the numbers of Fig. 3 in tables."""
     v = result.sampling
     lines = [f"# One-shot image classification (paper Fig. 3): `{name}`", "",
              f"Verdict of the sampling: **{v.verdict}**" + (": " + "; ".join(v.reasons) if v.reasons else "") + ".", "",
-             *([] if not result.comparisons else [f"Verdict of the theory against the samples: **{result.verdict}** "
-                                                  f"({_width_verdicts(result)}).", ""]),
+             *_theory_verdict_lines(result),
              *_summary(result), *_model_section(result, ds), *_theory_section(ds), *_comparison_section(result),
              *_heads_section(result), *_predictors_section(result),
              *_pruning_section(result)]

@@ -42,9 +42,51 @@ def test_loading_and_writing_a_shipped_file_gives_its_bytes_back(path, tmp_path)
             assert inner.pop(key) == empty, key
     if "headline_verdict" not in old:  # derived: without comparisons, that of the sampling
         assert written.pop("headline_verdict") == ("not sampled" if old["verdict"] == "not sampled" else
-                                                   "inconclusive" if old["verdict"] == "inconclusive" else "agree")
+                                                   "inconclusive" if old["verdict"] == "inconclusive" else
+                                                   "not compared")
     assert json.dumps(written, indent=2) + "\n" == path.read_text()
     assert prune_result.load_pruning(tmp_path) == result  # the folder or the file
+
+
+UNCOMPARED = [p for p in SHIPPED if (d := json.loads(p.read_text()))["verdict"] == "diagnostics passed"
+              and not d.get("comparisons")]
+"""Shipped files whose samples passed their diagnostics but were written before ``prune`` compared them."""
+
+
+def test_a_shipped_file_with_samples_but_no_comparison_reads_not_compared():
+    """No "agree" without a comparison: ``inference/results/fig3/pruning.json`` (and any other such shipped file)
+    reads ``not compared`` in the API, in the file written back and in ``report.md``, never ``agree``."""
+    from bayes_attn import _io
+    from bayes_attn.oneshot import results
+
+    assert ROOT / "inference/results/fig3/pruning.json" in UNCOMPARED, UNCOMPARED
+    for path in UNCOMPARED:
+        r = prune_result.load_pruning(path)
+        assert r.verdict == prune_result.NOT_COMPARED == "not compared", (path, r.verdict)
+        assert prune_result.to_json(r)["headline_verdict"] == "not compared"
+        report = results.report_markdown("x", r, _io.load_dataset(path.parent / "oneshot.nc"), {})
+        assert "Verdict of the theory against the samples: **not compared**" in report, report[:600]
+        assert "agree" not in report.split("## ")[0], report[:600]
+
+
+def test_agree_needs_every_compared_width_to_agree():
+    """The headline over widths: one disagreeing width makes it ``disagree``, no width compared ``not compared``,
+    no samples ``not sampled``; ``agree`` only from comparisons that agree."""
+    r = prune_result.load_pruning(ROOT / "inference/results/fig3/compared/pruning.json")
+    assert len(r.comparisons) >= 2
+    agreeing = {N: _with_verdict(c, "agree") for N, c in r.comparisons.items()}
+    assert dataclasses.replace(r, comparisons=agreeing).verdict == "agree"
+    first = next(iter(r.comparisons))
+    one_off = {**agreeing, first: _with_verdict(r.comparisons[first], "disagree")}
+    assert dataclasses.replace(r, comparisons=one_off).verdict == "disagree"
+    assert dataclasses.replace(r, comparisons={}).verdict == "not compared"
+    unsampled = dataclasses.replace(r, comparisons={}, sampling=prune_result.SamplingVerdict("not sampled", []))
+    assert unsampled.verdict == "not sampled"
+
+
+def _with_verdict(c: prune_result.WidthComparison, verdict: str) -> prune_result.WidthComparison:
+    theories = {name: dataclasses.replace(t, verdict=verdict) for name, t in c.theories.items()}
+    return dataclasses.replace(c, theories=theories)
 
 
 def test_the_binomial_and_the_bootstrap_error_are_two_fields(tmp_path):
