@@ -384,7 +384,25 @@ def main(argv: list[str] | None = None) -> int:
             _error(args.command, f"{err.strerror or err}" if "no space" in str(err.strerror) else
                    f"no space left on the device ({err}): free some disk space or choose another output folder")
             return EXIT_USAGE
-        raise
+        return _late_failure(args.command, err)
+    except Exception as err:  # noqa: BLE001 (any other late failure: one line, exit 1; -v logs the traceback)
+        return _late_failure(args.command, err)
+
+
+KEPT = "the output folder keeps the previous run's files"
+"""What a failed run keeps: its results are committed together at its end (:func:`bayes_attn.outputs.commit`)."""
+
+
+def _late_failure(command: str, err: BaseException) -> int:
+    """A failure that is not bad input, after something may have been computed: one line with the error's type and
+    first line and what was kept (:data:`KEPT`), the traceback at ``-v``; :data:`EXIT_FAILED`."""
+    log.debug("traceback of the failure", exc_info=err)
+    text = (str(err).strip().splitlines() or [""])[0]
+    text = text if len(text) <= 300 else text[:297] + "..."
+    memory = "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+    hint = "out of memory on the device: make the width, the number of chains or of draws smaller; " if memory else ""
+    _error(command, f"{hint}{type(err).__name__}: {text} ({KEPT}; run with -v for the traceback)")
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":  # the command is ``bayes-attn`` or ``python -m bayes_attn`` (bayes_attn.__main__)

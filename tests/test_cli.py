@@ -161,6 +161,29 @@ def test_ctrl_c_is_one_line(tmp_path, capsys, monkeypatch):
     assert "interrupted" in _one_line(capsys.readouterr().err)
 
 
+class _XlaError(RuntimeError):
+    """Stands in for jaxlib's ``XlaRuntimeError`` (a ``RuntimeError``) with its many-line message."""
+
+
+@pytest.mark.parametrize("error", [_XlaError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.3GiB.\n"
+                                             + "\n".join(f"  buffer {i}: ..." for i in range(20))),
+                                   KeyError("U"), OSError(5, "Input/output error")], ids=["xla", "key", "io"])
+def test_a_late_failure_is_one_line_and_status_1(tmp_path, capsys, monkeypatch, error):
+    """Any exception after the input was accepted, not only a ``ValueError``: one line naming its type, its first
+    line and what was kept, exit 1 (no traceback; ``-v`` logs it)."""
+    from bayes_attn.run import pipeline
+
+    def fail(*a, **k):
+        raise error
+
+    monkeypatch.setattr(pipeline, "solve_theory", fail)
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_FAILED
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("bayes-attn theory: error: ") and type(error).__name__ in line and cli.KEPT in line, line
+    assert ("out of memory on the device" in line) == isinstance(error, _XlaError), line
+    assert not list((tmp_path / "o").glob("*.nc"))
+
+
 def test_messages_go_through_logging_quiet_or_verbose(tmp_path, capsys):
     """Library messages use the ``logging`` module: shown at the command's default level, hidden by --no-progress."""
     import logging
