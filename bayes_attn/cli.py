@@ -314,9 +314,7 @@ def cmd_prune(args) -> int:
         print(f"N = {N}: {c.summary()}")
     print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {result.verdict})")
     if result.verdict == "inconclusive":
-        reasons = result.sampling.reasons + [f"N={N}: {r}" for N, c in result.comparisons.items()
-                                             for r in c.theories[c.headline].reasons]
-        return _inconclusive(list(dict.fromkeys(reasons)), "some sampled width")
+        return _inconclusive(result.inconclusive_reasons, "some sampled width")
     return 0
 
 

@@ -346,7 +346,7 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
     if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
         return SamplingVerdict("not sampled", [])
     names = {"rhat_U": "max_r_hat", "ess_U": "min_ess_bulk", "divergences": "divergences", "pareto_k": "pareto_k"}
-    per = {f"N={int(N)}": {key: float(ds[v][i]) for v, key in names.items()
+    per = {f"N={int(N)} (sampler, on U)": {key: float(ds[v][i]) for v, key in names.items()
                            if v in ds and np.isfinite(float(ds[v][i]))}
            for i, N in enumerate(ds["sample_width"].values)}
     verdict, reasons = diagnostics_verdict(per)

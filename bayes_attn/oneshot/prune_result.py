@@ -224,6 +224,15 @@ class PruneResult:
             return NOT_COMPARED
         return "disagree" if "disagree" in verdicts else "agree"
 
+    @property
+    def inconclusive_reasons(self) -> list[str]:
+        """Why the headline is inconclusive, each labelled with its width and its check: the sampler's on ``U``
+        (``N=10 (sampler, on U): …``) and the headline comparison's on every observable and the theory
+        (``N=10 (comparison, on every observable): …``); no reason twice."""
+        compared = [f"N={N} (comparison, on every observable): {why}" for N, c in self.comparisons.items()
+                    for why in c.theories[c.headline].reasons]
+        return list(dict.fromkeys([*self.sampling.reasons, *compared]))
+
 
 def to_json(r: PruneResult) -> dict:
     """The ``pruning.json`` dict of ``r`` (keys in the file's order)."""

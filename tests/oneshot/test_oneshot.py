@@ -266,12 +266,33 @@ def test_prune_verdict_from_rhat_and_divergences(tmp_path, capsys, monkeypatch):
                     coords={"sample_width": [10, 100]})
     outputs.save(ds, tmp_path / "oneshot.nc")
     v = pipeline.sampling_verdict(tmp_path / "oneshot.nc")
-    assert v.verdict == "inconclusive" and "N=10" in v.reasons[0]
+    assert v.verdict == "inconclusive" and v.reasons[0].startswith("N=10 (sampler, on U): ")
     assert "R-hat 2.49" in v.reasons[0] and "9 divergent" in v.reasons[0]
     monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: fake_result(verdict=v.verdict, reasons=v.reasons))
     assert cli.main(["prune", "--out", str(tmp_path / "p")]) == cli.EXIT_DIAGNOSTICS
     captured = capsys.readouterr()
     assert "WARNING: inconclusive" in captured.err and captured.out.count("wrote") == 1
+
+
+
+def test_prune_labels_the_samplers_and_the_comparisons_r_hat(tmp_path, capsys, monkeypatch):
+    """Two R-hats at one width, the sampler's on ``U`` and the comparison's on every observable, each named as
+    such in the inconclusive warning (not "N=10: max R-hat …" twice)."""
+    from bayes_attn import cli
+    from bayes_attn.oneshot import pipeline
+
+    r = prune_result.load_pruning(SHIPPED_RUN / "compared" / "pruning.json")
+    N = min(r.comparisons)
+    c = r.comparisons[N]
+    head = dataclasses.replace(c.theories[c.headline], verdict="inconclusive", reasons=["max R-hat 1.89 > 1.01"])
+    comparisons = {**r.comparisons, N: dataclasses.replace(c, theories={**c.theories, c.headline: head})}
+    r = dataclasses.replace(r, comparisons=comparisons, sampling=prune_result.SamplingVerdict(
+        "inconclusive", [f"N={N} (sampler, on U): max R-hat 1.33 > 1.01"]))
+    monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: r)
+    assert cli.main(["prune", "--out", str(tmp_path / "p")]) == cli.EXIT_DIAGNOSTICS
+    err = capsys.readouterr().err
+    assert f"N={N} (sampler, on U): max R-hat 1.33" in err, err
+    assert f"N={N} (comparison, on every observable): max R-hat 1.89" in err, err
 
 
 @pytest.fixture(scope="module")
