@@ -55,6 +55,11 @@ def headline_of(wanted: str, theory: Theory) -> str:
     return _checks.choice("headline", wanted, CORRECTIONS) if theory.correction is not None else "none"
 
 
+TEMPERATURE_RTOL = 1e-6
+"""Theory and posterior are at one temperature when they differ by at most this fraction, whatever its scale (no
+absolute tolerance: 1e-9 and 5e-9 differ); float32 rounding of a temperature stays well inside it."""
+
+
 def diagnostics_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:
     """The three-valued verdict's sampler half over several sampled points (e.g. widths).
 
@@ -303,6 +308,11 @@ def compare(
         headline: ``"laplace"`` or ``"none"``, the theory whose verdict is the
             result's (default: ``theory.correction_name``); ``"laplace"`` needs a corrected theory.
     """
+    for name, value, cls, source in (("theory", theory, Theory, "solve_theory"),
+                                     ("posterior", posterior, Posterior, "sample_posterior")):
+        if not isinstance(value, cls):
+            raise ValueError(f"{name} must be a {cls.__name__} (from {source}), got {type(value).__name__}: the "
+                             "arguments are compare(theory, posterior, x_test, y_test)")
     net = theory.net
     x_test = net.check_inputs(x_test, "x_test")
     y_test = _checks.signs("y_test", y_test, x_test.shape[0])
@@ -328,8 +338,9 @@ def compare(
     stored = tree.attrs.get("x_test_fingerprint")
     if stored is not None and stored != fingerprint(x_test):
         raise ValueError("x_test differs from the test inputs the posterior was sampled with")
-    if not np.isclose(theory.temperature, posterior.temperature):
-        raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature}")
+    if not np.isclose(theory.temperature, posterior.temperature, rtol=TEMPERATURE_RTOL, atol=0.0):
+        raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature} "
+                         f"(relative tolerance {TEMPERATURE_RTOL:g}, at any scale)")
 
     gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
     if theory.correction is None:

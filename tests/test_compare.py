@@ -139,6 +139,23 @@ def test_compare_rejects_other_inputs(problem):
         ba.compare(other, post, xt, yt)
 
 
+def test_compare_refuses_swapped_arguments_and_small_temperatures_apart(problem):
+    """``compare(posterior, theory, …)`` is a ``ValueError`` naming the order (not an ``AttributeError``); two
+    temperatures 5× apart are refused at any scale (``np.isclose``'s absolute 1e-8 let 1e-9 and 5e-9 through),
+    while a float32 rounding of the same temperature is accepted."""
+    net, x, y, xt, yt, _ = problem
+    theory = ba.solve_theory(net, x, y, temperature=1e-9)
+    m, v = theory.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v), draws=50, temperature=5e-9)
+    with pytest.raises(ValueError, match=r"theory must be a Theory .*got Posterior.*compare\(theory, posterior"):
+        ba.compare(post, theory, xt, yt)
+    with pytest.raises(ValueError, match="temperature differs: theory 1e-09, posterior 5e-09"):
+        ba.compare(theory, post, xt, yt)
+    rounded = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v), draws=50,
+                                   temperature=float(np.float32(1e-9)))
+    assert ba.compare(theory, rounded, xt, yt).verdict in ("agree", "disagree", "inconclusive")
+
+
 @pytest.mark.slow
 def test_classification_needs_plus_minus_one_labels(tiny_full):
     net, x, y, xt, post = tiny_full
