@@ -32,6 +32,7 @@ def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> Non
         p.set_defaults(width=None)
     p.add_argument("--temperature", type=float, help="likelihood temperature (default: the spec's)")
     _out(p, command)
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
 def _correction(p: argparse.ArgumentParser, what: str) -> None:
@@ -55,7 +56,6 @@ def _sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=list(DTYPES), help="floating point type for sampling")
     p.add_argument("--chain-method", choices=list(CHAIN_METHODS),
                    help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
-    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
 def _sample(p: argparse.ArgumentParser) -> None:
@@ -114,7 +114,8 @@ SUBCOMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]
     "theory": (
         "solve the order-parameter theory; print U, Ua, action and test accuracies; write theory.nc",
         "Minimise the action S over the order parameters (docs/theory.md), print U with path labels, "
-        "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc.",
+        "Ua, the action and the test accuracy of the theory and of the GP limit, and write theory.nc; "
+        "exit status 3 when the theory is not a solution (not converged, or not a minimum).",
         _theory,
     ),
     "run": (
@@ -137,7 +138,9 @@ SUBCOMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]
         "One-shot image task (docs/theory.md): train the gradient-descent transformer (or reuse OUT/model.npz "
         "made with the same settings), scan the theory over widths × temperatures (chosen on validation episodes), "
         "sample, score the heads from the theory's U and prune the trained model; writes pruning.json, oneshot.nc, "
-        "report.md and figures. Exit status 3 when the sampler's R-hat or divergences failed at some width.",
+        "report.md and figures. Exit status 3 when the verdict is inconclusive at some sampled width: a "
+        "diagnostic of the sampler or of the comparison failed (R-hat, bulk ESS, divergences, Pareto k-hat) or the "
+        "theory is not a solution there; 0 for agree, disagree, not compared and not sampled.",
         _prune,
     ),
 }

@@ -11,15 +11,23 @@ from collections.abc import Sequence
 import numpy as np
 
 
+NOT_REAL_KINDS = "cUSMm"
+"""NumPy dtype kinds refused as arrays of real numbers: complex (its imaginary part would be dropped), strings
+(they would be parsed) and times; bool, int, float, bfloat16 (kind ``V``) and numbers in objects convert."""
+
+
 def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | None] | None = None) -> np.ndarray:
     """Return ``value`` as a finite float64 array, checking rank and shape.
 
     ``shape`` entries that are ``None`` are free.
     """
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
+        if raw.dtype.kind in NOT_REAL_KINDS:  # complex would lose its imaginary part, strings would be parsed
+            raise TypeError(f"dtype {raw.dtype}")
+        arr = raw.astype(np.float64)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a numeric array, got {type(value).__name__}") from err
+        raise ValueError(f"{name} must be a real numeric array, got {type(value).__name__} ({err})") from err
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
     if shape is not None:
@@ -31,12 +39,21 @@ def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | No
     return arr
 
 
+def real(value) -> bool:
+    """Whether ``value`` is a real number: a Python or NumPy int or float, or a 0-d real array (not a bool, a
+    string or a complex number)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    return getattr(value, "shape", None) == () and np.asarray(value).dtype.kind in "iuf"
+
+
 def positive(name: str, value) -> float:
-    """Return ``value`` as a float, requiring it to be finite and > 0."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from err
+    """Return ``value`` as a float, requiring a real number (not a string, a bool or a complex), finite and > 0."""
+    if not real(value):
+        raise ValueError(f"{name} must be a positive number, got {value!r} ({type(value).__name__})")
+    v = float(value)
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
     return v
@@ -115,7 +132,9 @@ def width(name: str, value) -> int:
     """Return ``value`` as a width ``N``: an integer in ``[1, 2**53]``."""
     n = positive_int(name, value)
     if n > MAX_WIDTH:
-        raise ValueError(f"{name} must be an integer between 1 and 2**53 = {MAX_WIDTH} (exact in float64), got {n:.3g}")
+        shown = f"{n:.3g}" if n < 1e300 else f"about 10**{len(str(n)) - 1}"  # a float overflows past ~1.8e308
+        raise ValueError(f"{name} must be an integer between 1 and 2**53 = {MAX_WIDTH} (exact in float64), "
+                         f"got {shown}")
     return n
 
 

@@ -77,7 +77,7 @@ class Network:
             widths = [widths] * (L + 1)
         if not isinstance(widths, Sequence) or len(widths) != L + 1:
             raise ValueError(f"widths must be one int or a list [N1, ..., NL, Na] of length {L + 1}, got {widths!r}")
-        widths = tuple(_checks.positive_int(f"widths[{i}]", n) for i, n in enumerate(widths))
+        widths = tuple(_checks.width(f"widths[{i}]", n) for i, n in enumerate(widths))
         if isinstance(variances, (int, float, np.floating, np.integer)) and not isinstance(variances, bool):
             variances = [variances] * (L + 2)
         if not isinstance(variances, Sequence) or len(variances) != L + 2:

@@ -184,6 +184,37 @@ def test_a_late_failure_is_one_line_and_status_1(tmp_path, capsys, monkeypatch, 
     assert not list((tmp_path / "o").glob("*.nc"))
 
 
+def test_every_command_takes_no_progress():
+    """The docs promise ``--no-progress`` on every command, with one help text."""
+    commands = cli.parser()._subparsers._group_actions[0].choices
+    helps = {name: [a.help for a in p._actions if "--no-progress" in a.option_strings] for name, p in commands.items()}
+    assert all(len(h) == 1 for h in helps.values()) and len({h[0] for h in helps.values()}) == 1, helps
+
+
+def test_the_help_names_every_cause_of_exit_3():
+    """``prune --help`` and ``theory --help`` name what makes them exit 3 as :func:`bayes_attn.cli.main` does: for
+    ``prune``, any failed diagnostic of the sampler or the comparison, or a theory that is not a solution (not only
+    R-hat or divergences); for ``theory``, a theory that is not a solution."""
+    commands = cli.parser()._subparsers._group_actions[0].choices
+    prune, theory = commands["prune"].description, commands["theory"].description
+    assert all(w in prune for w in ("R-hat", "bulk ESS", "divergences", "k-hat", "not a solution")), prune
+    assert "not compared" in prune and "exit status 3 when the theory is not a solution" in theory, theory
+
+
+@pytest.mark.slow
+def test_theory_with_no_progress_is_quiet(tmp_path, capsys):
+    """``theory --no-progress`` leaves stderr to warnings and errors (the info line about a stale temporary file
+    is not shown); ~10 s of compiling."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / outputs.MARKER).touch()
+    (out / ".bayes_attn-abc.nc.tmp").write_text("left by a killed run")
+    assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out), "--no-progress", "--correction",
+                     "none"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "wrote" in captured.out, captured.err
+
+
 def test_messages_go_through_logging_quiet_or_verbose(tmp_path, capsys):
     """Library messages use the ``logging`` module: shown at the command's default level, hidden by --no-progress."""
     import logging

@@ -278,6 +278,8 @@ def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
         (dict(sampler="wishart", keep_weights=True), "samples the order parameters only"),
         (dict(sampler="wishart", keep_effective_weights=True), "samples the order parameters only"),
         (dict(num_chains=0), "num_chains"),
+        (dict(seed=2**32), r"seed must be an integer between 0 and 2\*\*32 - 1"),
+        (dict(temperature="0.1"), r"temperature must be a positive number, got '0.1'"),
         (dict(dtype="float16"), "dtype"),
     ],
 )

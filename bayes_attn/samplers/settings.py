@@ -92,7 +92,7 @@ class SamplerSettings:
         t = self.target_accept
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t < 1.0:
             raise ValueError(f"target_accept must be a number in (0, 1), got {t!r}")
-        _checks.positive_int("seed", self.seed, minimum=0)
+        _checks.seed("seed", self.seed)
         _checks.choice("dtype", self.dtype, DTYPES)
         _checks.choice("chain_method", self.chain_method, CHAIN_METHODS)
         _checks.choice("start", self.start, STARTS)

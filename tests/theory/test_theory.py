@@ -429,6 +429,12 @@ def test_bad_inputs(monkeypatch):
         (dict(tol=0.0), "tol"),
         (dict(max_iter=-1), "max_iter"),
         (dict(solver="newton"), "solver"),
+        (dict(temperature="0.1"), r"temperature must be a positive number, got '0.1' \(str\)"),
+        (dict(temperature=True), "temperature"),
+        (dict(temperature=0.1 + 0j), "temperature"),
+        (dict(x=x + 0j), r"x must be a real numeric array.*complex128"),
+        (dict(x=x.astype(str)), r"x must be a real numeric array"),
+        (dict(y=y.astype(complex)), r"y must be a real numeric array"),
     ]
     for change, name in bad:
         kw = dict(net=net, x=x, y=y, temperature=0.1) | change
