@@ -17,9 +17,16 @@ Names are imported on first use (``bayes_attn.threads``, ``bayes_attn.Network``,
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 import lazy_loader
+
+try:
+    __version__ = metadata.version("bayes_attn")
+    """The installed distribution's version (pyproject.toml's ``version``)."""
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 # Imported on first use (lazy_loader); ``bayes_attn.compare`` stays the function after its module loads.
 _SUBMODULES = {"calibration", "cli", "compile_cache", "diagnostics", "gp", "network", "oneshot", "outputs",
@@ -38,7 +45,7 @@ __getattr__, __dir__, _names = lazy_loader.attach(
         "theory": ["Theory", "gp_limit", "load_theory", "solve_theory"],
     },
 )
-__all__ = sorted(set(_names) - _SUBMODULES)  # the names, and `samplers`; not every module
+__all__ = sorted(set(_names) - _SUBMODULES)  # the names, and `samplers`; not every module (and not __version__)
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import samplers, threads  # noqa: F401

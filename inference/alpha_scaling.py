@@ -21,7 +21,8 @@ one_blas_thread()
 import numpyro  # noqa: E402
 import xarray as xr  # noqa: E402
 
-from bayes_attn import figures, load_spec  # noqa: E402
+from bayes_attn import load_spec  # noqa: E402
+from bayes_attn.run import figures  # noqa: E402
 from bayes_attn.sweep.table import alpha_sweep  # noqa: E402
 
 numpyro.set_host_device_count(4)  # one CPU device per chain

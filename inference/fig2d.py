@@ -13,7 +13,8 @@ from pathlib import Path
 
 import xarray as xr
 
-from bayes_attn import figures, gp_limit, solve_theory
+from bayes_attn import gp_limit, solve_theory
+from bayes_attn.run import figures
 from bayes_attn.spec import load_spec
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ steps as one JSON line. The measured runs are in
     python inference/fig3_plateau.py QK_SCALE [EPOCHS_OF_100_STEPS] [LR]
 """
 
+import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -24,9 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    qk = float(sys.argv[1])
-    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 6
-    lr = float(sys.argv[3]) if len(sys.argv) > 3 else 3e-4
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("qk_scale", type=float, help="scale of the query/key initialisation")
+    p.add_argument("epochs", type=int, nargs="?", default=6, help="epochs of 100 steps (default 6)")
+    p.add_argument("lr", type=float, nargs="?", default=3e-4, help="Adam's learning rate (default 3e-4)")
+    a = p.parse_args()
+    qk, epochs, lr = a.qk_scale, a.epochs, a.lr
     base = load_oneshot_spec(ROOT / "models/omniglot_oneshot_plain.toml")
     spec = dataclasses.replace(
         base,

@@ -270,3 +270,32 @@ def test_make_clean_removes_only_what_the_build_made():
                for w in shlex.split(line)[1:] if not w.startswith("-")]
     assert ".venv" in removed and ".pytest_cache" in removed, out
     assert not any(w == "runs" or w.startswith("runs/") or w in ("", "*") for w in removed), out
+
+
+def test_version_is_the_installed_metadatas():
+    """``bayes_attn.__version__`` is the installed distribution's version, which is pyproject.toml's."""
+    import tomllib
+    from importlib import metadata
+
+    import bayes_attn
+
+    assert bayes_attn.__version__ == metadata.version("bayes_attn")
+    assert bayes_attn.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def test_the_project_files_of_a_package():
+    """``LICENSE`` is the MIT licence pyproject.toml names; ``CITATION.cff`` cites the package at its version and
+    the paper it implements; ``CHANGELOG.md`` has an entry for the version."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    licence = (ROOT / "LICENSE").read_text()
+    assert project["license"] == "MIT" and licence.startswith("MIT License") and "the bayes_attn authors" in licence
+    yaml = pytest.importorskip("yaml")  # PyYAML comes with the test extra's Dask
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and str(cff["version"]) == project["version"] and cff["license"] == "MIT"
+    paper = cff["preferred-citation"]
+    assert paper["title"].startswith("Dissecting the Interplay of Attention Paths") and paper["year"] == 2024
+    assert [a["family-names"] for a in paper["authors"]] == ["Tiberi", "Mignacco", "Irie", "Sompolinsky"]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert "## [Unreleased]" in changelog and f"## [{project['version']}] - " in changelog
