@@ -4,10 +4,11 @@ Every array variable is written with HDF5's Fletcher-32 checksum, and the
 rest (attributes, scalars, strings, dimension sizes) is covered by one
 SHA-256 (attribute ``metadata_sha256``), so a file corrupted on disk fails to
 load (:class:`CorruptFileError`) instead of giving other numbers; a file
-written before that SHA-256 loads with a warning that those are unchecked. Every file records the package versions that wrote it
-(attribute ``versions``, JSON); a file written by another version of this
-package, or without that record, loads with a warning, and JSON attributes
-that do not parse make it a :class:`CorruptFileError`. A write that fails for
+written before that SHA-256 loads with a warning that those are unchecked.
+Every file records the package versions that wrote it (attribute
+``versions``, JSON); a file written by another version of this package, or
+without that record, loads with a warning, and JSON attributes that do not
+parse make it a :class:`CorruptFileError`. A write that fails for
 lack of disk space says so (``OSError`` with ``errno.ENOSPC``).
 """
 
