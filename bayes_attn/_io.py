@@ -1,11 +1,14 @@
 """netCDF reading and writing that never leaves a half-written file behind.
 
-Every array variable is written with HDF5's Fletcher-32 checksum, so a file
-corrupted on disk fails to load (:class:`CorruptFileError`) instead of
-giving other numbers. Every file records the package versions that wrote it
-(attribute ``versions``, JSON); a file written by another version of this
-package, or without that record, loads with a warning, and JSON attributes
-that do not parse make it a :class:`CorruptFileError`. A write that fails for
+Every array variable is written with HDF5's Fletcher-32 checksum, and the
+rest (attributes, scalars, strings, dimension sizes) is covered by one
+SHA-256 (attribute ``metadata_sha256``), so a file corrupted on disk fails to
+load (:class:`CorruptFileError`) instead of giving other numbers; a file
+written before that SHA-256 loads with a warning that those are unchecked.
+Every file records the package versions that wrote it (attribute
+``versions``, JSON); a file written by another version of this package, or
+without that record, loads with a warning, and JSON attributes that do not
+parse make it a :class:`CorruptFileError`. A write that fails for
 lack of disk space says so (``OSError`` with ``errno.ENOSPC``).
 """
 
@@ -34,6 +37,8 @@ TMP_PREFIX = ".bayes_attn-"
 _TEMPORARY = re.compile(re.escape(TMP_PREFIX) + r"[A-Za-z0-9_]+\.[A-Za-z0-9]+\.tmp")
 JSON_ATTRS = ("versions", "head_names", "settings", "sampler_settings", "failed_jobs")
 """Attributes stored as JSON text; one that does not parse makes the file corrupt."""
+CHECKSUM_ATTR = "metadata_sha256"
+"""Root attribute: the SHA-256 of what Fletcher-32 does not cover (see :func:`_metadata_sha256`)."""
 PACKAGES = ("bayes_attn", "jax", "jaxlib", "numpyro", "numpy", "scipy", "xarray", "arviz-stats", "netCDF4")
 
 
@@ -65,6 +70,76 @@ def digest(text: str) -> str:
 def _checksummed(ds: xr.Dataset) -> dict:
     """Encoding turning on Fletcher-32 for every variable HDF5 can checksum (numeric, at least 1-d)."""
     return {k: {"fletcher32": True} for k, v in ds.variables.items() if v.ndim >= 1 and v.dtype.kind in "fiucb"}
+
+
+def _canonical(value) -> bytes:
+    """Exact bytes of an attribute's or a variable's value as netCDF4 reads it (strings as UTF-8 JSON)."""
+    if isinstance(value, str):
+        return b"s" + json.dumps(value).encode()
+    a = np.asarray(value)
+    if a.dtype.kind in "OU":
+        return b"t" + json.dumps([a.shape, [str(v) for v in a.ravel()]]).encode()
+    a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))  # the same bytes on any machine
+    return a.dtype.str.encode() + repr(a.shape).encode() + a.tobytes()
+
+
+def _metadata_sha256(f) -> str:
+    """SHA-256 of an open ``netCDF4.Dataset``'s attributes, dimension sizes and every value that Fletcher-32 does
+    not cover (scalars, strings), in every group, in name order; :data:`CHECKSUM_ATTR` itself is left out."""
+    h = hashlib.sha256()
+
+    def add(*parts: bytes) -> None:
+        for part in parts:
+            h.update(len(part).to_bytes(8, "little") + part)
+
+    def attrs(obj) -> None:
+        for name in sorted(set(obj.ncattrs()) - {CHECKSUM_ATTR}):
+            add(b"attr", name.encode(), _canonical(obj.getncattr(name)))
+
+    groups = [f]
+    while groups:
+        g = groups.pop()
+        g.set_auto_maskandscale(False)
+        g.set_auto_chartostring(False)
+        add(b"group", g.path.encode())
+        attrs(g)
+        for name in sorted(g.dimensions):
+            add(b"dim", name.encode(), str(len(g.dimensions[name])).encode())
+        for name in sorted(g.variables):
+            v = g.variables[name]
+            add(b"var", name.encode(), json.dumps(v.dimensions).encode())
+            attrs(v)
+            if not v.filters().get("fletcher32"):
+                add(b"value", _canonical(v[...]))
+        groups.extend(g.groups[k] for k in sorted(g.groups, reverse=True))
+    return h.hexdigest()
+
+
+def _add_checksum(path: Path) -> None:
+    """Store :func:`_metadata_sha256` of the netCDF file ``path`` in its root attribute :data:`CHECKSUM_ATTR`."""
+    import netCDF4
+
+    with netCDF4.Dataset(path, "a") as f:
+        f.setncattr(CHECKSUM_ATTR, _metadata_sha256(f))
+
+
+def _verify_checksum(path: Path) -> None:
+    """Raise :class:`CorruptFileError` when ``path``'s :data:`CHECKSUM_ATTR` differs from its contents; warn when
+    it has none (a file written before it was recorded)."""
+    import netCDF4
+
+    try:
+        with netCDF4.Dataset(path, "r") as f:
+            stored = f.getncattr(CHECKSUM_ATTR) if CHECKSUM_ATTR in f.ncattrs() else None
+            actual = None if stored is None else _metadata_sha256(f)
+    except (OSError, RuntimeError, ValueError, KeyError) as err:
+        raise _corrupt(path, err) from err
+    if stored is None:
+        warnings.warn(f"{str(path)!r} records no checksum of its scalars and attributes (it was written before "
+                      "they were checksummed): they are unchecked", RuntimeWarning, stacklevel=5)
+    elif stored != actual:
+        raise CorruptFileError(f"{str(path)!r} cannot be read: its scalars and attributes do not match their "
+                               "checksum; the file is corrupted")
 
 
 @contextlib.contextmanager
@@ -113,6 +188,7 @@ def _json_default(o):
 def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
     """Write ``obj`` to ``path`` as netCDF, atomically (see :func:`atomic`), with checksums and versions."""
     obj = obj.copy()
+    obj.attrs.pop(CHECKSUM_ATTR, None)  # a loaded file's, stale once its contents change
     obj.attrs.setdefault("versions", json.dumps(versions()))
     if isinstance(obj, xr.DataTree):
         encoding = {node.path: _checksummed(node.to_dataset(inherit=False)) for node in obj.subtree}
@@ -121,6 +197,7 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
     with atomic(path) as tmp:
         try:
             _to_netcdf(obj, tmp, encoding)
+            _add_checksum(tmp)
         except (OSError, RuntimeError) as err:
             raise _no_space(tmp, err, _nbytes(obj)) or err
     return Path(path)
@@ -186,6 +263,7 @@ def _load(path: str | os.PathLike, open_file, samplers: Collection[str] | None):
             data = data.load().copy()
     except (OSError, RuntimeError, ValueError, KeyError) as err:
         raise _corrupt(path, err) from err
+    data.attrs.pop(CHECKSUM_ATTR, None)
     _check_attrs(data.attrs, path, samplers)
     return data
 
@@ -204,7 +282,8 @@ def load_dataset(path: str | os.PathLike, samplers: Collection[str] | None = Non
 
 
 def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = None) -> None:
-    """JSON attributes parse (else :class:`CorruptFileError`); a sampler name is known; versions are compared."""
+    """JSON attributes parse (else :class:`CorruptFileError`); a sampler name is known; the checksum of scalars and
+    attributes matches (:func:`_verify_checksum`); versions are compared."""
     for name in JSON_ATTRS:
         if name in attrs:
             try:
@@ -216,6 +295,7 @@ def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = Non
         raise CorruptFileError(f"{str(path)!r} names the sampler {str(attrs['sampler'])!r}, which this version "
                                f"does not know (known: {', '.join(samplers)}); it was written by another "
                                "version or is corrupted")
+    _verify_checksum(path)
     if "versions" not in attrs:
         warnings.warn(f"{str(path)!r} records no package versions: it was not written by this package's save "
                       "functions, or by a version before they recorded them", RuntimeWarning, stacklevel=4)

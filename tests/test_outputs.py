@@ -315,6 +315,58 @@ def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
         ba.load_theory(path)
 
 
+def test_flipped_byte_in_a_saved_scalar_is_an_error(tiny, tmp_path):
+    net, x, y, _ = tiny
+    theory = ba.solve_theory(net, x, y, temperature=0.5)
+    raw = theory.save(tmp_path / "theory.nc").read_bytes()
+    for name, value in (("Ua", theory.Ua), ("temperature", 0.5)):  # 0-d variables, which Fletcher-32 skips
+        at, flipped = raw.find(np.float64(value).tobytes()), bytearray(raw)
+        assert at > 0 and raw.count(np.float64(value).tobytes()) == 1
+        flipped[at + 6] ^= 0x10  # an exponent bit: another number altogether
+        path = tmp_path / f"flipped-{name}.nc"
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(outputs.CorruptFileError, match=r"flipped-.*scalars and attributes do not match"):
+            ba.load_theory(path)
+
+
+def test_changed_attribute_is_an_error(tiny, tmp_path):
+    import netCDF4
+
+    net, x, y, _ = tiny
+    path = ba.solve_theory(net, x, y, temperature=0.5).save(tmp_path / "theory.nc")
+    with netCDF4.Dataset(path, "r+") as f:
+        f.setncattr("variances", np.array([1.0, 1.0, 1.0, 2.0]))  # another prior, same shape and type
+    with pytest.raises(outputs.CorruptFileError, match="do not match their checksum"):
+        ba.load_theory(path)
+    n = len(net.path_labels)
+    U = np.broadcast_to(np.eye(n), (2, 3, n, n))  # 2 chains of 3 draws
+    post = ba.posterior.Posterior.from_draws(net, {"U": U}, {}, x, y, temperature=0.1, sampler="full")
+    for group, attr, value in ((None, "temperature", 0.2), ("posterior", "created_at", "2001-01-01")):
+        path = post.save(tmp_path / "posterior.nc")  # the root's attribute, then a group's
+        ba.load_posterior(path)
+        with netCDF4.Dataset(path, "r+") as f:
+            (f[group] if group else f).setncattr(attr, value)
+        with pytest.raises(outputs.CorruptFileError, match="do not match their checksum"):
+            ba.load_posterior(path)
+
+
+def test_file_without_metadata_checksum_loads_with_a_warning(tiny, tmp_path):
+    import warnings
+
+    import netCDF4
+
+    net, x, y, _ = tiny
+    theory = ba.solve_theory(net, x, y, temperature=0.5)
+    path = theory.save(tmp_path / "theory.nc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a file of this version verifies, without a note
+        assert ba.load_theory(path).Ua == theory.Ua
+    with netCDF4.Dataset(path, "r+") as f:
+        f.delncattr("metadata_sha256")  # as written before scalars and attributes were checksummed
+    with pytest.warns(RuntimeWarning, match="records no checksum of its scalars and attributes.*unchecked"):
+        assert ba.load_theory(path).Ua == theory.Ua
+
+
 def test_corrupt_json_attribute_is_a_corrupt_file(tiny, tmp_path):
     import netCDF4
 
@@ -332,7 +384,8 @@ def test_other_version_missing_versions_and_unknown_sampler(tmp_path, monkeypatc
     outputs.load_dataset(tmp_path / "ok.nc")  # this version: no warning (pytest -W error would show one)
     ds.to_netcdf(tmp_path / "bare.nc")
     with pytest.warns(RuntimeWarning, match="records no package versions"):
-        outputs.load_dataset(tmp_path / "bare.nc")
+        with pytest.warns(RuntimeWarning, match="scalars and attributes.*unchecked"):  # nor a checksum of those
+            outputs.load_dataset(tmp_path / "bare.nc")
     outputs.save(ds.assign_attrs(versions=json.dumps({"bayes_attn": "0.0.1"})), tmp_path / "old.nc")
     with pytest.warns(RuntimeWarning, match="written by bayes_attn 0.0.1"):
         outputs.load_dataset(tmp_path / "old.nc")
