@@ -14,18 +14,6 @@ Writes OUT/alpha-<a>/alpha_sweep.nc and OUT/finite_size_alpha.png.
 import argparse
 from pathlib import Path
 
-from bayes_attn.threads import one_blas_thread
-
-one_blas_thread()
-
-import numpyro  # noqa: E402
-import xarray as xr  # noqa: E402
-
-from bayes_attn import load_spec  # noqa: E402
-from bayes_attn.run import figures  # noqa: E402
-from bayes_attn.sweep.table import alpha_sweep  # noqa: E402
-
-numpyro.set_host_device_count(4)  # one CPU device per chain
 
 
 def widths_for(alpha: float, max_p: int, min_p: int = 50) -> list[int]:
@@ -44,6 +32,17 @@ if __name__ == "__main__":
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--samples", type=int, default=1000)
     a = p.parse_args()
+    from bayes_attn.threads import one_blas_thread  # after parsing: --help imports nothing heavy
+
+    one_blas_thread()
+    import numpyro
+    import xarray as xr
+
+    from bayes_attn import load_spec
+    from bayes_attn.run import figures
+    from bayes_attn.sweep.table import alpha_sweep
+
+    numpyro.set_host_device_count(4)  # one CPU device per chain
     spec = load_spec("models/markov_4paths.toml")
     sweeps = {}
     for alpha in a.alphas:

@@ -20,8 +20,6 @@ and, per sampled width, the posterior and comparison under OUT/widths/.
 
 import argparse
 
-from bayes_attn.cli import main
-
 
 def sweep_main(spec: str, out: str, doc: str) -> int:
     """Parse the script's options and run ``bayes-attn sweep`` on ``spec``."""
@@ -33,6 +31,8 @@ def sweep_main(spec: str, out: str, doc: str) -> int:
     p.add_argument("--samples", default="1000")
     p.add_argument("--warmup", default="500")
     a = p.parse_args()
+    from bayes_attn.cli import main  # after parsing: --help imports nothing heavy
+
     args = ["sweep", spec, "--out", a.out, "--chains", a.chains, "--samples", a.samples, "--warmup", a.warmup]
     if a.sample_widths is not None:
         args += ["--sample-widths", *a.sample_widths]

@@ -11,17 +11,18 @@ alignment.png and alignment.nc (both kernels' eigenvalues and cosines).
 import argparse
 from pathlib import Path
 
-import xarray as xr
-
-from bayes_attn import gp_limit, solve_theory
-from bayes_attn.run import figures
-from bayes_attn.spec import load_spec
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--width", type=int, default=10)
     p.add_argument("--out", type=Path, default=Path("runs/fig2d"))
     a = p.parse_args()
+    import xarray as xr  # after parsing: --help imports nothing heavy
+
+    from bayes_attn import gp_limit, solve_theory
+    from bayes_attn.run import figures
+    from bayes_attn.spec import load_spec
+
     spec = load_spec("models/markov_4paths.toml")
     net = spec.net(a.width)
     x, y, _, _ = spec.data()

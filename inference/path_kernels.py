@@ -10,15 +10,15 @@ on the training sequences sorted by label.
 
 import argparse
 
-from bayes_attn import gp_limit, load_spec, solve_theory
-from bayes_attn.oneshot.figures import path_kernels
-
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default="models/markov_4paths.toml")
     p.add_argument("--out", default="inference/results/fig2c/path_kernels.png")
     a = p.parse_args()
+    from bayes_attn import gp_limit, load_spec, solve_theory  # after parsing: --help imports nothing heavy
+    from bayes_attn.oneshot.figures import path_kernels
+
     spec = load_spec(a.spec)
     x, y, _, _ = spec.data()
     net = spec.net()
