@@ -168,7 +168,6 @@ def spec_from_dict(data: dict) -> Spec:
         cluster=dict(data.get("cluster", {})),
     )
     _checks.seed("task.seed", spec.task.seed)
-    _checks.seed("sampler.seed", spec.sampler.seed)
     spec.check_size()
     labels = spec.net().path_labels  # fail early on a bad network
     for name, paths in spec.compare.gp_paths.items():

@@ -1,0 +1,153 @@
+"""Every code block of the README and the docs pages is run or checked as written.
+
+- ``bash``: each command has a rule: ``make T`` names a target of the Makefile; ``bayes-attn …`` uses only options
+  its subcommand has, and a concrete line (no ``[…]``, ``|`` or ``...``) parses as a whole; ``python SCRIPT …``
+  names a script that exists and options it defines. A command without a rule fails the test, so that a new kind
+  of command gets one.
+- ``python``: the README's runs in tests/test_examples.py; the getting-started page's runs here (slow).
+- ``toml``: parses; a ``[cluster]`` table is a valid dask-jobqueue cluster of the sweep's executors.
+- ``bibtex``: balanced braces, and the title the package's ``CITATION.cff`` cites.
+- A block without a language quotes output: the paragraph before it says it is an example ("for example", "for
+  instance", "e.g."), since another CPU gives another chain and other digits.
+- Sphinx directives (``{toctree}``, ``{argparse}``) are built, warnings as errors, by ``make docs``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from bayes_attn import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", ROOT / "inference/README.md", ROOT / "benchmarks/README.md",
+         *sorted(p for p in (ROOT / "docs").rglob("*.md") if not {"_build", "auto_examples"} & set(p.parts))]
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+EXAMPLE_MARKS = ("for example", "for instance", "e.g.")
+
+
+def blocks(language: str | None = None) -> list[tuple[str, str, str, str]]:
+    """``(where, language, body, paragraph before)`` of every fenced block (of ``language``) in :data:`PAGES`."""
+    out = []
+    for page in PAGES:
+        text = page.read_text()
+        for m in FENCE.finditer(text):
+            lang = m.group(1).strip()
+            if language is None or lang == language:
+                before = text[:m.start()].rstrip().split("\n\n")[-1]
+                out.append((f"{page.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}", lang, m.group(2),
+                            before))
+    return out
+
+
+def commands(body: str) -> list[str]:
+    """The command lines of a shell block: continuation lines joined, comments and blank lines dropped."""
+    joined = re.sub(r"\\\n\s*", " ", body)
+    lines = (line.split(" #")[0].strip() for line in joined.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
+
+
+def _options(parser) -> set[str]:
+    return {o for a in parser._actions for o in a.option_strings}
+
+
+def _check_bayes_attn(words: list[str], line: str) -> None:
+    top = cli.parser()
+    subs = top._subparsers._group_actions[0].choices
+    named = [w for w in words[1:] if w in subs]
+    used = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", line))
+    known = _options(top) | (_options(subs[named[0]]) if named else set())
+    assert used <= known, f"{line!r}: {sorted(used - known)} are not options of bayes-attn {named[:1]}"
+    if named and not any(c in line for c in "[]|") and "..." not in line:
+        top.parse_args(words[1:])  # a concrete command parses as a whole (exits 2 on any error)
+
+
+def _check_script(words: list[str], line: str) -> None:
+    script = ROOT / next(w for w in words if w.endswith(".py"))
+    assert script.is_file(), f"{line!r}: no script {script.relative_to(ROOT)}"
+    source = script.read_text()
+    missing = [o for o in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", line) if f'"{o}"' not in source]
+    assert not missing, f"{line!r}: {script.name} defines no {missing}"
+
+
+def check_command(line: str) -> None:
+    """One command of a shell block, by its rule (module docstring)."""
+    words = [w for w in shlex.split(line) if not re.fullmatch(r"[A-Z_]+=\S*", w)]  # VAR=value prefixes dropped
+    program = os.path.basename(words[0])
+    if program == "make":
+        assert set(words[1:]) <= _make_targets(), f"{line!r}: not a Makefile target"
+    elif program == "bayes-attn":
+        _check_bayes_attn(words, line)
+    elif program.startswith("python") and any(w.endswith(".py") for w in words):
+        _check_script(words, line)
+    else:
+        raise AssertionError(f"{line!r}: no rule checks a {program!r} command (tests/test_docs.py)")
+
+
+SHELL = [b for lang in ("bash", "sh", "console") for b in blocks(lang)]
+
+
+def test_the_pages_have_their_blocks():
+    assert len(SHELL) >= 6 and blocks("python") and blocks("toml") and blocks("bibtex"), [b[0] for b in blocks()]
+
+
+@pytest.mark.parametrize("where, lang, body, before", SHELL, ids=[b[0] for b in SHELL])
+def test_shell_block(where, lang, body, before):
+    lines = commands(body)
+    assert lines, where
+    for line in lines:
+        check_command(line)
+
+
+def test_the_rules_catch_a_wrong_command():
+    """The rules fail on what they are for: an unknown option, target or script, and a command without a rule."""
+    for bad in ("bayes-attn run --widht 3", "make tests", "python inference/fig9.py", "python inference/fig2c.py --nope",
+                "bayes-attn sweep m.toml --executor slurm", "pip install bayes_attn"):
+        with pytest.raises((AssertionError, SystemExit)):
+            check_command(bad)
+
+
+@pytest.mark.parametrize("where, lang, body, before", blocks(""), ids=[b[0] for b in blocks("")])
+def test_quoted_output_is_marked_as_an_example(where, lang, body, before):
+    assert any(m in before.lower() for m in EXAMPLE_MARKS), f"{where}: say the output is an example: {before!r}"
+
+
+@pytest.mark.parametrize("where, lang, body, before", blocks("toml"), ids=[b[0] for b in blocks("toml")])
+def test_toml_block(where, lang, body, before):
+    table = tomllib.loads(body)
+    if "cluster" in table:
+        pytest.importorskip("dask_jobqueue")  # the test extra has it
+        from bayes_attn.sweep import executor_from_options
+
+        executor_from_options("dask", cluster=table["cluster"])  # checks class and options, starts nothing
+
+
+def test_bibtex_block_cites_the_paper():
+    yaml = pytest.importorskip("yaml")  # PyYAML comes with the test extra's Dask
+    title = yaml.safe_load((ROOT / "CITATION.cff").read_text())["preferred-citation"]["title"]
+    for where, _, body, _ in blocks("bibtex"):
+        assert body.count("{") == body.count("}") and body.lstrip().startswith("@"), where
+        assert title in " ".join(body.split()), where
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("examples")  # compiles what the gallery and the README's example compile
+def test_getting_started_python_block_runs(tmp_path, monkeypatch, capsys):
+    """The getting-started page's Python block, in an empty folder (it writes theory.nc, posterior.nc,
+    comparison.nc): it runs as written and prints the report whose verdict line the page quotes."""
+    [(where, _, body, _)] = [b for b in blocks("python") if b[0].startswith("docs/getting-started.md")]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(body, where, "exec"), {"__name__": "__main__"})
+    printed = capsys.readouterr().out
+    assert re.search(r"^\*\*Verdict: .* theory and sampling (agree|DISAGREE)\*\*", printed, flags=re.M) or \
+        "INCONCLUSIVE" in printed, printed[-2000:]
+    assert {"theory.nc", "posterior.nc", "comparison.nc"} <= {p.name for p in tmp_path.iterdir()}
