@@ -99,7 +99,9 @@ def _prune(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", nargs="?", help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
     p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
     _out(p, "prune")
-    p.add_argument("--retrain", action="store_true", help="train again even if OUT/model.npz matches the settings")
+    p.add_argument("--retrain", action="store_true",
+                   help="train again even if OUT holds a model trained with the same settings (model.npz, or "
+                   "model.parked.npz left by a run that failed)")
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 

@@ -31,6 +31,12 @@
    the previous run's files as they were; one interrupted while moving leaves
    a manifest that still names every file this package wrote.
 
+A file a failed run should not lose (prune's trained model) is *parked* by
+:func:`park`: moved into the folder at once under another name
+(``model.parked.npz``), claimed by ``manifest.json`` (``files`` and
+``parked``), beside the previous run's files, which stay one set; the run's
+commit moves it to its own name.
+
 Resumable caches (a sweep's ``widths/``) are written straight into the held
 folder, one atomic file at a time, and are not part of the replacement; a
 cache folder carries its own :data:`MARKER` (see :func:`cache_folder`).
@@ -55,7 +61,7 @@ import stat
 import sys
 import tempfile
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,13 +104,16 @@ class FailedAfterComputing(RuntimeError):
 class Staging:
     """Where a held run writes: ``path(name)`` in the staging folder; ``folder`` is the final place.
 
-    ``record``: JSON-serialisable entries the run adds for ``manifest.json`` (e.g. its settings).
+    ``record``: JSON-serialisable entries the run adds for ``manifest.json`` (e.g. its settings);
+    ``parked``: the run's files parked in the folder (:func:`park`), parked name → the name they take on commit;
+    ``files``: the names the run declared (``None``: any).
     """
 
     folder: Path
     staging: Path
     record: dict = field(default_factory=dict)
-    published: list[str] = field(default_factory=list)
+    parked: dict[str, str] = field(default_factory=dict)
+    files: frozenset[str] | None = None
 
     def path(self, name: str) -> Path:
         """The staged location of the output ``name`` (a plain file name, no folders)."""
@@ -362,17 +371,19 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def commit(folder: Path, staging: Path, record: dict | None = None, *, command: str | None = None,
-           files: Collection[str] | None = None, what: str = "out", published: Collection[str] = ()) -> list[str]:
+           files: Collection[str] | None = None, what: str = "out",
+           parked: Mapping[str, str] | None = None) -> list[str]:
     """Move the staged files into ``folder``, removing the previous run's other files; write the manifest.
 
     The clashes are checked again first (a file made meanwhile is not replaced:
     :class:`ClashError`, nothing moved). Only names listed in the previous
     run's own manifest (:data:`FORMAT`) are removed, and only plain files or
     links (never a folder, never followed). ``files``: the names the run
-    declared; staging another is an error of the package (nothing moved). ``published``: files the run moved
-    in already (:func:`publish`), kept as its own.
+    declared; staging another is an error of the package (nothing moved). ``parked``: files the run parked in
+    the folder already (:func:`park`), parked name → final name; they move to their final names.
     """
-    names = sorted({*(p.name for p in staging.iterdir()), *published})
+    parked = dict(parked or {})
+    names = sorted({*(p.name for p in staging.iterdir()), *parked.values()})
     if files is not None and not set(names) <= set(files):
         raise RuntimeError(f"{command or 'the run'} wrote {sorted(set(names) - set(files))}, which it did not declare "
                            "(their clashes were not checked before computing)")
@@ -382,9 +393,11 @@ def commit(folder: Path, staging: Path, record: dict | None = None, *, command: 
     head = {"format": FORMAT, "command": command}
     # while files move, the manifest names the old and the new ones: an interruption leaves none unclaimed
     _write_json(folder / MANIFEST, head | {"run_id": uuid.uuid4().hex, "state": "replacing",
-                                           "files": sorted({*old, *names})})
+                                           "files": sorted({*old, *names, *parked})})
+    for name in parked:
+        os.replace(folder / name, folder / parked[name])
     for name in names:
-        if name not in published:
+        if name not in parked.values():
             os.replace(staging / name, folder / name)
     for name in old:
         if name not in names and not _real_dir(folder / name):
@@ -395,18 +408,27 @@ def commit(folder: Path, staging: Path, record: dict | None = None, *, command: 
     return names
 
 
-def publish(stage: Staging, names: Collection[str], *, command: str | None = None, what: str = "out") -> None:
-    """Move the staged files ``names`` into the folder now, each atomically, and claim them in its manifest, so
-    that a later failure of the run keeps them (a trained model); the run's commit keeps them as its own."""
-    folder, names = stage.folder, sorted(names)
-    previous = _own_manifest(stage.folder)
-    _check_clashes(folder, names, previous, what)
+def park(stage: Staging, names: Mapping[str, str], *, command: str | None = None, what: str = "out") -> None:
+    """Move the staged files ``names`` (staged name → parked name) into the folder now under their parked names,
+    each atomically, and claim them in its manifest (``files`` and ``parked``), so that a later failure of the
+    run keeps them (a trained model) beside the previous run's files, which stay as they were; the run's commit
+    moves them to their staged names."""
+    folder, parked = stage.folder, {p: s for s, p in names.items()}
+    if not all(_safe_name(n) and not n.startswith(".") for n in (*parked, *names)):
+        raise ValueError(f"parked names must be plain file names, got {dict(names)!r}")
+    if stage.files is not None and not {*parked, *names} <= stage.files:
+        raise RuntimeError(f"{command or 'the run'} parked {sorted({*parked, *names} - stage.files)}, which it did "
+                           "not declare (their clashes were not checked before computing)")
+    previous = _own_manifest(folder)
+    _check_clashes(folder, parked, previous, what)
     old = [f for f in previous["files"] if _safe_name(f)] if previous else []
     base = previous or {"format": FORMAT, "command": command}
-    _write_json(folder / MANIFEST, base | {"run_id": uuid.uuid4().hex, "files": sorted({*old, *names})})
-    for name in names:
-        os.replace(stage.staging / name, folder / name)
-    stage.published.extend(n for n in names if n not in stage.published)
+    before = base.get("parked") if isinstance(base.get("parked"), dict) else {}
+    _write_json(folder / MANIFEST, base | {"run_id": uuid.uuid4().hex, "files": sorted({*old, *parked}),
+                                           "parked": before | parked})
+    for name, staged in parked.items():
+        os.replace(stage.staging / staged, folder / name)
+    stage.parked.update(parked)
 
 
 def cache_folder(held: Path, name: str, what: str = "out") -> Path:
@@ -441,8 +463,8 @@ def output_folder(folder: str | os.PathLike, what: str = "out", *, force: bool =
     with hold(folder, what, force=force, command=command, files=files) as held:
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=held))
         try:
-            stage = Staging(held, staging)
+            stage = Staging(held, staging, files=None if files is None else frozenset(files))
             yield stage
-            commit(held, staging, stage.record, command=command, files=files, what=what, published=stage.published)
+            commit(held, staging, stage.record, command=command, files=files, what=what, parked=stage.parked)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -277,6 +277,43 @@ def test_interrupted_replacement_leaves_every_file_claimed(tmp_path, monkeypatch
     assert json.loads((out / "manifest.json").read_text())["files"] == ["b.txt"] and not (out / "a.txt").exists()
 
 
+def test_a_parked_file_stays_beside_the_old_set_until_its_run_commits(tmp_path):
+    """Issue 59: a file parked by a run (prune's newly trained model) moves into the folder under its parked name,
+    claimed by the manifest, while the previous run's files stay one set; a failed run leaves it there, the folder
+    still ours; the commit of a later run that parks it moves it to its own name and no parked copy is left."""
+    out, files = tmp_path / "o", ("m.txt", "m.parked.txt", "r.txt")
+    with outputs.output_folder(out, files=files) as stage:
+        stage.path("m.txt").write_text("old model")
+        stage.path("r.txt").write_text("old results")
+    before = _snapshot(out)
+    with pytest.raises(ValueError, match="failed later"):
+        with outputs.output_folder(out, files=files) as stage:
+            stage.path("m.txt").write_text("new model")
+            outputs.park(stage, {"m.txt": "m.parked.txt"}, command="t")
+            stage.path("r.txt").write_text("new results")
+            raise ValueError("failed later")
+    kept, old = _snapshot(out), before.pop("manifest.json")
+    assert kept.pop("m.parked.txt") == b"new model" and kept.pop("manifest.json") != old
+    assert kept == before  # the old set, whole
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "m.parked.txt" in manifest["files"] and manifest["parked"] == {"m.parked.txt": "m.txt"}
+    with pytest.raises(RuntimeError, match="did not declare"):  # a parked name is declared, its clashes checked
+        with outputs.output_folder(out, files=("m.txt", "r.txt")) as stage:
+            outputs.park(stage, {"m.txt": "m.parked.txt"})
+    assert (out / "m.parked.txt").read_text() == "new model"
+    with outputs.output_folder(out, files=files) as stage:
+        stage.path("m.txt").write_text("newer model")
+        outputs.park(stage, {"m.txt": "m.parked.txt"})
+        stage.path("r.txt").write_text("newer results")
+    assert {p.name: p.read_text() for p in out.glob("*.txt")} == {"m.txt": "newer model", "r.txt": "newer results"}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"] == ["m.txt", "r.txt"] and "parked" not in manifest
+    (out / "m.parked.txt").write_text("the user's")
+    with pytest.raises(outputs.ClashError, match="m.parked.txt"):
+        with outputs.output_folder(out, files=files):
+            pass
+
+
 def test_replacing_run_removes_files_the_new_run_does_not_write(tmp_path):
     out = tmp_path / "o"
     with outputs.output_folder(out) as stage:

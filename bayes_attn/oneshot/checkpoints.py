@@ -29,13 +29,17 @@ class SavedModel(NamedTuple):
     config: ModelConfig
     train_config: TrainConfig | None
     history: History | None
+    training_hash: str | None = None
+    """The hash of every setting the model depends on, as its run recorded it (``None`` in older files)."""
 
 
-def save_model(path, params: Params, config: ModelConfig, train_config: TrainConfig | None = None, history: History | None = None) -> Path:
+def save_model(path, params: Params, config: ModelConfig, train_config: TrainConfig | None = None,
+               history: History | None = None, training_hash: str | None = None) -> Path:
     """Write weights and settings to one ``.npz`` file (atomically: temporary file, then rename).
 
     Arrays ``V0``, ``Q{l}``, ``K{l}``, ``V{l}`` (1-based layers), ``a`` and a JSON
-    string ``meta`` with the configs and history.
+    string ``meta`` with the configs, the history and ``training_hash`` (the
+    hash of every setting the model depends on, e.g. a spec's ``training_hash()``).
     """
     if not isinstance(config, ModelConfig):
         raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
@@ -44,6 +48,8 @@ def save_model(path, params: Params, config: ModelConfig, train_config: TrainCon
         raise ValueError(f"train_config must be a TrainConfig or None, got {type(train_config).__name__}")
     if history is not None and not isinstance(history, History):
         raise ValueError(f"history must be a History or None, got {type(history).__name__}")
+    if training_hash is not None and not isinstance(training_hash, str):
+        raise ValueError(f"training_hash must be a string or None, got {type(training_hash).__name__}")
     meta = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -51,7 +57,7 @@ def save_model(path, params: Params, config: ModelConfig, train_config: TrainCon
         "train_config": None if train_config is None else train_config.to_dict(),
         "history": None if history is None else history.to_dict(),
         "dtype": str(params.V0.dtype),
-    }
+    } | ({} if training_hash is None else {"training_hash": training_hash})
     arrays = {"V0": np.asarray(params.V0), "a": np.asarray(params.a), "meta": np.array(json.dumps(meta))}
     for l in range(config.L):
         arrays[f"Q{l + 1}"] = np.asarray(params.Q[l])
@@ -88,6 +94,24 @@ def load_model(path) -> SavedModel:
         check_params(params, config)
         tc = None if meta.get("train_config") is None else TrainConfig(**meta["train_config"])
         hist = None if meta.get("history") is None else History.from_dict(meta["history"])
+        key = meta.get("training_hash")
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"training_hash is {key!r}, not a string")
     except Exception as err:  # zip, JSON, key and shape errors alike
         raise ValueError(f"{str(path)!r} is not a readable gradient-descent model file: {err}") from err
-    return SavedModel(params, config, tc, hist)
+    return SavedModel(params, config, tc, hist, key)
+
+
+def changed(old, new, key: str = "") -> list[str]:
+    """The dotted keys whose values differ between the JSON-like ``old`` and ``new``."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [] if old == new else [key or "settings"]
+    return [c for k in sorted({*old, *new}) for c in changed(old.get(k), new.get(k), f"{key}.{k}" if key else k)]
+
+
+def mismatches(saved: SavedModel, config: ModelConfig, train_config: TrainConfig, training_hash: str) -> list[str]:
+    """The settings stored in ``saved`` that differ from ``config``, ``train_config`` and ``training_hash``
+    (dotted names; empty when they match). A file without a stored hash (older files) is checked on its configs."""
+    stored = {"model": saved.config.to_dict(), "training": saved.train_config and saved.train_config.to_dict()}
+    diff = changed(stored, {"model": config.to_dict(), "training": train_config.to_dict()})
+    return diff + (["training_hash"] if saved.training_hash not in (None, training_hash) else [])

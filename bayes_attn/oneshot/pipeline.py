@@ -5,7 +5,8 @@ frozen value (:mod:`bayes_attn.oneshot.prune_result`) and the next takes it:
 
 1. images and episodes (:mod:`bayes_attn.oneshot.data`);
 2. :func:`train_model`: gradient descent on fresh episodes every epoch
-   (``model.npz``) → :class:`TrainedModel` with its :class:`ModelMetrics`
+   (``model.npz``; parked until the run commits, reused when its settings
+   match) → :class:`TrainedModel` with its :class:`ModelMetrics`
    (test and OOD accuracy, the pixel baseline);
 3. :func:`~bayes_attn.oneshot.scan.temperature_scan`: theory at every
    width × temperature and the GP limit per temperature on the frozen
@@ -38,9 +39,7 @@ training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
 
 from __future__ import annotations
 
-
-from __future__ import annotations
-
+import errno
 import json
 import logging
 import os
@@ -67,12 +66,15 @@ from .spec import OneShotSpec, deviations
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODEL_FILES", "PRUNE_FILES", "TrainedModel", "compare_at_widths", "run_oneshot", "sampling_verdict", "spread",
-           "train_model"]
+__all__ = ["MODEL_FILES", "PARKED_FILES", "PRUNE_FILES", "TrainedModel", "compare_at_widths", "run_oneshot",
+           "sampling_verdict", "spread", "train_model"]
 
 MODEL_FILES = ("model.npz", "model.json")
-"""The trained model, moved into the output folder as soon as training ends."""
-PRUNE_FILES = ("spec.toml", "model.npz", "model.json", "pruning.json", "oneshot.nc", "report.md", *results.FIGURES)
+"""The model of the folder's results (weights with their settings, and its record)."""
+PARKED_FILES = ("model.parked.npz", "model.parked.json")
+"""A newly trained model, parked in the output folder as soon as training ends: a failed run keeps it beside the
+folder's results (which stay as they were) and a rerun reuses it; the run's commit moves it to :data:`MODEL_FILES`."""
+PRUNE_FILES = ("spec.toml", *MODEL_FILES, *PARKED_FILES, "pruning.json", "oneshot.nc", "report.md", *results.FIGURES)
 """Every file :func:`run_oneshot` writes into its folder (besides ``manifest.json``)."""
 
 
@@ -92,16 +94,55 @@ class TrainedModel:
     metrics: ModelMetrics
 
 
-def _saved_model(spec: OneShotSpec, out: Path):
-    """The model in ``out`` when it was trained with the same settings, else ``None``."""
+def _saved_model(spec: OneShotSpec, folder: Path, names: tuple[str, str]):
+    """``(model, record, None, None)``: the model saved under ``names`` (``.npz``, ``.json``) in ``folder``, when
+    both files say it was trained with ``spec``'s training settings; else ``(None, None, why not, log level)``."""
+    npz, js = folder / names[0], folder / names[1]
+    missing = [p.name for p in (npz, js) if not (p.is_file() and not p.is_symlink())]
+    if missing:
+        return None, None, f"{' and '.join(missing)} missing or not a plain file", logging.WARNING
     try:
-        meta = json.loads((out / "model.json").read_text())
-        if meta.get("training_hash") != spec.training_hash():
-            return None, None
-        saved = checkpoints.load_model(out / "model.npz")
-    except (OSError, ValueError):
-        return None, None
-    return saved, meta
+        meta = json.loads(js.read_text())
+        stored = meta["training_hash"], meta.get("settings")
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        return None, None, f"{js.name} is not a readable model record ({type(err).__name__}: {err})", logging.WARNING
+    if stored[0] != spec.training_hash():
+        want = json.loads(json.dumps(spec.training_settings(), default=list))
+        diff = ", ".join(checkpoints.changed(stored[1], want)[:4])
+        return None, None, f"trained with other settings ({diff or 'the training hash'})", logging.INFO
+    try:
+        saved = checkpoints.load_model(npz)
+    except ValueError as err:
+        return None, None, f"not a readable model file ({err.__cause__ or err})", logging.WARNING
+    diff = checkpoints.mismatches(saved, spec.model_config, spec.training, spec.training_hash())
+    if diff:  # another run's weights under this record
+        return None, None, (f"it holds a model trained with other settings than {js.name} records "
+                            f"({', '.join(diff[:4])})"), logging.WARNING
+    return saved, meta, None, None
+
+
+def _reusable(spec: OneShotSpec, folder: Path, progress_bar: bool):
+    """The model in ``folder`` trained with ``spec``'s settings, its record and its names: the parked one
+    (:data:`PARKED_FILES`, the newest training) first, else the folder's (:data:`MODEL_FILES`); ``None`` when
+    neither is. Says in one log line why a model there is not reused (a warning when it is unreadable)."""
+    for names in (PARKED_FILES, MODEL_FILES):
+        if not any(os.path.lexists(folder / n) for n in names):
+            continue
+        saved, meta, why, level = _saved_model(spec, folder, names)
+        if saved is not None:
+            return saved, meta, names
+        if level > logging.INFO or progress_bar:
+            log.log(level, f"not reusing {folder / names[0]}: {why}")
+    return None
+
+
+def _kept(spec: OneShotSpec, folder: Path) -> str:
+    """Which model of ``spec``'s training settings the output ``folder`` keeps, for an error message."""
+    for names in (PARKED_FILES, MODEL_FILES):
+        if any(os.path.lexists(folder / n) for n in names) and _saved_model(spec, folder, names)[0] is not None:
+            return (f"the trained model is kept in {str(folder / names[0])!r} and a rerun with the same training "
+                    "settings reuses it")
+    return f"no model trained with these settings is kept in {str(folder)!r}"
 
 
 def _accuracy(correct: np.ndarray) -> Accuracy:
@@ -131,23 +172,34 @@ def train_model(
     data_dir: str | os.PathLike | None = None,
     retrain: bool = False,
     progress_bar: bool = True,
+    saved_in: str | os.PathLike | None = None,
 ) -> TrainedModel:
-    """Train the gradient-descent model of docs/theory.md §6, or load ``out/model.npz`` made with the same settings.
+    """Train the gradient-descent model of docs/theory.md §6, or reuse one trained with the same settings.
 
     Every epoch trains on fresh shifted episodes (:func:`gd_episodes`); the
     validation accuracy is recorded per epoch. Writes ``model.npz`` and
-    ``model.json`` (settings, their hash, history, wall time). Returns the
-    model with its test accuracy ± se, the pixel nearest-neighbour baseline on
-    the same test episodes and the OOD accuracies.
+    ``model.json`` (settings, their hash, history, wall time) into ``out``;
+    the hash is stored in ``model.npz`` too. Unless ``retrain``, a model in
+    ``saved_in`` (default ``out``: its parked model, else ``model.npz``) whose
+    ``model.json`` and ``model.npz`` both match the settings is reused (copied
+    into ``out`` from another folder). Returns the model with its test
+    accuracy ± se, the pixel nearest-neighbour baseline on the same test
+    episodes and the OOD accuracies.
     """
     spec, out = data.check_spec(spec), Path(out)
+    saved_in = out if saved_in is None else Path(saved_in)
     sets = data.datasets(spec, data_dir) if sets is None else sets
     evaluation = data.evaluation_episodes(spec, sets) if evaluation is None else evaluation
     config = spec.model_config
-    saved, meta = (None, None) if retrain else _saved_model(spec, out)
-    if saved is not None:
+    found = None if retrain else _reusable(spec, saved_in, progress_bar)
+    saved = None if found is None else found[0]
+    if found is not None:
+        meta, names = found[1:]
+        if saved_in.resolve() != out.resolve():
+            for name, to in zip(names, MODEL_FILES):
+                shutil.copy2(saved_in / name, out / to)
         params, history, seconds = saved.params, saved.history, float(meta.get("train_seconds", float("nan")))
-        _log(progress_bar, f"reusing {out / 'model.npz'} (same training settings)")
+        _log(progress_bar, f"reusing {saved_in / names[0]} (same training settings)")
     else:
         val = evaluation.validation
         t0 = time.perf_counter()
@@ -156,7 +208,7 @@ def train_model(
             augment=lambda epoch, rng: data.gd_episodes(spec, sets, epoch)[1:],
         )
         seconds = time.perf_counter() - t0
-        checkpoints.save_model(out / "model.npz", params, config, spec.training, history)
+        checkpoints.save_model(out / "model.npz", params, config, spec.training, history, spec.training_hash())
         _io.write_json(out / "model.json", {"training_hash": spec.training_hash(),
                                             "settings": spec.training_settings(), "history": history.to_dict(),
                                             "train_seconds": seconds})
@@ -318,7 +370,10 @@ def run_oneshot(
     sampler's R-hat or divergences failed at some sampled width; ``verdict``
     is the headline over the widths' comparisons of theory and samples. The folder is
     held and its files replaced together, as for every job (``force``: write
-    into a non-empty folder this package did not write).
+    into a non-empty folder this package did not write). A newly trained model
+    is parked in ``out`` at once (:data:`PARKED_FILES`), beside the previous
+    run's files, and becomes ``model.npz`` when the run commits; a failure
+    (a full disk too) says where the trained model is kept.
     """
     spec, out = data.check_spec(spec), Path(out)
     if not isinstance(retrain, bool):
@@ -328,13 +383,16 @@ def run_oneshot(
         from ..samplers.memory import check_guided_draws
 
         check_guided_draws(spec.sampler, "prune's [sampler]")
-    with outputs.output_folder(out, force=force, command="prune", files=PRUNE_FILES) as stage:  # checked, held
-        for name in MODEL_FILES:  # a model trained with the same settings is reused
-            if (out / name).is_file() and not (out / name).is_symlink():
-                shutil.copy2(out / name, stage.staging / name)
-        publish = lambda: outputs.publish(stage, MODEL_FILES, command="prune")  # noqa: E731
-        result = _run_oneshot(spec, stage.staging, data_dir, retrain, progress_bar, publish)
-        stage.record.update(verdict=result.verdict)
+    try:
+        with outputs.output_folder(out, force=force, command="prune", files=PRUNE_FILES) as stage:  # checked, held
+            result = _run_oneshot(spec, stage, data_dir, retrain, progress_bar)
+            stage.record.update(verdict=result.verdict)
+    except OSError as err:  # a full disk: say where the trained model is
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        said = str(err.strerror) if str(err.strerror).startswith("no space") else \
+            f"no space left on the device ({err}): free some disk space or choose another output folder"
+        raise OSError(err.errno, f"{said}; {_kept(spec, out)}") from err
     return result
 
 
@@ -353,10 +411,12 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
     return SamplingVerdict(verdict, list(reasons))
 
 
-def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress_bar: bool,
-                 publish: Callable[[], None] = lambda: None) -> PruneResult:
-    """:func:`run_oneshot` in the staging folder ``out``; ``publish`` moves a newly trained model into the output
-    folder as soon as training ends, and a later failure is :class:`~bayes_attn.outputs.FailedAfterComputing`."""
+def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool,
+                 progress_bar: bool) -> PruneResult:
+    """:func:`run_oneshot` in the held folder ``stage``: a newly trained model is parked in the output folder as
+    soon as training ends (:data:`PARKED_FILES`), and a later failure is
+    :class:`~bayes_attn.outputs.FailedAfterComputing`."""
+    out = stage.staging
     _io.write_text(out / "spec.toml", spec.to_toml())
     clock, seconds = time.perf_counter(), {}
 
@@ -368,15 +428,15 @@ def _run_oneshot(spec: OneShotSpec, out: Path, data_dir, retrain: bool, progress
     sets = data.datasets(spec, data_dir)
     ev = data.evaluation_episodes(spec, sets)
     lap("data and episodes")
-    model = train_model(spec, out, sets=sets, evaluation=ev, retrain=retrain, progress_bar=progress_bar)
+    model = train_model(spec, out, sets=sets, evaluation=ev, retrain=retrain, progress_bar=progress_bar,
+                        saved_in=stage.folder)
     lap("training" + (" (reused model)" if model.metrics.reused else ""))
     if not model.metrics.reused:
-        publish()
+        outputs.park(stage, dict(zip(MODEL_FILES, PARKED_FILES)), command="prune")
     try:
         return _after_training(spec, out, sets, ev, model, lap, seconds, progress_bar)
     except ValueError as err:
-        raise outputs.FailedAfterComputing(f"{err} (after training; the trained model is kept in the output folder "
-                                           "and a rerun with the same training settings reuses it)") from err
+        raise outputs.FailedAfterComputing(f"{err} (after training; {_kept(spec, stage.folder)})") from err
 
 
 def _temperatures(scan: Scan) -> Temperatures:

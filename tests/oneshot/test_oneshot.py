@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import seed_of
 
-from bayes_attn import oneshot
+from bayes_attn import oneshot, outputs
 from bayes_attn.oneshot import checkpoints, model, prune_result, training
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.oneshot.training import TrainConfig
@@ -169,9 +169,9 @@ def test_prune_refuses_guided_samples_too_big_before_training(tmp_path, monkeypa
 
 @pytest.mark.slow  # trains TINY's model (one epoch)
 def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch, capsys):
-    """A failure after training (here the theory scan) keeps the trained model in the output folder, claimed by
-    its manifest; the command exits 1 (failed after computing, not 2: bad input) with one line; a rerun reuses
-    the model instead of training again (issue 53)."""
+    """A failure after training (here the theory scan) keeps the trained model in the output folder, parked and
+    claimed by its manifest; the command exits 1 (failed after computing, not 2: bad input) with one line naming
+    where the model is; a rerun reuses the model instead of training again (issues 53, 59)."""
     from conftest import forbid_calls, one_line
 
     from bayes_attn import cli
@@ -186,13 +186,149 @@ def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch
 
     monkeypatch.setattr(pipeline, "temperature_scan", no_rho)
     assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_FAILED == 1
-    assert "no ρ" in one_line(capsys.readouterr().err)
-    assert (out / "model.npz").is_file() and (out / "model.json").is_file()
-    assert {"model.npz", "model.json"} <= set(json.loads((out / "manifest.json").read_text())["files"])
+    line = one_line(capsys.readouterr().err)
+    assert "no ρ" in line and f"the trained model is kept in {str(out / 'model.parked.npz')!r}" in line
+    assert (out / "model.parked.npz").is_file() and (out / "model.parked.json").is_file()
+    assert not (out / "model.npz").exists()  # the folder's model is the model of its results: none yet
+    assert {"model.parked.npz", "model.parked.json"} <= set(json.loads((out / "manifest.json").read_text())["files"])
     forbid_calls(monkeypatch, (training, "train"))
     assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == 1  # reused, not trained
     capsys.readouterr()
-    assert (out / "model.npz").is_file()
+    assert (out / "model.parked.npz").is_file()
+
+
+SEVEN = dataclasses.replace(TINY, training=dataclasses.replace(TINY.training, seed=seed_of(7)))
+"""TINY retrained: another ``[training] seed``."""
+
+
+def fake_after_training(monkeypatch, fail: list) -> None:
+    """Replace prune's stages after training (scan, sampling, pruning, files): they write ``report.md`` naming the
+    training seed and return :func:`fake_result`, or raise ``fail[0]`` when ``fail`` holds an error."""
+    from bayes_attn.oneshot import pipeline
+
+    def after(spec, out, *args):
+        if fail:
+            raise fail[0]
+        (out / "report.md").write_text(f"training seed {spec.training.seed}\n")
+        return fake_result()
+
+    monkeypatch.setattr(pipeline, "_after_training", after)
+
+
+@pytest.mark.slow  # trains TINY's model twice (one epoch each)
+def test_a_failed_retrain_leaves_one_consistent_folder_and_its_rerun_reuses_it(tmp_path, monkeypatch, capsys,
+                                                                               caplog):
+    """Issue 59: a retrain (another ``[training] seed``) that fails after training leaves the folder's model,
+    results and ``spec.toml`` as they were, with the new model parked beside them (``model.parked.npz``, claimed
+    by the manifest); the rerun reuses the parked model and its commit makes it the folder's one model."""
+    import logging
+
+    from conftest import forbid_calls, one_line
+
+    from bayes_attn import cli
+
+    needs_omniglot()
+    out, fail, spec_path = tmp_path / "out", [], tmp_path / "seven.toml"
+    fake_after_training(monkeypatch, fail)
+    oneshot.run_oneshot(TINY, out, progress_bar=False)
+    before = {n: (out / n).read_bytes() for n in ("model.npz", "model.json", "spec.toml", "report.md")}
+    spec_path.write_text(SEVEN.to_toml())
+    fail.append(ValueError("every pair of scores and drops has a constant side: no ρ"))
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_FAILED
+    assert {n: (out / n).read_bytes() for n in before} == before  # the seed-0 set, whole
+    assert f"the trained model is kept in {str(out / 'model.parked.npz')!r}" in one_line(capsys.readouterr().err)
+    assert json.loads((out / "model.parked.json").read_text())["training_hash"] == SEVEN.training_hash()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["parked"] == {"model.parked.npz": "model.npz", "model.parked.json": "model.json"}
+    assert {*before, *manifest["parked"]} <= set(manifest["files"])
+    parked = (out / "model.parked.npz").read_bytes()
+    fail.clear()
+    forbid_calls(monkeypatch, (training, "train"))  # the rerun reuses the new training
+    caplog.set_level(logging.INFO, logger="bayes_attn")
+    oneshot.run_oneshot(SEVEN, out, progress_bar=True)
+    assert f"reusing {out / 'model.parked.npz'} (same training settings)" in caplog.messages
+    assert (out / "model.npz").read_bytes() == parked and not list(out.glob("model.parked.*"))
+    assert checkpoints.load_model(out / "model.npz").training_hash == SEVEN.training_hash()
+    assert json.loads((out / "model.json").read_text())["training_hash"] == SEVEN.training_hash()
+    assert load_oneshot_spec(out / "spec.toml") == SEVEN
+    assert (out / "report.md").read_text() == f"training seed {SEVEN.training.seed}\n"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "parked" not in manifest and not {n for n in manifest["files"] if "parked" in n}
+
+
+@pytest.mark.slow  # trains TINY's model three times (one epoch each)
+def test_reuse_checks_the_settings_stored_in_model_npz(tmp_path, tiny_sets, caplog):
+    """Issue 59: a ``model.npz`` of another run (seed 7) under a seed-0 ``model.json`` is not reused but retrained,
+    with a warning naming the file and the setting; a file written before ``model.npz`` held the settings' hash
+    (its configs only) is still reused when they match."""
+    import logging
+
+    sets, ev = tiny_sets
+    ours, other = tmp_path / "ours", tmp_path / "other"
+    for spec, folder in ((TINY, ours), (SEVEN, other)):
+        folder.mkdir()
+        oneshot.train_model(spec, folder, sets=sets, evaluation=ev, progress_bar=False)
+    (ours / "model.npz").write_bytes((other / "model.npz").read_bytes())
+    caplog.set_level(logging.WARNING, logger="bayes_attn")
+    assert not oneshot.train_model(TINY, ours, sets=sets, evaluation=ev, progress_bar=False).metrics.reused
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert line.startswith(f"not reusing {ours / 'model.npz'}: ") and "training.seed" in line, line
+    assert checkpoints.load_model(ours / "model.npz").train_config == TINY.training
+    saved = checkpoints.load_model(ours / "model.npz")  # as written before: no training_hash in the file
+    checkpoints.save_model(ours / "model.npz", saved.params, saved.config, saved.train_config, saved.history)
+    assert checkpoints.load_model(ours / "model.npz").training_hash is None
+    again = oneshot.train_model(TINY, ours, sets=sets, evaluation=ev, progress_bar=False)
+    assert again.metrics.reused and np.array_equal(again.params.a, saved.params.a)
+
+
+@pytest.mark.slow  # trains TINY's model twice (one epoch each)
+def test_a_corrupt_model_is_retrained_saying_why(tmp_path, tiny_sets, caplog):
+    """Issue 59: a truncated ``model.npz`` is retrained with one warning naming the file and why it was not reused."""
+    import logging
+
+    sets, ev = tiny_sets
+    oneshot.train_model(TINY, tmp_path, sets=sets, evaluation=ev, progress_bar=False)
+    npz = tmp_path / "model.npz"
+    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])
+    caplog.set_level(logging.WARNING, logger="bayes_attn")
+    assert not oneshot.train_model(TINY, tmp_path, sets=sets, evaluation=ev, progress_bar=False).metrics.reused
+    [line] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert line.startswith(f"not reusing {npz}: not a readable model file") and "\n" not in line, line
+    assert checkpoints.load_model(npz).training_hash == TINY.training_hash()  # trained and written anew
+
+
+@pytest.mark.slow  # trains TINY's model once (one epoch)
+def test_reusing_names_the_model_in_the_output_folder(tmp_path, monkeypatch, caplog):
+    """Issue 59: the "reusing …" line names the model in the output folder, not the hidden staging folder."""
+    import logging
+
+    needs_omniglot()
+    out = tmp_path / "out"
+    fake_after_training(monkeypatch, [])
+    oneshot.run_oneshot(TINY, out, progress_bar=False)
+    caplog.set_level(logging.INFO, logger="bayes_attn")
+    assert oneshot.run_oneshot(TINY, out, progress_bar=True).model is not None
+    assert f"reusing {out / 'model.npz'} (same training settings)" in caplog.messages
+    assert not [m for m in caplog.messages if outputs.STAGING_PREFIX in m]
+
+
+@pytest.mark.slow  # trains TINY's model once (one epoch)
+def test_a_full_disk_after_training_says_where_the_model_is_kept(tmp_path, monkeypatch, capsys):
+    """Issue 59: a full disk after training exits 2 with one line saying where the trained model is kept."""
+    import errno
+
+    from conftest import one_line
+
+    from bayes_attn import cli
+
+    needs_omniglot()
+    out, spec_path = tmp_path / "out", tmp_path / "tiny.toml"
+    spec_path.write_text(TINY.to_toml())
+    fake_after_training(monkeypatch, [OSError(errno.ENOSPC, "No space left on device")])
+    assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE
+    line = one_line(capsys.readouterr().err)
+    assert "no space left" in line and f"the trained model is kept in {str(out / 'model.parked.npz')!r}" in line
+    assert checkpoints.load_model(out / "model.parked.npz").training_hash == TINY.training_hash()
 
 
 def test_only_the_full_zip_gets_a_hint_to_set_task_files(tmp_path):
