@@ -435,8 +435,11 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
         outputs.park(stage, dict(zip(MODEL_FILES, PARKED_FILES)), command="prune")
     try:
         return _after_training(spec, out, sets, ev, model, lap, seconds, progress_bar)
-    except ValueError as err:
-        raise outputs.FailedAfterComputing(f"{err} (after training; {_kept(spec, stage.folder)})") from err
+    except (MemoryError, OSError):  # the command's own messages (a full disk names the model kept: run_oneshot)
+        raise
+    except Exception as err:  # noqa: BLE001 (XLA's RESOURCE_EXHAUSTED too: one line naming the model kept)
+        said = err if isinstance(err, ValueError) else f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
+        raise outputs.FailedAfterComputing(f"{said} (after training; {_kept(spec, stage.folder)})") from err
 
 
 def _temperatures(scan: Scan) -> Temperatures:

@@ -192,8 +192,15 @@ def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch
     assert not (out / "model.npz").exists()  # the folder's model is the model of its results: none yet
     assert {"model.parked.npz", "model.parked.json"} <= set(json.loads((out / "manifest.json").read_text())["files"])
     forbid_calls(monkeypatch, (training, "train"))
+
+    def out_of_memory(*a, **k):  # not a ValueError: what XLA raises, many lines long
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.3GiB.\n  buffer 0: ...")
+
+    monkeypatch.setattr(pipeline, "temperature_scan", out_of_memory)
     assert cli.main(["prune", str(spec_path), "--out", str(out), "--no-progress"]) == 1  # reused, not trained
-    capsys.readouterr()
+    line = one_line(capsys.readouterr().err)
+    assert "RuntimeError: RESOURCE_EXHAUSTED" in line and "buffer 0" not in line, line
+    assert f"the trained model is kept in {str(out / 'model.parked.npz')!r}" in line, line
     assert (out / "model.parked.npz").is_file()
 
 
