@@ -301,6 +301,18 @@ def test_stale_temporaries_are_removed(tmp_path, capsys):
     assert not list(out.rglob("*.tmp")) and not list(out.glob(".bayes_attn-staging-*"))
 
 
+@pytest.mark.parametrize("command", ["run", "sample"])
+def test_refused_run_creates_no_output_folder(tmp_path, capsys, monkeypatch, command):
+    """A run refused for bad input (exit 2: a width too big for the memory) creates no output folder, marker or
+    lock, and is refused before the theory is solved (issue 59)."""
+    _forbid(monkeypatch, (pipeline, "solve_theory"), (ba.posterior, "sample_posterior"))
+    out = tmp_path / "runs" / "o"
+    argv = [command, str(_spec_file(tmp_path)), "--out", str(out), "--width", str(10**8), "--sampler", "full", *FAST]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert "sampling with 'full'" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
     net, x, y, _ = tiny
