@@ -53,6 +53,8 @@ import re
 import datetime
 import errno
 import fcntl
+import functools
+import itertools
 import json
 import logging
 import os
@@ -329,25 +331,23 @@ def hold(folder: str | os.PathLike, what: str = "out", *, force: bool = False, c
     package did not write (unless ``force``), :class:`ClashError` when a file
     the run would write is not this package's, :class:`ReplacesResultsError`
     when it would remove another command's results (unless ``force``),
-    :class:`FolderBusyError` when another run holds it.
+    :class:`FolderBusyError` when another run holds it. A run that fails having written nothing leaves the folder
+    as it was: the lock and marker it made and the folders it created are removed (:func:`_undo`).
     """
-    folder = check_writable(folder, what)
-    check_ours(folder, what, force)
-    previous = _own_manifest(folder)
-    _check_clashes(folder, files or (), previous, what)
-    _check_replaced(folder, files, previous, command, what, force)
-    fd = _open_lock(folder, what)
+    made = _missing_folders(Path(folder))
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-            raise FolderBusyError(
-                f"output folder {str(folder)!r} is in use by another run ({holder}); wait for it to finish or "
-                "choose another output folder"
-            ) from None
+        folder = check_writable(folder, what)
+        check_ours(folder, what, force)
+        previous = _own_manifest(folder)
+        _check_clashes(folder, files or (), previous, what)
+        _check_replaced(folder, files, previous, command, what, force)
+        before = {p.name for p in folder.iterdir()}
+        fd = _lock(folder, what)
+    except BaseException:
+        _remove_empty(made)
+        raise
+    try:
+        holder = os.pread(fd, 4096, 0)
         info = f"pid {os.getpid()}, started {datetime.datetime.now().isoformat(timespec='seconds')}, " \
                f"command {' '.join(sys.argv)!r}"
         os.ftruncate(fd, 0)
@@ -357,8 +357,60 @@ def hold(folder: str | os.PathLike, what: str = "out", *, force: bool = False, c
                                           "created": datetime.datetime.now().isoformat(timespec="seconds")})
         remove_stale(folder)
         yield folder
+    except BaseException:
+        _undo(folder, fd, before, holder, made)
+        raise
     finally:
         os.close(fd)  # releases the lock
+
+
+def _lock(folder: Path, what: str) -> int:
+    """The open :data:`LOCK` of ``folder``, locked (:class:`FolderBusyError` when another run holds it); a lock
+    that a failed run removed (:func:`_undo`) while this one opened it is opened anew."""
+    while True:
+        fd = _open_lock(folder, what)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise FolderBusyError(
+                f"output folder {str(folder)!r} is in use by another run ({holder}); wait for it to finish or "
+                "choose another output folder"
+            ) from None
+        if _lstat_says(folder / LOCK, functools.partial(os.path.samestat, os.fstat(fd))):  # still the folder's lock
+            return fd
+        os.close(fd)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, innermost first."""
+    return list(itertools.takewhile(lambda p: not os.path.lexists(p), (folder, *folder.parents)))
+
+
+def _undo(folder: Path, fd: int, before: set[str], holder: bytes, made: list[Path]) -> None:
+    """After a run failed having written nothing (no entry but the lock and the marker is new): the marker and
+    lock it made removed, a lock it found given back its ``holder`` line, the folders it created removed."""
+    try:
+        if not {p.name for p in folder.iterdir()} <= before | {LOCK, MARKER}:
+            return  # the run wrote something (a cache, a published file): the folder stays this package's
+        for name in {LOCK, MARKER} - before:
+            (folder / name).unlink(missing_ok=True)
+        if LOCK in before:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder, 0)
+        _remove_empty(made)
+    except OSError as err:  # the run's own error is the one to report
+        log.debug(f"could not undo the hold of {folder}: {err}")
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` in order while they are empty."""
+    with contextlib.suppress(OSError):  # the first one not empty ends it
+        for p in folders:
+            p.rmdir()
 
 
 def _write_json(path: Path, obj: dict) -> None:

@@ -89,6 +89,16 @@ def sample_posterior(
     Returns:
         A :class:`Posterior` whose ``tree`` is an ArviZ ``DataTree``.
     """
+    x, y, temperature, x_test, cfg, options = _arguments(net, x, y, temperature, x_test, sampler, keep_weights,
+                                                          keep_effective_weights, settings)
+    if cfg.name == AUTO:
+        return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
+    return _sample(net, x, y, temperature, x_test, cfg, options, progress_bar)
+
+
+def _arguments(net: Network, x, y, temperature: float, x_test, sampler: str | SamplerSettings | None,
+               keep_weights: bool, keep_effective_weights: bool, settings: dict) -> tuple:
+    """:func:`sample_posterior`'s arguments checked: ``(x, y, temperature, x_test, cfg, options)``."""
     if not isinstance(net, Network):
         raise ValueError(f"net must be a bayes_attn.Network, got {type(net).__name__}")
     x = net.check_inputs(x, "x")
@@ -101,10 +111,50 @@ def sample_posterior(
     else:
         cfg = SamplerSettings().replace(name=sampler, **settings)
     temperature = check_temperature(temperature, cfg.dtype)
-    options = Storage(bool(keep_weights), bool(keep_effective_weights))
-    if cfg.name == AUTO:
-        return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
-    return _sample(net, x, y, temperature, x_test, cfg, options, progress_bar)
+    return x, y, temperature, x_test, cfg, Storage(bool(keep_weights), bool(keep_effective_weights))
+
+
+def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
+                   sampler: str | SamplerSettings | None = None, keep_weights: bool = False,
+                   keep_effective_weights: bool = False, memory_check: bool = True, **settings) -> SamplerSettings:
+    """Refuse (one-line ``ValueError``) what :func:`sample_posterior` would refuse before drawing, computing
+    nothing: its arguments, the temperature for the dtype, weights of a sampler that draws none, and (unless
+    ``memory_check`` is false) a run too big for this machine's memory (:func:`~bayes_attn.samplers.memory.check_fits`,
+    the rule sampling applies); with ``"auto"``, an explicit ``guided_samples`` that cannot fit, or no sampler
+    that fits. Returns the settings."""
+    x, y, temperature, x_test, cfg, options = _arguments(net, x, y, temperature, x_test, sampler, keep_weights,
+                                                          keep_effective_weights, settings)
+    names = AUTO_ORDER if cfg.name == AUTO else (cfg.name,)
+    with x64(cfg.dtype == "float64"):
+        inputs = prepare(net, x, y, x_test, temperature, cfg.dtype) if memory_check else None
+        for i, name in enumerate(names):
+            try:
+                smp = get(name)
+                _check_weights(smp, options)
+                if memory_check:
+                    memory.check_fits(smp, inputs, cfg.replace(name=name), options)
+                return cfg
+            except ValueError as err:  # as _sample_auto: the next sampler, else the refusal
+                if isinstance(err, memory.TooBigError) and cfg.name == AUTO and name in GUIDED \
+                        and cfg.guided_samples is not None:
+                    raise _guided_refusal(cfg, err) from None
+                if i + 1 == len(names):
+                    raise
+    return cfg
+
+
+def _check_weights(smp, options: Storage) -> None:
+    """Refuse stored weights of a sampler that draws none."""
+    if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
+        raise ValueError(
+            f"keep_weights and keep_effective_weights need a sampler that draws weights; "
+            f"{smp.name!r} samples the order parameters only"
+        )
+
+
+def _guided_refusal(cfg: SamplerSettings, err: Exception) -> ValueError:
+    """``auto``'s refusal of an explicit ``guided_samples`` too big for the memory (never left for ``wishart``)."""
+    return ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}")
 
 
 def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
@@ -115,11 +165,7 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
     sampler's pilot ``k̂`` above which it stops before its proposals
     (:class:`~bayes_attn.samplers.laplace.RuledOut`)."""
     smp = get(cfg.name)
-    if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
-        raise ValueError(
-            f"keep_weights and keep_effective_weights need a sampler that draws weights; "
-            f"{cfg.name!r} samples the order parameters only"
-        )
+    _check_weights(smp, options)
     chain_method = resolve_chain_method(cfg.chain_method, cfg.num_chains)
 
     with x64(cfg.dtype == "float64"), threads.limits():
@@ -128,16 +174,13 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
         given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
-            memory.check_memory(memory.guided_bytes(inputs, cfg), memory.available_bytes(),
-                                f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
+            memory.check_fits(smp, inputs, cfg, options)
             t0 = time.perf_counter()
             guided = smp.draw(inputs, cfg, key_mcmc, progress_bar=progress_bar, stop_above=stop_above, **given)
             draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
         else:
             model, args = smp.build(inputs)
-            latent, stored = memory.latent_sizes(model, args, smp.observables, inputs, options)
-            memory.check_memory(memory.estimate_bytes(latent, stored, inputs, cfg, options), memory.available_bytes(),
-                                f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
+            memory.check_fits(smp, inputs, cfg, options, (model, args))
             t0 = time.perf_counter()
             start, attrs = _start(smp, cfg, inputs, attrs, given)
             mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar,
@@ -199,8 +242,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
                            guide_of, PILOT_RULES_OUT if name in GUIDED else None, requested_sampler=AUTO)
         except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
             if name in GUIDED and cfg.guided_samples is not None:
-                raise ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}") \
-                    from None
+                raise _guided_refusal(cfg, err) from None
             if i + 1 == len(AUTO_ORDER):
                 raise
             tried.append(_tried(name, time.perf_counter() - t0, str(err)))

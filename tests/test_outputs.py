@@ -338,6 +338,43 @@ def test_stale_temporaries_are_removed(tmp_path, capsys):
     assert not list(out.rglob("*.tmp")) and not list(out.glob(".bayes_attn-staging-*"))
 
 
+def test_a_run_failing_before_writing_leaves_the_folder_as_it_was(tmp_path):
+    """A run that fails having written nothing leaves no folder it created (nor its parents), and an existing
+    folder byte for byte as it was, its lock's holder line included; a run that wrote a cache keeps it (issue 59)."""
+    out = tmp_path / "new" / "sub"
+    with pytest.raises(ValueError, match="bad input"), outputs.output_folder(out, command="run"):
+        raise ValueError("bad input")
+    assert not (tmp_path / "new").exists()
+    _fake_run_folder(tmp_path / "r")
+    (tmp_path / "empty").mkdir()
+    for folder in (tmp_path / "r", tmp_path / "empty"):
+        before = snapshot_tree(folder)
+        with pytest.raises(ValueError, match="bad input"), \
+                outputs.output_folder(folder, command="run", files=pipeline.RUN_FILES):
+            raise ValueError("bad input")
+        assert snapshot_tree(folder) == before and sorted(p.name for p in folder.iterdir()) == sorted(before)
+    with pytest.raises(ValueError, match="later"), outputs.output_folder(tmp_path / "c", command="sweep") as stage:
+        outputs.cache_folder(stage.folder, "widths")
+        raise ValueError("later")
+    assert (tmp_path / "c" / "widths").is_dir()
+    outputs.check_ours(tmp_path / "c")  # still this package's folder: a rerun uses its cache
+    with outputs.output_folder(tmp_path / "empty") as stage:  # the next run takes the folder as usual
+        stage.path("a.txt").write_text("1")
+    assert json.loads((tmp_path / "empty" / "manifest.json").read_text())["files"] == ["a.txt"]
+
+
+@pytest.mark.parametrize("command", ["run", "sample"])
+def test_refused_run_creates_no_output_folder(tmp_path, capsys, monkeypatch, command):
+    """A run refused for bad input (exit 2: a width too big for the memory) creates no output folder, marker or
+    lock, and is refused before the theory is solved (issue 59)."""
+    _forbid(monkeypatch, (pipeline, "solve_theory"), (ba.posterior, "sample_posterior"))
+    out = tmp_path / "runs" / "o"
+    argv = [command, str(_spec_file(tmp_path)), "--out", str(out), "--width", str(10**8), "--sampler", "full", *FAST]
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert "sampling with 'full'" in _one_line(capsys.readouterr().err)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
     net, x, y, _ = tiny

@@ -128,9 +128,10 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
     from ..diagnostics import diagnostic_failures
-    from ..posterior import sample_posterior
+    from ..posterior import check_sampling, sample_posterior
 
     x, y, xt, _ = spec.data()
+    check_sampling(net, x, y, temperature=temperature, x_test=xt, sampler=settings)  # refused before the folder
     with outputs.output_folder(out, force=force, command="sample", files=SAMPLE_FILES) as stage:
         post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
                                 sampler=settings)
@@ -183,9 +184,10 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     settings = spec.sampler.replace(**sampler)
     from . import figures
     from ..compare import compare, headline_of
-    from ..posterior import sample_posterior
+    from ..posterior import check_sampling, sample_posterior
 
     x, y, xt, yt = spec.data()
+    check_sampling(net, x, y, temperature=temperature, x_test=xt, sampler=settings)  # refused before the folder
     with outputs.output_folder(out, force=force, command="run", files=RUN_FILES) as stage:
         basis = kernel_basis(net, x)
         theory = solve_theory(net, x, y, temperature=temperature, correction="laplace", basis=basis)

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from numpyro import handlers
 
-from .base import Storage, SamplerInputs
+from .base import Sampler, Storage, SamplerInputs
 from .laplace import proposal_form
 from .settings import SamplerSettings
 
@@ -31,16 +31,30 @@ HEADROOM = 0.8
 
 def latent_sizes(model: Callable, args: tuple, observables: Callable, inputs: SamplerInputs,
                  options: Storage) -> tuple[int, int]:
-    """``(latent, stored)``: numbers of sampled entries and of stored observables per draw (no allocation)."""
+    """``(latent, stored)``: numbers of sampled entries and of stored observables per draw (no allocation);
+    ``args``: arrays, or their shapes (:func:`abstract_build`)."""
 
-    def shapes(key):
+    def shapes(key, args):
         tr = handlers.trace(handlers.seed(model, key)).get_trace(*args)
         z = {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and not s["is_observed"]}
         return z, observables(z, inputs, options)
 
-    z, obs = jax.eval_shape(shapes, jax.random.key(0))
+    z, obs = jax.eval_shape(shapes, jax.random.key(0), args)
     count = lambda tree: sum(math.prod(a.shape) for a in jax.tree.leaves(tree))  # noqa: E731
     return count(z), count(obs)
+
+
+def abstract_build(smp: Sampler, inputs: SamplerInputs) -> tuple[Callable, tuple]:
+    """``smp.build(inputs)`` with the arguments' shapes in place of the arrays: nothing is computed (a kernel
+    tensor ``C`` ``[D, D, P, P]`` is not built just to be measured)."""
+    built = {}
+
+    def args_of(xi, y):
+        built["model"], args = smp.build(inputs._replace(xi=xi, y=y))
+        return args
+
+    args = jax.eval_shape(args_of, inputs.xi, inputs.y)
+    return built["model"], args
 
 
 def estimate_bytes(latent: int, stored: int, inputs: SamplerInputs, cfg: SamplerSettings, options: Storage) -> int:
@@ -86,6 +100,21 @@ def check_memory(need: int, available: int | None, what: str) -> None:
             "use a smaller width, fewer chains or draws, thinning, float32, or the 'wishart' sampler "
             "(its cost does not grow with width)"
         )
+
+
+def check_fits(smp: Sampler, inputs: SamplerInputs, cfg: SamplerSettings, options: Storage,
+               built: tuple[Callable, tuple] | None = None) -> None:
+    """Refuse (:class:`TooBigError`) sampling ``inputs`` with ``smp`` and ``cfg`` when it needs more than
+    :data:`HEADROOM` of the available memory: :func:`guided_bytes` for a guided sampler, :func:`estimate_bytes`
+    for NUTS. ``built``: ``smp.build(inputs)`` where the caller has it, else its shapes (:func:`abstract_build`)."""
+    if smp.draw is not None:
+        check_memory(guided_bytes(inputs, cfg), available_bytes(),
+                     f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
+        return
+    model, args = abstract_build(smp, inputs) if built is None else built
+    latent, stored = latent_sizes(model, args, smp.observables, inputs, options)
+    check_memory(estimate_bytes(latent, stored, inputs, cfg, options), available_bytes(),
+                 f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")
 
 
 def guided_bytes(inputs: SamplerInputs, cfg: SamplerSettings) -> int:

@@ -36,10 +36,10 @@ from .. import _checks, _io, outputs
 from ..run import figures
 from ..compare import compare, headline_of
 from ..stats import accuracy, choose_temperature, power_law_slope
-from .executors import Executor, Job, job_seed, run_jobs
+from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
 from ..run.pipeline import gp_accuracies, theory_accuracy
 from ..fingerprints import data_fingerprint
-from ..posterior import sample_posterior
+from ..posterior import check_sampling, sample_posterior
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..theory import gp_limit, kernel_basis, solve_theory
@@ -270,6 +270,17 @@ def _check_widths(name: str, widths, at_least_one: str | None = None) -> list[in
     return out
 
 
+def _check_sampling(spec: Spec, data: Data, sample_widths, temps, executor: Executor | None) -> None:
+    """Refuse before the first job what a sampling job would (:func:`~bayes_attn.posterior.check_sampling`, as ``run``
+    does), at every sampled width; the memory where the jobs run on this machine (not on another's workers)."""
+    x, y, xt, _ = data
+    here = executor is None or isinstance(executor, (InProcess, DaskLocal))
+    for N in sample_widths:
+        for i, temp in enumerate(temps):  # the memory does not depend on the temperature: checked once per width
+            check_sampling(spec.net(N), x, y, temperature=temp, x_test=xt, sampler=spec.sampler,
+                           memory_check=here and i == 0)
+
+
 def _check_temperatures(temperatures) -> list[float]:
     temps = sorted({_checks.positive("temperatures", t) for t in temperatures})
     if not temps:
@@ -314,6 +325,7 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
     spec = _with_sampler(spec, sampler)
     data, validation = spec.data(), spec.validation()
+    _check_sampling(spec, data, sample_widths, temps, executor)
     with outputs.output_folder(out, force=force, command="sweep", files=SWEEP_FILES) as stage:
         folder = outputs.cache_folder(stage.folder, "widths")
         jobs = sweep_jobs(spec, folder, widths, sample_widths, temps, progress_bar=progress_bar and executor is None)
@@ -468,17 +480,19 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     widths = _check_widths("widths", widths, at_least_one="")
     temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
     spec = _with_sampler(spec, sampler)
+    specs = {N: dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=max(2, int(round(alpha * N)))))
+             for N in widths}
+    for N, s in specs.items():
+        _check_sampling(s, s.data(), [N], [temperature], None)
     with outputs.output_folder(out, command="alpha-sweep", files=("alpha_sweep.nc",)) as stage:
         outputs.cache_folder(stage.folder, "widths")
         sampled, n_train = [], []
-        for N in widths:
-            P = max(2, int(round(alpha * N)))
-            s = dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=P))
+        for N, s in specs.items():
             seed = job_seed(spec.sampler.seed, kind="sample", width=N, temperature=temperature)
             settings = spec.sampler.replace(seed=seed)
             path = sample_job(s, N, temperature, stage.folder / "widths", settings, progress_bar)
             sampled.append(_io.load_dataset(path))
-            n_train.append(P)
+            n_train.append(s.task.n_train)
         ds = _sampled_table(sampled, widths).assign_coords(n_train=("sample_width", n_train))
         ds.attrs.update(_slopes(ds), alpha=float(alpha), temperature=temperature, name=spec.name, spec=spec.to_toml())
         _io.save(ds, stage.path("alpha_sweep.nc"))

@@ -118,3 +118,31 @@ def test_empty_width_list_is_a_usage_error(tmp_path, capsys, monkeypatch):
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == cli.EXIT_USAGE
     assert "widths must hold at least one width" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--sampler", "auto", "--guided-samples", str(10**11)], "guided_samples=100000000000 cannot be honoured"),
+    (["--sample-widths", "3", str(10**8), "--sampler", "full"], "sampling with 'full'"),
+])
+def test_sweep_refuses_what_sampling_would_refuse_before_the_first_job(tmp_path, capsys, monkeypatch, argv, match):
+    """A setting ``run`` and ``sample`` refuse (guided draws or a width too big for any memory) is refused by
+    ``sweep`` with exit 2 before any job runs, not by its sampling job after the theory's (issue 59)."""
+    forbid_calls(monkeypatch, (table, "run_job"), (table, "solve_theory"))
+    out = tmp_path / "sw"
+    assert cli.main(["sweep", str(spec_file(tmp_path)), "--out", str(out), *argv, "--no-progress"]) == cli.EXIT_USAGE
+    line = one_line(capsys.readouterr().err)
+    assert match in line and "needs about" in line and "GiB" in line, line
+    assert not out.exists()
+
+
+def test_sweep_library_refuses_before_the_first_job_on_any_executor(tmp_path, monkeypatch):
+    """The library's ``sweep`` makes the same refusals before submitting jobs, a Dask executor's included (no
+    cluster is started), and refuses a temperature its sampler's dtype cannot hold."""
+    forbid_calls(monkeypatch, (table, "run_jobs"))
+    spec = spec_from_dict(TINY)
+    with pytest.raises(ValueError, match="guided_samples=100000000000 cannot be honoured"):
+        table.sweep(spec, tmp_path / "a", executor=DaskLocal(1), progress_bar=False, name="auto",
+                    guided_samples=10**11)
+    with pytest.raises(ValueError, match="temperature 1e\\+30 is out of range for dtype float32"):
+        table.sweep(spec, tmp_path / "b", temperatures=[0.1, 1e30], progress_bar=False, dtype="float32")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
