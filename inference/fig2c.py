@@ -30,11 +30,15 @@ def sweep_main(spec: str, out: str, doc: str) -> int:
     p.add_argument("--chains", default="4")
     p.add_argument("--samples", default="1000")
     p.add_argument("--warmup", default="500")
+    p.add_argument("--quick", action="store_true",
+                   help="a smoke test: the theory at N = 10 only, nothing sampled (seconds)")
     a = p.parse_args()
     from bayes_attn.cli import main  # after parsing: --help imports nothing heavy
 
     args = ["sweep", spec, "--out", a.out, "--chains", a.chains, "--samples", a.samples, "--warmup", a.warmup]
-    if a.sample_widths is not None:
+    if a.quick:
+        args += ["--widths", "10", "--sample-widths"]
+    elif a.sample_widths is not None:
         args += ["--sample-widths", *a.sample_widths]
     if a.sampler:
         args += ["--sampler", a.sampler]

@@ -12,6 +12,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from conftest import snapshot_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,3 +50,29 @@ def test_every_inference_script_answers_help(tmp_path):
 def test_the_gpu_script_is_valid_bash():
     """``inference/fig3_gpu.sh`` (run only on a GPU machine) at least parses."""
     subprocess.run(["bash", "-n", str(ROOT / "inference/fig3_gpu.sh")], check=True)
+
+
+QUICK = {
+    "fig2c.py": ["--quick"],
+    "fig2d.py": [],
+    "path_kernels.py": [],
+}
+"""The scripts cheap at tiny sizes, with the arguments that make them so (each writes into ``--out``). Left out:
+``alpha_scaling.py`` (samples at every point: minutes), ``fig3*.py`` (train the transformer: minutes; their
+library parts are tested in tests/oneshot), ``fig3_gpu.sh`` (a GPU), ``fig2e.py`` (``fig2c.py``'s ``sweep_main``
+on another spec: each quick run costs ~15 s of CPU, mostly compiling)."""
+QUICK_OUTPUTS = {"fig2c.py": "sweep.nc", "fig2d.py": "alignment.png",
+                 "path_kernels.py": "kernels.png"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_quick_run_of_a_script(name, tmp_path):
+    """The script runs end to end at its tiny size and writes its result into ``--out``."""
+    out = tmp_path / ("kernels.png" if name == "path_kernels.py" else "out")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, str(ROOT / "inference" / name), *QUICK[name], "--out", str(out)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    written = out if name == "path_kernels.py" else out / QUICK_OUTPUTS[name]
+    assert written.is_file(), (sorted(p.name for p in tmp_path.rglob("*")), r.stdout[-2000:])
