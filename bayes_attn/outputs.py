@@ -1,45 +1,22 @@
 """Output folders: one writer at a time, checked before computing, replaced together, no user file replaced.
 
-:func:`output_folder` holds a folder for one run:
+:func:`output_folder` holds a folder for one run (docs/files.md, "One writer per folder"): (1) the folder can be
+created and written and is empty or this package's (:data:`MARKER` or a ``manifest.json`` of :data:`FORMAT`;
+else ``force``); (2) every name clash is settled before computing: a file the run will write that this package did
+not write is never replaced, even with ``force``, and removing another command's results needs ``force``; (3) a
+lock (``.lock``, an advisory ``flock``, never through a link) makes a second run fail at once with
+:class:`FolderBusyError`; (4) temporaries a killed run left (``.bayes_attn-*.<kind>.tmp``, staging folders of plain
+files) are removed, never recursively nor through links; (5) the run writes into a staging folder, and when its
+set is complete the files move in under a ``manifest.json`` that names old and new files while replacing
+(``"state": "replacing"``), the previous run's files it does not write are removed (only those its own manifest
+lists), and the final manifest lists the run's files, command, id and versions. An interrupted run leaves the
+previous files as they were; a run that fails having written nothing leaves the folder as it was.
 
-1. it checks that the folder can be created and written (a file of that name,
-   a missing permission or a read-only place fail at once, before any
-   computation), and that it is empty or was written by this package
-   (:data:`MARKER` or a ``manifest.json`` of :data:`FORMAT`): a folder with
-   other files is refused unless ``force=True`` (``--force``);
-2. it settles every name clash before computing: a file the run will write
-   (its declared ``files``, ``manifest.json``, the lock and the marker) that
-   exists but was not written by this package is never replaced, with or
-   without ``force``: the run stops and names it; a folder in the way of a
-   file is refused likewise; and a run that would remove another command's
-   results (``theory`` into a ``run`` folder) names them and needs ``force``;
-3. it takes a lock (``.lock``, an advisory ``flock``, never followed through
-   a symbolic link nor written through a hard link): a second run into the
-   same folder fails at once with :class:`FolderBusyError`, naming the holder;
-4. it removes temporaries that a killed run left behind: only files named by
-   this package (``.bayes_attn-*.<kind>.tmp``, see :func:`bayes_attn._io.atomic`)
-   directly in the folder or in its cache folders (:data:`CACHE_FOLDERS`), and
-   ``.bayes_attn-staging-*`` folders holding only plain files; never
-   recursively, never through symbolic links;
-5. the run writes its files into a staging folder; when the set is complete,
-   the clashes are checked once more, ``manifest.json`` is rewritten to list
-   the old and the new files together (``"state": "replacing"``), the new files
-   move in, the previous run's files the new run does not write are removed
-   (names listed in the previous run's own manifest, nothing else), and the
-   final ``manifest.json`` lists the run's files with :data:`FORMAT`, the
-   command, the run's id and the package versions. An interrupted run leaves
-   the previous run's files as they were; one interrupted while moving leaves
-   a manifest that still names every file this package wrote.
-
-A file a failed run should not lose (prune's trained model) is *parked* by
-:func:`park`: moved into the folder at once under another name
-(``model.parked.npz``), claimed by ``manifest.json`` (``files`` and
-``parked``), beside the previous run's files, which stay one set; the run's
-commit moves it to its own name.
-
-Resumable caches (a sweep's ``widths/``) are written straight into the held
-folder, one atomic file at a time, and are not part of the replacement; a
-cache folder carries its own :data:`MARKER` (see :func:`cache_folder`).
+A file a failed run should not lose (prune's trained model) is *parked* by :func:`park`: moved into the folder at
+once under another name (``model.parked.npz``), claimed by ``manifest.json`` (``files``, ``parked``), beside the
+previous run's files, which stay one set; the run's commit moves it to its own name. Resumable caches (a sweep's
+``widths/``) are written straight into the held folder, one atomic file at a time, with their own :data:`MARKER`
+(:func:`cache_folder`).
 
 The package's netCDF files (checksummed, with the package versions) are
 written by :func:`save` and read by :func:`load_dataset`, which raises
