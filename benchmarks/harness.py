@@ -154,7 +154,7 @@ def validate(record: Any) -> list[str]:
     bad += [f"unknown key {k}" for k in record if k not in REQUIRED and k not in OPTIONAL]
     if record.get("schema") != SCHEMA:
         bad.append(f"schema: not {SCHEMA!r}")
-    with contextlib.suppress(TypeError):
+    if isinstance(record.get("date"), str):
         try:
             datetime.datetime.fromisoformat(record["date"])
         except ValueError:
