@@ -89,7 +89,8 @@ def load() -> list[float]:
 def machine(load_before: list[float] | None = None) -> dict:
     """CPU count, usable cores, platform, Python, thread settings and the load average before (given) and now."""
     env = {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    return {"cpu_count": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)), "platform": platform.platform(),
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # not on macOS
+    return {"cpu_count": os.cpu_count(), "usable_cores": usable, "platform": platform.platform(),
             "python": platform.python_version(), **env, "load_before": load_before, "load_after": load()}
 
 
