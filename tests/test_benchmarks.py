@@ -6,10 +6,10 @@
   ``benchmarks/`` folder byte for byte the same afterwards); the scripts run in parallel subprocesses;
 - slow: a ``--quick --out`` run of each script in :data:`QUICK` (8-25 CPU seconds each) writes an envelope of its
   own name, and ``report.py`` reads them. Left out, to keep the part near a minute on 2 cores (CPU seconds of a
-  quick run in parentheses): ``bench_sampler`` (160), ``sbc`` (104), ``bench_guided_floor`` (45),
-  ``bench_fixed_costs`` (41), ``bench_correction`` (39: fresh processes), ``bench_cold_start`` (38: a cold
-  ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36), ``bench_adapt`` (30), ``bench_paper_step``
-  (18: the paper-size model), ``bench_solver`` (17), ``bench_guided`` (eight samplers twice);
+  quick run in parentheses): ``bench_guided`` (265: eight samplers, three widths), ``bench_sampler`` (160), ``sbc``
+  (104), ``bench_guided_floor`` (45), ``bench_fixed_costs`` (41), ``bench_correction`` (39: fresh processes),
+  ``bench_cold_start`` (38: a cold ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36),
+  ``bench_adapt`` (30), ``bench_paper_step`` (18: the paper-size model), ``bench_solver`` (17);
   ``bench_contention`` and ``bench_summary`` start one CPU-bound process per core, ``bench_sweep_dask`` two Dask
   clusters; ``gpu_samplers`` is for a GPU.
 """
