@@ -60,10 +60,19 @@ K ?= 12
 robustness: install-test
 	$(BIN)/python tests/robustness.py --offsets $(K) --markdown tests/robustness.md --json tests/robustness.json
 
+# the headline set (benchmarks/README.md): the theory solve, the samplers' ESS per second (~25 min), the cold
+# start, each into BENCH_OUT, then one table of their headline numbers. BENCH_FLAGS=--quick: the same at tiny
+# sizes (minutes, numbers meaningless), refused into benchmarks/results: give BENCH_OUT=<folder>
+BENCH_OUT ?= benchmarks/results
+BENCH_FLAGS ?=
+HEADLINE = solver sampler cold_start
+
 bench: $(BIN)/python
+	@case " $(BENCH_FLAGS) " in *" --quick "*) test "$(BENCH_OUT)" != benchmarks/results || \
+		{ echo "--quick writes meaningless numbers: give BENCH_OUT=<folder>"; exit 1; };; esac
 	$(BIN)/python -m pip install -q -e ".[test,bench]"
-	$(BIN)/python benchmarks/bench_solver.py
-	$(BIN)/python benchmarks/bench_sampler.py
+	$(foreach b,$(HEADLINE),$(BIN)/python benchmarks/bench_$(b).py $(BENCH_FLAGS) --out $(BENCH_OUT)/$(b).json &&) true
+	$(BIN)/python benchmarks/report.py $(foreach b,$(HEADLINE),$(BENCH_OUT)/$(b).json)
 
 # what the build made, never results: runs/ (every command's default output folder) stays
 clean:

@@ -18,12 +18,34 @@ folder). ~6 min on 2 cores.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-import time
-from pathlib import Path
 
-import jax
+from harness import Record, ab_rounds, parse, parser
+from harness import headline as make_headline
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: N = 10, 4 × 1000 draws, 2 seeds)."""
+    ap = parser("adapt", __doc__, "N = 10 only, 4 x 1000 draws, 2 seeds")
+    ap.add_argument("--seeds", type=int, default=4)
+    a = parse(ap, argv)
+    a.widths, a.draws = ([10], 1000) if a.quick else ([10, 100], 5000)
+    a.seeds = 2 if a.quick else a.seeds
+    return a
+
+
+def headline(results: dict) -> dict | None:
+    """The median ESS/s of ``U`` with two pilots over one, at N = 10."""
+    return make_headline("laplace-is ESS/s of U, 2 pilots / 1, Fig. 2c N = 10",
+                         results["widths"]["10"]["ess_per_second_ratio"], "x")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import os  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -32,12 +54,10 @@ import numpy as np  # noqa: E402
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
 from bayes_attn.samplers import laplace  # noqa: E402
-from record import write_record  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def call(problem, rounds: int, seed: int, draws: int) -> dict:
+    """One ``laplace-is`` call with ``rounds`` pilots: wall seconds, ESS of ``U``, its diagnostics and draws."""
     net, x, y, xt = problem
     laplace.ADAPT_ROUNDS = rounds
     load = os.getloadavg()
@@ -54,39 +74,38 @@ def call(problem, rounds: int, seed: int, draws: int) -> dict:
             "U": post.tree["posterior"]["U"].values}
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, default=None)
-    a = ap.parse_args(argv)
-    widths, draws, seeds = ((10,), 1000, 2) if a.quick else ((10, 100), 5000, a.seeds)
-    record = {"settings": {"draws": draws, "chains": 4, "seeds": seeds}, "widths": {}}
-    for N in widths:
-        task, net = markov.fig2c(width=N)
-        x, y, xt, _ = task.generate()
-        problem = (net, x, y, xt[:100])
-        call(problem, 2, 0, draws)  # compiles
-        runs = []
-        for seed in range(1, seeds + 1):
-            for rounds in ((1, 2) if seed % 2 else (2, 1)):
-                runs.append(call(problem, rounds, seed, draws))
-                r = runs[-1]
-                print(f"N={N:4d} rounds {rounds} seed {seed}: {r['wall_seconds']:5.1f} s  ESS(U) {r['min_ess_U']:6.0f}  "
-                      f"ESS/s {r['ess_per_second_U']:6.1f}  k {r['pareto_k']:.2f}  IS-ESS {r['is_ess']:6.0f}  "
-                      f"moved {r['adapted']}  load {r['load_before'][0]:.1f}", flush=True)
-        same = all(np.array_equal(p["U"], q["U"]) for p, q in zip(runs[::2], runs[1::2]))
-        for r in runs:
-            del r["U"]
-        by = {k: [r for r in runs if r["rounds"] == k] for k in (1, 2)}
-        med = {k: {m: float(np.median([r[m] for r in v])) for m in ("wall_seconds", "min_ess_U", "ess_per_second_U")}
-               for k, v in by.items()}
-        ratio = med[2]["ess_per_second_U"] / med[1]["ess_per_second_U"]
-        print(f"N={N}: median ESS/s {med[1]['ess_per_second_U']:.1f} (1 round) -> {med[2]['ess_per_second_U']:.1f} "
-              f"(2 rounds), x{ratio:.2f}; same draws: {same}", flush=True)
-        record["widths"][str(N)] = {"runs": runs, "median": med, "ess_per_second_ratio": ratio, "same_draws": same}
-    write_record((a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS)) / "adapt.json", record)
+def width(N: int, a: argparse.Namespace) -> dict:
+    """One pilot against two at width ``N``, alternating over the seeds."""
+    task, net = markov.fig2c(width=N)
+    x, y, xt, _ = task.generate()
+    problem = (net, x, y, xt[:100])
+    call(problem, 2, 0, a.draws)  # compiles
+    rows = ab_rounds({1: lambda r: call(problem, 1, r + 1, a.draws), 2: lambda r: call(problem, 2, r + 1, a.draws)},
+                     a.seeds)
+    runs = [row["values"][k] for row in rows for k in ((1, 2) if row["first"] == 1 else (2, 1))]
+    for r in runs:
+        print(f"N={N:4d} rounds {r['rounds']} seed {r['seed']}: {r['wall_seconds']:5.1f} s  ESS(U) "
+              f"{r['min_ess_U']:6.0f}  ESS/s {r['ess_per_second_U']:6.1f}  k {r['pareto_k']:.2f}  IS-ESS "
+              f"{r['is_ess']:6.0f}  moved {r['adapted']}  load {r['load_before'][0]:.1f}", flush=True)
+    same = all(np.array_equal(row["values"][1]["U"], row["values"][2]["U"]) for row in rows)
+    for r in runs:
+        del r["U"]
+    by = {k: [r for r in runs if r["rounds"] == k] for k in (1, 2)}
+    med = {k: {m: float(np.median([r[m] for r in v])) for m in ("wall_seconds", "min_ess_U", "ess_per_second_U")}
+           for k, v in by.items()}
+    ratio = med[2]["ess_per_second_U"] / med[1]["ess_per_second_U"]
+    print(f"N={N}: median ESS/s {med[1]['ess_per_second_U']:.1f} (1 round) -> {med[2]['ess_per_second_U']:.1f} "
+          f"(2 rounds), x{ratio:.2f}; same draws: {same}", flush=True)
+    return {"runs": runs, "median": med, "ess_per_second_ratio": ratio, "same_draws": same}
+
+
+def main(a: argparse.Namespace) -> dict:
+    """Every width, then the envelope."""
+    record = Record(a, chains=4)
+    results = {"widths": {str(N): width(N, a) for N in a.widths}}
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -19,25 +19,47 @@ Run alone (~15 min on 2 quiet cores, ~30 more with ``--busy``)::
 
     .venv/bin/python benchmarks/bench_auto_pilot.py [--rounds 2] [--busy] [--busy-rounds 1] [--quick]
 
-Output: ``benchmarks/results/auto_pilot.json`` (``--quick``: a tiny problem, a temporary folder).
+Output: ``benchmarks/results/auto_pilot.json`` (``--quick``: a tiny problem, one round, a temporary folder).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import tempfile
-import time
-from pathlib import Path
 
-import jax
-import numpy as np
+from harness import Record, parse, parser
+from harness import headline as make_headline
 
-from bayes_attn.samplers import SamplerSettings, laplace, prepare
-from record import alternated, busy_cores, write_record  # benchmarks/record.py
 
-RESULTS = Path(__file__).resolve().parent / "results"
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: a tiny problem, one round)."""
+    ap = parser("auto_pilot", __doc__, "a tiny random problem, 200 guided draws, one round")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--busy", action="store_true", help="also measure beside one CPU-bound process per core")
+    ap.add_argument("--busy-rounds", type=int, default=1, help="rounds beside the busy cores (default 1: the "
+                    "attempt drawing every proposal takes ~25 min there)")
+    return parse(ap, argv)
+
+
+def headline(results: dict) -> dict | None:
+    """Mean wall time of the attempt drawing every proposal over the one deciding from its pilot (quiet)."""
+    label = next(k for k in results if not k.endswith(" busy"))
+    return make_headline(f"auto's laplace-is attempt, all proposals / pilot rule, {label}", results[label]["ratio"],
+                         "x")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import contextlib  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bayes_attn.samplers import SamplerSettings, laplace, prepare  # noqa: E402
+from harness import alternated, busy_cores  # noqa: E402
+
 VARIANTS = {"old": None, "new": laplace.PILOT_RULES_OUT}
 """``stop_above`` of each variant: ``old`` draws every proposal (before), ``new`` stops after a ruling pilot."""
 
@@ -68,6 +90,7 @@ def problems(quick: bool) -> dict:
 
 
 def measure(label: str, problem, cfg: SamplerSettings, rounds: int, busy: bool) -> dict:
+    """The two variants alternated for ``rounds`` rounds on one problem (the expansion solved once before)."""
     net, x, y, T, dtype = problem
     inputs = prepare(net, x, y, None, T, dtype)
     guide_of = laplace.GuideOnce()
@@ -94,26 +117,20 @@ def measure(label: str, problem, cfg: SamplerSettings, rounds: int, busy: bool) 
             "ratio": ratio, "solve_seconds": solve, "equal_log_weights": same, "busy": busy}
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--busy", action="store_true", help="also measure beside one CPU-bound process per core")
-    ap.add_argument("--busy-rounds", type=int, default=1, help="rounds beside the busy cores (default 1: the "
-                    "attempt drawing every proposal takes ~25 min there)")
-    ap.add_argument("--quick", action="store_true", help="a tiny problem, one round, to a temporary folder")
-    a = ap.parse_args(argv)
+def main(a: argparse.Namespace) -> dict:
+    """Each problem quiet (and busy with ``--busy``); the envelope rewritten after each measurement."""
     cfg = SamplerSettings(num_chains=4, guided_samples=200 if a.quick else 2500, dtype="float32")
-    record = {"settings": vars(a) | {"chains": cfg.num_chains, "guided_draws": cfg.guided_draws,
-                                     "pilot_fraction": laplace.PILOT_FRACTION, "rules_out": laplace.PILOT_RULES_OUT},
-              "load_before": os.getloadavg()}
-    folder = Path(tempfile.mkdtemp()) if a.quick else RESULTS
+    record = Record(a, chains=cfg.num_chains, guided_draws=cfg.guided_draws, pilot_fraction=laplace.PILOT_FRACTION,
+                    rules_out=laplace.PILOT_RULES_OUT)
+    results = {}
     for label, problem in problems(a.quick).items():
         stops = "N=100" not in label  # at N = 100 nothing is saved: one round checks that nothing changes
         for busy in (False, True) if a.busy and stops else (False,):
             rounds = 1 if a.quick or not stops else a.busy_rounds if busy else a.rounds
-            record[label + (" busy" if busy else "")] = measure(label, problem, cfg, rounds, busy)
-            write_record(folder / "auto_pilot.json", record)  # after each measurement: a long run keeps its parts
+            results[label + (" busy" if busy else "")] = measure(label, problem, cfg, rounds, busy)
+            record.write(results, headline=headline(results))  # after each measurement: a long run keeps its parts
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -37,13 +37,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from record import busy_cores, write_record  # benchmarks/record.py
+from harness import Record, busy_cores, parse, parser
+from harness import headline as make_headline
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CONFIGS = ("defaults", "all_threads")
 
 
@@ -68,10 +66,12 @@ def child(config: str, width: int, warmup: int, draws: int, chains: int) -> dict
         ba.solve_theory(net, x, y, temperature=0.01)
         theory.append(time.perf_counter() - t0)
     return dict(sample_seconds=sample_s, theory_seconds=float(np.median(theory)), theory_all=theory,
-                threads=json.loads(post.tree.attrs["threads"]), steps_per_draw=float(post.tree["sample_stats"]["n_steps"].mean()))
+                threads=json.loads(post.tree.attrs["threads"]),
+                steps_per_draw=float(post.tree["sample_stats"]["n_steps"].mean()))
 
 
 def measure(config: str, busy: bool, a) -> dict:
+    """One measurement in a fresh process, quiet or beside one CPU-bound process per core."""
     env = dict(os.environ)
     if config == "all_threads":
         env["OMP_NUM_THREADS"] = str(os.cpu_count())
@@ -87,29 +87,42 @@ def measure(config: str, busy: bool, a) -> dict:
     out = json.loads(res.stdout.strip().splitlines()[-1])
     out |= dict(config=config, condition="busy" if busy else "quiet", load_before=load, process_wall_seconds=wall,
                 burners=burners)
-    print(f"{config:12s} {out['condition']:5s}  sample {out['sample_seconds']:7.1f} s  theory {out['theory_seconds']:.3f} s"
-          f"  load before {load[0]:.1f}  threads {out['threads']}", flush=True)
+    print(f"{config:12s} {out['condition']:5s}  sample {out['sample_seconds']:7.1f} s  theory "
+          f"{out['theory_seconds']:.3f} s  load before {load[0]:.1f}  threads {out['threads']}", flush=True)
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: N = 10, 20 + 20 draws)."""
+    ap = parser("contention", __doc__, "N = 10, 20 + 20 draws")
     ap.add_argument("--child", choices=CONFIGS, help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="tiny job (N = 10, 20 + 20 draws); output to a temp folder")
     ap.add_argument("--width", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--burn-limit", type=float, default=1800.0, help="seconds a CPU-bound process lives at most")
-    ap.add_argument("--out", type=Path, default=None)
-    a = ap.parse_args(argv)
+    a = parse(ap, argv)
+    if a.quick and not a.child:
+        a.width, a.warmup, a.draws, a.burn_limit = 10, 20, 20, 300.0
+    return a
+
+
+def headline(results: dict) -> dict | None:
+    """The sampling job's slowdown beside busy cores, with the library's defaults."""
+    s = results["slowdown"].get("defaults")
+    return make_headline("sampling job busy / quiet, defaults", s and s["sample"], "x")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Each configuration quiet, then busy; the slowdowns; the envelope."""
+    a = parse_args(argv)
     if a.child:
         print(json.dumps(child(a.child, a.width, a.warmup, a.draws, a.chains)))
-        return
-    if a.quick:
-        a.width, a.warmup, a.draws, a.burn_limit = 10, 20, 20, 300.0
-    out_dir = a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS)
+        return {}
+    record = Record(a, network="markov.fig2c", P=100, temperature=0.01, sampler="wishart",
+                    note="quiet = no processes started by the benchmark (other users' load as recorded); busy = one "
+                         "CPU-bound process per core beside the job")
     runs = []
     for busy in (False, True):  # quiet and busy of each configuration one after the other
         for config in a.configs:
@@ -119,12 +132,9 @@ def main(argv=None):
                         theory=by[c, "busy"]["theory_seconds"] / by[c, "quiet"]["theory_seconds"]) for c in a.configs}
     for c, s in slowdown.items():
         print(f"slowdown busy/quiet  {c:12s} sample {s['sample']:.2f}x  theory {s['theory']:.2f}x")
-    record = dict(problem=dict(network="markov.fig2c", width=a.width, P=100, temperature=0.01, sampler="wishart",
-                               chains=a.chains, warmup=a.warmup, draws=a.draws),
-                  runs=runs, slowdown=slowdown,
-                  note="quiet = no processes started by the benchmark (other users' load as recorded); busy = one "
-                       "CPU-bound process per core beside the job")
-    write_record(out_dir / "contention.json", record)
+    results = {"runs": runs, "slowdown": slowdown}
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":

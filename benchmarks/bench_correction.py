@@ -24,8 +24,9 @@ draws), its Monte-Carlo floor, the same for ``U_2`` and ``Ua``, and the
 predicted against the sampled posterior sd of ``U[1-1, 1-1]``; writes
 ``results/correction_accuracy.json``.
 
-Run: ``.venv/bin/python benchmarks/bench_correction.py [--accuracy] [--quick]``
-(``--quick``: tiny sizes, output to a temporary folder, numbers meaningless).
+Run: ``.venv/bin/python benchmarks/bench_correction.py [--accuracy] [--quick] [--out FILE]``
+(``--quick``: N = 10, one repeat; with ``--accuracy`` 2 × (500 + 100) draws; output to a temporary folder,
+numbers meaningless).
 """
 
 from __future__ import annotations
@@ -38,20 +39,16 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-from record import write_record  # noqa: E402  (benchmarks/record.py)
-
-import numpy as np  # noqa: E402
+from harness import Record, parser, resolve_out, times  # noqa: E402
+from harness import headline as make_headline  # noqa: E402
 
 WIDTHS = (10, 100, 1000)
 ACCURACY_WIDTHS = (10, 30, 100, 300)
 TEMPERATURE = 0.01
 REPEATS = 5
 N_TEST = 200
-RESULTS = Path(__file__).parent / "results"
 
 COLD = """
 import os, sys, time, json
@@ -68,23 +65,22 @@ print(json.dumps(time.perf_counter() - t))
 
 
 def best(fn, repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    """The least wall seconds of ``repeats`` calls of ``fn``."""
+    return min(times(fn, repeats))
 
 
 def cold(N: int, correction: str) -> float:
     """Seconds of one ``solve_theory`` call in a fresh interpreter (compilation included)."""
-    out = subprocess.run([sys.executable, "-c", COLD.format(T=TEMPERATURE), str(N), correction],
-                         capture_output=True, text=True, check=True, env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    out = subprocess.run([sys.executable, "-c", COLD.format(T=TEMPERATURE), str(N), correction], capture_output=True,
+                         text=True, check=True, env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 # ----------------------------------------------------------------------------
-def cost(widths, out_dir: Path, repeats: int) -> dict:
+def cost(widths, record: Record, repeats: int) -> dict:
+    """Leading and corrected solves, warm and cold, and the predictors, at each width; the envelope."""
+    import numpy as np
+
     from bayes_attn import markov
     from bayes_attn import theory as th
 
@@ -103,7 +99,8 @@ def cost(widths, out_dir: Path, repeats: int) -> dict:
         corr = th.laplace_correction(lead)
         first_correction = time.perf_counter() - t
         warm_leading = best(lambda: th.solve_theory(net, x, y, temperature=TEMPERATURE), repeats)
-        warm_corrected = best(lambda: th.solve_theory(net, x, y, temperature=TEMPERATURE, correction="laplace"), repeats)
+        warm_corrected = best(lambda: th.solve_theory(net, x, y, temperature=TEMPERATURE, correction="laplace"),
+                              repeats)
         warm_correction = best(lambda: th.laplace_correction(lead), repeats)
         lead.predict(xt), corr.predict(xt)  # compile
         predict_leading = best(lambda: lead.predict(xt), repeats)
@@ -135,31 +132,34 @@ def cost(widths, out_dir: Path, repeats: int) -> dict:
               f"{corr.correction.mode.report.iterations} Newton steps) | cold leading {cold_leading:.1f} s, corrected "
               f"{cold_corrected:.1f} s (ratio {row['ratio_cold']:.2f}) | predict {predict_leading * 1e3:.1f} / "
               f"{predict_corrected * 1e3:.1f} ms | load {os.getloadavg()[0]:.2f}", flush=True)
-    out = {
+    results = {"rows": rows}
+    record.settings |= {
         "problem": f"Fig. 2c Markov network, D=4, P=100, temperature {TEMPERATURE}",
         "leading": "solve_theory(net, x, y, temperature) (docs/theory.md §4)",
         "corrected": "solve_theory(..., correction='laplace'): leading solve + Newton for the minimiser of the exact "
                      "S(θ) (Bartlett sites) + third-order expansion (docs/theory.md §8)",
         "timing": f"wall seconds; warm: best of {repeats} after compilation; cold: one call in a fresh process "
-                  f"(imports and data excluded, compilation included); predict: {N_TEST} test inputs, warm",
-        "results": rows,
-    }
-    write_record(out_dir / "correction.json", out)
-    return out
+                  f"(imports and data excluded, compilation included); predict: {N_TEST} test inputs, warm"}
+    record.write(results, headline=headline(results))
+    return results
 
 
 # ----------------------------------------------------------------------------
-def relative_distance(draws: np.ndarray, theory, mcse: np.ndarray) -> dict:
+def relative_distance(draws, theory, mcse) -> dict:
     """``bayes_attn.compare``'s relative Frobenius distance ``||mean − theory|| / ||theory||`` of the posterior mean
-    of ``draws`` ``[chain, draw, k]``, with its Monte-Carlo floor ``sqrt(Σ mcse²) / ||theory||`` and the gap
+    of ``draws`` ``[chain, draw, k]`` (arrays), with its Monte-Carlo floor ``sqrt(Σ mcse²) / ||theory||`` and the gap
     ``sqrt(distance² − floor²)`` (the distance with Monte-Carlo error taken out)."""
+    import numpy as np
+
     t = np.ravel(theory)
     d = float(np.linalg.norm(draws.mean(axis=(0, 1)) - t) / np.linalg.norm(t))
     floor = float(np.linalg.norm(mcse) / np.linalg.norm(t))
     return {"distance": d, "mc_floor": floor, "gap": float(np.sqrt(max(d * d - floor * floor, 0.0)))}
 
 
-def accuracy(widths, out_dir: Path, num_samples: int, num_chains: int) -> dict:
+def accuracy(widths, record: Record, num_samples: int, num_chains: int) -> dict:
+    """Leading and corrected theory against the ``wishart`` sampler's posterior at each width; the envelope."""
+    import numpy as np
     import numpyro
 
     numpyro.set_host_device_count(2)
@@ -198,31 +198,49 @@ def accuracy(widths, out_dir: Path, num_samples: int, num_chains: int) -> dict:
         print(f"N={N:>4}: U distance leading {u['leading']:.4f} -> corrected {u['corrected']:.4f} "
               f"(MC floor {u['mc_floor']:.4f}); sd U[1-1,1-1] predicted {sol.correction.U_sd[0, 0]:.4g} vs sampled "
               f"{sampled_sd:.4g}; R-hat {s.max_rhat:.3f}, ESS {s.min_ess:.0f}, {seconds:.0f} s", flush=True)
-    out = {
+    results = {"rows": rows}
+    record.settings |= {
         "problem": f"Fig. 2c Markov network, D=4, P=100, temperature {TEMPERATURE}",
         "reference": f"wishart sampler, {num_chains} chains x (500 + {num_samples}) draws",
         "distance": "relative Frobenius distance ||mean_sampled - theory|| / ||theory|| (bayes_attn.compare); "
                     "mc_floor: sqrt(sum of squared MCSEs) / ||theory||, the distance expected from Monte-Carlo "
                     "error alone; gap: sqrt(distance^2 - mc_floor^2)",
-        "theory": "leading: docs/theory.md §4; corrected: solve_theory(correction='laplace'), Bartlett-site coordinates",
-        "results": rows,
-    }
-    write_record(out_dir / "correction_accuracy.json", out)
-    return out
+        "theory": "leading: docs/theory.md §4; corrected: solve_theory(correction='laplace'), Bartlett-site "
+                  "coordinates"}
+    record.write(results, headline=headline(results))
+    return results
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--accuracy", action="store_true", help="compare with the wishart sampler instead of timing")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes, output to a temporary folder")
-    args = ap.parse_args(argv)
-    out_dir = Path(tempfile.mkdtemp()) if args.quick else RESULTS
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if args.accuracy:
-        accuracy((10,) if args.quick else ACCURACY_WIDTHS, out_dir, 100 if args.quick else 2000,
-                 2 if args.quick else 4)
-    else:
-        cost((10,) if args.quick else WIDTHS, out_dir, 1 if args.quick else REPEATS)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: N = 10, one repeat; ``--accuracy``: 2 × (500 + 100) draws)."""
+    ap = parser("correction", __doc__, "N = 10, one repeat (with --accuracy: 2 x (500 + 100) draws)")
+    ap.add_argument("--accuracy", action="store_true", help="compare with the wishart sampler instead of timing "
+                    "(default output benchmarks/results/correction_accuracy.json)")
+    a = ap.parse_args(argv)
+    a.benchmark = "correction_accuracy" if a.accuracy else "correction"
+    return resolve_out(a)
+
+
+def headline(results: dict) -> dict | None:
+    """Timing: the corrected over the leading solve, warm, at the largest width; accuracy: the corrected ``U``'s
+    relative distance from the sampled posterior mean at the smallest width."""
+    rows = results["rows"]
+    if "ratio_warm" in rows[0]:
+        r = max(rows, key=lambda r: r["N"])
+        return make_headline(f"corrected / leading solve, warm, Fig. 2c N = {r['N']}", r["ratio_warm"], "x")
+    r = min(rows, key=lambda r: r["N"])
+    return make_headline(f"corrected U's distance from the posterior mean, Fig. 2c N = {r['N']}",
+                         r["U"]["corrected"]["distance"], "relative")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The cost (default) or the accuracy (``--accuracy``) of the correction."""
+    a = parse_args(argv)
+    record = Record(a)
+    if a.accuracy:
+        return accuracy((10,) if a.quick else ACCURACY_WIDTHS, record, 100 if a.quick else 2000,
+                        2 if a.quick else 4)
+    return cost((10,) if a.quick else WIDTHS, record, 1 if a.quick else REPEATS)
 
 
 if __name__ == "__main__":

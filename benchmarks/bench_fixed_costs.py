@@ -30,19 +30,47 @@ after. Results:
 Run (about 3 min on 2 quiet cores; ``--collapsed`` adds about 5)::
 
     .venv/bin/python benchmarks/bench_fixed_costs.py --collapsed
+
+``--quick``: N = 10, 2 chains × (20 + 20) draws (seconds; numbers meaningless).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import sys
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Record, parse, parser
+from harness import headline as make_headline
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: N = 10, 2 chains × (20 + 20))."""
+    p = parser("fixed_costs", __doc__, "N = 10, 2 chains x (20 + 20) draws")
+    p.add_argument("--width", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=500)
+    p.add_argument("--draws", type=int, default=500)
+    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--temperature", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--collapsed", action="store_true",
+                   help="also run 'collapsed' (one-program) with the same settings, for the ESS/s ratio (minutes)")
+    a = parse(p, argv)
+    if a.quick:
+        a.width, a.warmup, a.draws, a.chains = 10, 20, 20, 2
+    return a
+
+
+def headline(results: dict) -> dict | None:
+    """``wishart``'s second call: NumPyro's per-chain loop over the chains in one program (wall time)."""
+    second = {r["mode"]: r["seconds_total"] for r in results["runs"]
+              if r.get("sampler", "wishart") == "wishart" and r.get("call") == 2}
+    return make_headline("wishart second call, per-chain loop / one program", second["numpyro"] / second["one-program"],
+                         "x")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import time  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -50,17 +78,13 @@ import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-
-import bayes_attn as ba  # noqa: E402
 from bayes_attn import samplers, threads  # noqa: E402
 from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
 from bayes_attn.posterior import Posterior  # noqa: E402
 from bayes_attn.samplers import nuts  # noqa: E402
 from bayes_attn.samplers.wishart import num_parameters  # noqa: E402
 from bayes_attn.tasks import markov  # noqa: E402
-from timing import CompileTimer  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from harness import CompileTimer  # noqa: E402
 
 
 def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer, sampler: str = "wishart") -> dict:
@@ -121,22 +145,13 @@ def gaussian_reference(dim: int, a) -> dict:
             "min_ess_bulk_per_draw_x_squared": float(np.min(azs.ess(x**2, method="bulk"))) / n}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--width", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=500)
-    p.add_argument("--draws", type=int, default=500)
-    p.add_argument("--chains", type=int, default=4)
-    p.add_argument("--temperature", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--collapsed", action="store_true",
-                   help="also run 'collapsed' (one-program) with the same settings, for the ESS/s ratio (minutes)")
-    p.add_argument("--out", type=Path, default=RESULTS / "fixed_costs.json")
-    a = p.parse_args(argv)
+def main(a: argparse.Namespace) -> dict:
+    """Both modes twice, ``collapsed`` with ``--collapsed``, the Gaussian reference; the envelope."""
+    record = Record(a, network="markov.fig2c", P=100, P_test=100, dtype="float64", sampler="wishart",
+                    chain_method="sequential")
     task, net = markov.fig2c(width=a.width, n_train=100, n_test=100, seed=a.seed)
     x, y, xt, _ = task.generate()
     timer = CompileTimer()
-    load_before = os.getloadavg()
     runs = []
     with threads.limits():
         for mode in ("numpyro", "one-program", "numpyro", "one-program"):
@@ -162,22 +177,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"Gaussian target of dimension {ref['dim']}: {ref['mean_leapfrog_steps_per_draw']:.2f} steps per draw, "
           f"min bulk ESS per draw {ref['min_ess_bulk_per_draw_x']:.2f} (coordinates), "
           f"{ref['min_ess_bulk_per_draw_x_squared']:.2f} (squares)", flush=True)
-    out = {
-        "problem": dict(network="markov.fig2c", N=a.width, P=100, P_test=100, temperature=a.temperature,
-                        dtype="float64", sampler="wishart", chains=a.chains, chain_method="sequential",
-                        warmup=a.warmup, draws=a.draws, seed=a.seed),
-        "runs": runs,
-        "wishart/collapsed (one-program, first call each)": ratio,
-        "gaussian_reference": ref,
-        "environment": {"platform": platform.platform(), "python": platform.python_version(), "jax": jax.__version__,
-                        "bayes_attn": getattr(ba, "__version__", "?"), "cpus": os.cpu_count(),
-                        "load_avg_before": list(load_before), "load_avg_after": list(os.getloadavg())},
-    }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(out, indent=1))
-    print(f"load average before {load_before}, after {os.getloadavg()}; wrote {a.out}")
-    return out
+    results = {"runs": runs, "wishart/collapsed (one-program, first call each)": ratio, "gaussian_reference": ref}
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

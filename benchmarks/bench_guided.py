@@ -29,19 +29,49 @@ Run alone (~25 min on 2 quiet cores, ~15 more with ``--image``)::
     .venv/bin/python benchmarks/bench_guided.py [--widths 10 100 1000] [--busy] [--image] [--quick]
                                                 [--samplers auto wishart ...] [--out FILE]
 
-Output: a printed table and ``benchmarks/results/guided.json`` (``--quick``: a temporary folder).
+Output: a printed table and ``benchmarks/results/guided.json`` (``--quick``: every code path with 1/50 of the
+draws, at least 20, a temporary folder).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
-import time
-from pathlib import Path
 
-import jax
+from harness import Record, parse, parser
+from harness import headline as make_headline
+
+LABELS = ("laplace-is", "laplace-is-f32", "laplace-mh", "auto", "auto-f32", "wishart", "wishart-prior", "collapsed")
+"""The labels of :func:`runs` (``--samplers`` chooses among them)."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: 1/50 of the draws, at least 20)."""
+    ap = parser("guided", __doc__, "every code path with 1/50 of the draws (at least 20)")
+    ap.add_argument("--widths", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--n-test", type=int, default=100)
+    ap.add_argument("--busy", action="store_true")
+    ap.add_argument("--image", action="store_true")
+    ap.add_argument("--samplers", nargs="+", choices=LABELS, help="only these of the Fig. 2c runs (default: all)")
+    return parse(ap, argv)
+
+
+def headline(results: dict) -> dict | None:
+    """The first guided sampler's ESS/s of ``U`` over ``wishart``'s (second calls), at N = 100 or the first width."""
+    N = "100" if "100" in results["fig2c"] else next(iter(results["fig2c"]))
+    ratios = results["fig2c"][N]["ratios"]
+    key = next((k for k in ratios if k.endswith("/wishart ESS/s, call 2")), None)
+    return make_headline(f"{key}, Fig. 2c N = {N}", ratios[key], "x") if key else None
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import json  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -49,9 +79,7 @@ import numpy as np  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from record import busy_cores, write_record  # noqa: E402  (benchmarks/record.py)
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from harness import busy_cores  # noqa: E402
 
 
 F32 = ("laplace-is", "auto")  # the runs also made in float32 (labels ``<label>-f32``)
@@ -90,6 +118,7 @@ def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, see
 
 
 def show(N, label, call, r) -> None:
+    """Print one call."""
     own = (f"k {r['pareto_k']:.2f} IS-ESS {r['is_ess']:.0f}" if np.isfinite(r["pareto_k"])
            else f"acc {r['acceptance']:.2f}")
     print(f"N={N:5d} {label:14s} call {call}: {r['wall_seconds']:7.1f} s  ESS(U) {r['min_ess_U']:7.0f}  "
@@ -98,12 +127,14 @@ def show(N, label, call, r) -> None:
 
 
 def max_z(a: dict, b: dict) -> float:
+    """The largest |z| between two calls' means of ``U`` (combined MCSE)."""
     ma, mb = np.asarray(a["U_mean"]), np.asarray(b["U_mean"])
     sa, sb = np.asarray(a["U_mcse"]), np.asarray(b["U_mcse"])
     return float(np.max(np.abs(ma - mb) / np.sqrt(sa**2 + sb**2)))
 
 
 def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> dict:
+    """Each sampler (``labels``: some) called twice at each width, and the ratios between them."""
     out = {}
     for N in widths:
         task, net = markov.fig2c(width=N)
@@ -188,26 +219,17 @@ def image(quick: bool) -> dict:
     return out
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--widths", type=int, nargs="+", default=[10, 100, 1000])
-    ap.add_argument("--n-test", type=int, default=100)
-    ap.add_argument("--busy", action="store_true")
-    ap.add_argument("--image", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="every code path at tiny sizes, output to a temporary folder")
-    ap.add_argument("--samplers", nargs="+", choices=[r[0] for r in runs(10, False)],
-                    help="only these of the Fig. 2c runs (default: all)")
-    ap.add_argument("--out", type=Path, default=None, help="the output file (default: results/guided.json)")
-    a = ap.parse_args(argv)
-    record = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
-              "load_before": os.getloadavg()}
-    record["fig2c"] = fig2c(a.widths, a.n_test, a.quick, a.samplers)
+def main(a: argparse.Namespace) -> dict:
+    """Fig. 2c, then ``--busy`` and ``--image`` where asked; the envelope."""
+    record = Record(a)
+    results = {"fig2c": fig2c(a.widths, a.n_test, a.quick, a.samplers)}
     if a.busy:
-        record["busy"] = busy(a.n_test, a.quick)
+        results["busy"] = busy(a.n_test, a.quick)
     if a.image:
-        record["image"] = image(a.quick)
-    write_record(a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS) / "guided.json", record)
+        results["image"] = image(a.quick)
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
+from harness import REPO, Record, alternated, parse, parser, run_worker
+from harness import headline as make_headline
+
 CALLS = (("laplace-is", 2, 500, 1), ("laplace-is", 2, 500, 2), ("laplace-mh", 2, 500, 3), ("laplace-is", 4, 5000, 4))
 
 
 def problem(name: str):
+    """``(net, x, y, x_test, temperature)`` of the problem ``name``."""
     import numpy as np
 
     from bayes_attn import calibration
@@ -48,45 +49,68 @@ def problem(name: str):
 
 
 def worker(name: str) -> dict:
+    """The calls of :data:`CALLS` in this fresh process: wall and compile seconds, programs compiled."""
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    import jax.monitoring
     import numpy as np
-    from timing import CompileTimer
 
     import bayes_attn as ba
+    from harness import CompileTimer
 
-    compiles = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda ev, d, **k: compiles.append(d) if ev == "/jax/core/compile/backend_compile_duration" else None)
     timer = CompileTimer()
     net, x, y, xt, T = problem(name)
     rows = []
     for sampler, chains, draws, seed in CALLS:
-        n0, t0 = len(compiles), time.perf_counter()
+        n0, t0 = timer.compilations, time.perf_counter()
         post = ba.sample_posterior(net, x, y, temperature=T, x_test=xt, sampler=sampler, num_chains=chains,
                                    num_warmup=100, num_samples=draws, seed=seed, progress_bar=False)
         t1 = time.perf_counter()
         rows.append({"sampler": sampler, "chains": chains, "draws": draws, "seed": seed, "wall_seconds": t1 - t0,
-                     "compile_seconds": timer.seconds_in(t0, t1), "compilations": len(compiles) - n0,
+                     "compile_seconds": timer.seconds_in(t0, t1), "compilations": timer.compilations - n0,
                      "pareto_k": float(post.tree.attrs.get("pareto_k", float("nan"))),
                      "U_mean": np.asarray(post.tree["posterior"]["U"].mean(("chain", "draw"))).tolist()})
     return {"problem": name, "calls": rows}
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: one round of the small network)."""
+    ap = parser("guided_compiles", __doc__, "one round of the small network")
     ap.add_argument("--old", type=Path, help="folder holding an earlier bayes_attn package, run alternately")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="one round of the small network, a temporary folder")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+    return parse(ap, argv)
+
+
+def headline(results: dict) -> dict | None:
+    """This code's first ``laplace-is`` call on the small network: programs compiled."""
+    key = next(k for k in results["summary"] if k.startswith("small: call 1 "))
+    return make_headline(f"programs compiled, {key}", results["summary"][key]["new"]["compilations"], "programs")
+
+
+def summarise(runs: list[dict], problems: list[str], labels: list[str]) -> dict:
+    """Per problem, call and code the best process's wall and compile seconds and its programs compiled."""
+    summary = {}
+    for name in problems:
+        for i, (sampler, chains, draws, _) in enumerate(CALLS):
+            key = f"{name}: call {i + 1} {sampler} {chains} x {draws}"
+            summary[key] = {label: {m: min(run["calls"][i][m] for run in runs
+                                           if run["code"] == label and run["problem"] == name)
+                                    for m in ("wall_seconds", "compile_seconds", "compilations")}
+                            for label in labels}
+            if "old" in labels:
+                summary[key]["wall old/new"] = summary[key]["old"]["wall_seconds"] / summary[key]["new"]["wall_seconds"]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The workers, alternating codes and problems; the summary; the envelope."""
+    a = parse_args(argv)
     if a.worker:
         print(json.dumps(worker(a.worker)))
         return {}
-    from record import alternated, run_worker, write_record  # benchmarks/record.py
-
+    record = Record(a, description="guided samplers' first calls: compilations and wall time, fresh process per run",
+                    timing="summary: best process per code, problem and call")
     trees = {"new": REPO} | ({"old": a.old.resolve()} if a.old else {})
     problems = ["small"] if a.quick else ["small", "fig2c N=100"]
     runs = []
@@ -98,21 +122,10 @@ def main(argv=None) -> dict:
                 print(f"round {r} {label:3s} {name:12s} {c['sampler']:10s} {c['chains']} x {c['draws']:5d}: "
                       f"{c['wall_seconds']:6.1f} s, compiling {c['compile_seconds']:5.1f} s "
                       f"({c['compilations']:3d} programs)  load {res['load_before'][0]:.1f}", flush=True)
-    summary = {}
-    for name in problems:
-        for i, (sampler, chains, draws, _) in enumerate(CALLS):
-            key = f"{name}: call {i + 1} {sampler} {chains} x {draws}"
-            summary[key] = {label: {m: min(run["calls"][i][m] for run in runs
-                                           if run["code"] == label and run["problem"] == name)
-                                    for m in ("wall_seconds", "compile_seconds", "compilations")}
-                            for label in trees}
-            if "old" in trees:
-                summary[key]["wall old/new"] = summary[key]["old"]["wall_seconds"] / summary[key]["new"]["wall_seconds"]
-    record = {"benchmark": "guided samplers' first calls: compilations and wall time, fresh process per run",
-              "timing": "summary: best process per code, problem and call", "summary": summary, "runs": runs}
-    print(json.dumps(summary, indent=1))
-    write_record((Path(tempfile.mkdtemp()) if a.quick else RESULTS) / "guided_compiles.json", record)
-    return record
+    results = {"summary": summarise(runs, problems, list(trees)), "runs": runs}
+    print(json.dumps(results["summary"], indent=1))
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":

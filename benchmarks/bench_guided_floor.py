@@ -29,18 +29,38 @@ at 22 leapfrog steps per draw, as measured on the landed model).
 
     .venv/bin/python benchmarks/bench_guided_floor.py [--rounds 3] [--quick]
 
-Output: ``benchmarks/results/guided_floor.json`` (``--quick``: a temporary folder). ~3 min on 2 quiet cores.
+Output: ``benchmarks/results/guided_floor.json`` (``--quick``: 2000 proposals, 4 × (50 + 50) draws, the image
+case at heads (2, 2), P = 120, N0 = 16; a temporary folder). ~3 min on 2 quiet cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-import time
-from pathlib import Path
 
-import jax
+from harness import Record, parse, parser
+from harness import headline as make_headline
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: tiny sizes)."""
+    ap = parser("guided_floor", __doc__, "2000 proposals, 4 x (50 + 50) draws, a small image-scale case")
+    ap.add_argument("--rounds", type=int, default=3)
+    return parse(ap, argv)
+
+
+def headline(results: dict) -> dict | None:
+    """A ``laplace-is`` proposal with its draw of ``f``, in batched ``P × P`` Cholesky factorisations (Fig. 2c)."""
+    return make_headline("laplace-is draw (S and f) in P x P Choleskys, Fig. 2c N = 100",
+                         results["fig2c"]["in_cholesky_units"]["S and f"], "Choleskys")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import os  # noqa: E402
+import statistics  # noqa: E402
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -48,27 +68,21 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bayes_attn import markov, threads  # noqa: E402
-from bayes_attn.samplers import conditional_outputs, prepare  # noqa: E402
-from bayes_attn.samplers import laplace  # noqa: E402
+from bayes_attn.samplers import conditional_outputs, laplace, prepare  # noqa: E402
 from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
-from record import write_record  # noqa: E402
+from harness import times  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 NUTS_STEPS_PER_DRAW = 22.0
-"""Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` runs on the landed Fig. 3 models (README, Fig. 3: 15-23)."""
+"""Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` runs on the landed Fig. 3 models (README, Fig. 3:
+15-23)."""
 
 
 def timed(fn, reps: int = 1) -> float:
     """Median seconds of ``fn()`` (its result blocked on) over ``reps`` calls."""
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        out.append(time.perf_counter() - t0)
-    return float(np.median(out))
+    return statistics.median(times(lambda: jax.block_until_ready(fn()), reps))
 
 
-def alternated(phases: dict, rounds: int, reps: int = 1) -> dict[str, float]:
+def phase_rounds(phases: dict, rounds: int, reps: int = 1) -> dict[str, float]:
     """Median seconds of one call of each phase ``fn(r)`` (``r``: the round; ``-1``: the untimed compiling call),
     the phases taking turns within each of ``rounds`` rounds."""
     for fn in phases.values():
@@ -81,11 +95,13 @@ def alternated(phases: dict, rounds: int, reps: int = 1) -> dict[str, float]:
 
 
 def spd_batch(n: int, P: int, dtype) -> jax.Array:
+    """``n`` random symmetric positive definite ``P × P`` matrices."""
     a = np.random.default_rng(0).normal(size=(n, P, P))
     return jnp.asarray(a @ a.transpose(0, 2, 1) / P + np.eye(P), dtype)
 
 
 def fig2c(rounds: int, quick: bool) -> dict:
+    """The per-draw phases against one Cholesky, and the two samplers' calls, on Fig. 2c at N = 100."""
     task, net = markov.fig2c(width=100)
     x, y, xt, _ = task.generate()
     inputs = prepare(net, x, y, xt[:100], 0.01, "float64")
@@ -100,7 +116,7 @@ def fig2c(rounds: int, quick: bool) -> dict:
               "cholesky": lambda r: chol(mats)}
     per = {"S": count, "S and f": count, "conditional": count, "cholesky": mats.shape[0]}
     with threads.limits():  # as the library runs them (one BLAS thread per call)
-        sec = {name: s / per[name] for name, s in alternated(phases, rounds).items()}
+        sec = {name: s / per[name] for name, s in phase_rounds(phases, rounds).items()}
     settings = {"laplace-is": dict(num_chains=4, num_samples=count // 4),
                 "wishart": dict(num_chains=4, num_warmup=50 if quick else 500, num_samples=50 if quick else 2000)}
     calls = {}
@@ -140,8 +156,8 @@ def image(rounds: int, quick: bool) -> dict:
         gram = jax.jit(lambda f: f @ f.T)
         chol = jax.jit(lambda a: jnp.linalg.cholesky(a))
         K = gram(phi) + jnp.eye(P, dtype=jnp.float32)
-        sec = alternated({"gram": lambda r: gram(phi), "cholesky": lambda r: chol(K), "gradient": lambda r: grad()},
-                         rounds, reps=5)
+        sec = phase_rounds({"gram": lambda r: gram(phi), "cholesky": lambda r: chol(K), "gradient": lambda r: grad()},
+                           rounds, reps=5)
     gradients = 4 * (150 + 350) * NUTS_STEPS_PER_DRAW
     out = {"shapes": {"P": P, "D": net.D, "N0": N0, "N": 10, "r": r}, "seconds": sec,
            "gram GFLOP/s": 2 * P * P * r * N0 / sec["gram"] / 1e9,
@@ -154,16 +170,13 @@ def image(rounds: int, quick: bool) -> dict:
     return out
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes, output to a temporary folder")
-    a = ap.parse_args(argv)
-    record = {"settings": vars(a), "load_before": os.getloadavg()}
-    record["fig2c"] = fig2c(a.rounds, a.quick)
-    record["image"] = image(a.rounds, a.quick)
-    write_record((Path(tempfile.mkdtemp()) if a.quick else RESULTS) / "guided_floor.json", record)
+def main(a: argparse.Namespace) -> dict:
+    """Fig. 2c and the image scale; the envelope."""
+    record = Record(a)
+    results = {"fig2c": fig2c(a.rounds, a.quick), "image": image(a.rounds, a.quick)}
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -14,14 +14,12 @@ The likelihood's derivative, side by side in the same rounds: for the chosen
 form (unless Woodbury) also the same potential with the Gaussian density
 through NumPyro's ``MultivariateNormal`` (autodiff through the Cholesky
 factorisation, as before :func:`bayes_attn.gp.log_likelihood` carried its
-derivative in closed form), reported as ``<form> autodiff``; and as before the
-likelihood of ``Φ Φᵀ + T I`` was differentiated in the features
-(:func:`bayes_attn.gp.log_likelihood_features`) and its Cholesky factor and
-triangular inverse were taken by halves (:func:`bayes_attn.gp.cholesky`,
-:func:`bayes_attn.gp.triangular_inverse`): the Gram-level closed form with
-LAPACK's factorisation and a triangular solve against the identity, reported as
-``<form> before`` (the leaves ``gp.CHOLESKY_LEAF``, ``gp.TRIANGULAR_LEAF`` set
-past ``P`` while it is traced).
+derivative in closed form), reported as ``<form> autodiff``.
+
+``results/kernel_forms.json`` (2026-12-03) also holds ``<form> before`` and ``speedup_vs_before``: the code of
+8c65c69, before the likelihood was differentiated in the features and factorised by halves (the Gram-level
+closed form with LAPACK's factorisation and triangular solve), emulated in this script at 3685725; the
+emulation is no longer kept here.
 
 Cases: the one-shot image task's scale (heads (4, 4): 16 paths, P = 600,
 N0 = 64, width 100, so ``r_1 = 16``), the same at width 10 (``prune``'s
@@ -32,39 +30,58 @@ Random inputs: the cost depends on the shapes only.
 Run::
 
     .venv/bin/python benchmarks/bench_kernel_forms.py          # a few minutes
-    .venv/bin/python benchmarks/bench_kernel_forms.py --quick  # smoke test
+    .venv/bin/python benchmarks/bench_kernel_forms.py --quick  # smoke test: two tiny cases in float32
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import statistics
-import tempfile
-import time
-from functools import partial
-from pathlib import Path
 
-from record import write_record  # benchmarks/record.py
+from harness import Record, parse, parser
+from harness import headline as make_headline
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import numpyro
-import numpyro.distributions as dist
-from numpyro.infer.util import initialize_model
 
-import bayes_attn as ba
-from bayes_attn import gp, threads
-from bayes_attn.kernels import choose_kernel_form, kernel_form_costs
-from bayes_attn.precision import x64
-from bayes_attn.samplers import prepare
-from bayes_attn.gp import covariance
-from bayes_attn.samplers.base import GramNormal, gram, likelihood_data
-from bayes_attn.samplers.wishart import factor_chain, factor_shapes, factor_sites, model
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: two tiny cases in float32, 2 rounds of 2 calls)."""
+    ap = parser("kernel_forms", __doc__, "two tiny cases in float32, 2 rounds of 2 calls")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--per-round", type=int, default=5)
+    a = parse(ap, argv)
+    if a.quick:
+        a.rounds, a.per_round = 2, 2
+    return a
 
-RESULTS = Path(__file__).resolve().parent / "results"
+
+def headline(results: dict) -> dict | None:
+    """One gradient in the chosen form at the image scale, N = 10, float32 (or the first case run)."""
+    r = next((r for r in results["runs"] if (r["case"], r["dtype"]) == ("image N=10", "float32")), results["runs"][0])
+    return make_headline(f"wishart gradient ({r['chosen']} form), {r['case']}, {r['dtype']}",
+                         1e3 * r["seconds_per_gradient"][r["chosen"]], "ms")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import os  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from functools import partial  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro  # noqa: E402
+import numpyro.distributions as dist  # noqa: E402
+from numpyro.infer.util import initialize_model  # noqa: E402
+
+import bayes_attn as ba  # noqa: E402
+from bayes_attn import threads  # noqa: E402
+from bayes_attn.kernels import choose_kernel_form, kernel_form_costs  # noqa: E402
+from bayes_attn.precision import x64  # noqa: E402
+from bayes_attn.samplers import prepare  # noqa: E402
+from bayes_attn.samplers.base import gram, likelihood_data  # noqa: E402
+from bayes_attn.samplers.wishart import factor_chain, factor_shapes, factor_sites, model  # noqa: E402
+
 CASES = {
     "image N=100": dict(heads=(4, 4), P=600, N0=64, T=8, width=100),
     "image N=10": dict(heads=(4, 4), P=600, N0=64, T=8, width=10),
@@ -74,6 +91,7 @@ CASES = {
 
 
 def problem(heads, P, N0, T, width, seed=0):
+    """A random network of these shapes, inputs ``[P, T, N0]`` and labels ±1."""
     rng = np.random.default_rng(seed)
     att = [rng.normal(size=(h, N0, N0)) / N0 for h in heads]
     net = ba.Network(att, width, 1.0, "mean")
@@ -83,7 +101,8 @@ def problem(heads, P, N0, T, width, seed=0):
 
 
 def model_autodiff(data, y, *, heads, widths, variances, temperature, form):
-    """The ``wishart`` model with ``Normal(0, K + T I)`` as NumPyro's ``MultivariateNormal`` (no closed-form derivative)."""
+    """The ``wishart`` model with ``Normal(0, K + T I)`` as NumPyro's ``MultivariateNormal`` (no closed-form
+    derivative)."""
     F1 = factor_chain(factor_sites(heads, widths, data.dtype), heads, widths, variances)[0]
     K = gram(F1 @ F1.T, F1, data, form, variances[0])
     L = jnp.linalg.cholesky(K + temperature * jnp.eye(K.shape[0], dtype=K.dtype))
@@ -91,44 +110,28 @@ def model_autodiff(data, y, *, heads, widths, variances, temperature, form):
                    obs=y)
 
 
-def model_before(data, y, *, heads, widths, variances, temperature, form):
-    """The ``wishart`` model with ``Normal(0, K + T I)`` as :class:`GramNormal` (the Gram-level closed form)."""
-    F1 = factor_chain(factor_sites(heads, widths, data.dtype), heads, widths, variances)[0]
-    numpyro.sample("y", GramNormal(covariance(gram(F1 @ F1.T, F1, data, form, variances[0]), temperature)), obs=y)
-
-
-@contextlib.contextmanager
-def lapack_leaves():
-    """Trace with LAPACK's Cholesky factorisation and triangular solve at every size (the code before)."""
-    saved = gp.CHOLESKY_LEAF, gp.TRIANGULAR_LEAF
-    gp.CHOLESKY_LEAF = gp.TRIANGULAR_LEAF = 10**9
-    try:
-        yield
-    finally:
-        gp.CHOLESKY_LEAF, gp.TRIANGULAR_LEAF = saved
-
-
 def gradient_fn(inputs, form):
+    """A call of the jitted ``value_and_grad`` of the potential in ``form`` (``"<form> autodiff"``: through
+    NumPyro's ``MultivariateNormal``), compiled; and the bytes of the form's data."""
     variant = form.split(" ")[1] if " " in form else None
     form = form.split(" ")[0]
     data = likelihood_data(inputs, form)
-    m = partial({None: model, "autodiff": model_autodiff, "before": model_before}[variant], form=form,
-                **inputs.consts())
-    with lapack_leaves() if variant == "before" else contextlib.nullcontext():
-        info = initialize_model(jax.random.key(0), m, model_args=(data, inputs.y))
-        f = jax.jit(jax.value_and_grad(info.potential_fn))
-        z = info.param_info.z
-        jax.block_until_ready(f(z))  # compile (traced here, under the leaves)
+    m = partial({None: model, "autodiff": model_autodiff}[variant], form=form, **inputs.consts())
+    info = initialize_model(jax.random.key(0), m, model_args=(data, inputs.y))
+    f = jax.jit(jax.value_and_grad(info.potential_fn))
+    z = info.param_info.z
+    jax.block_until_ready(f(z))  # compile
     return (lambda: jax.block_until_ready(f(z))), int(data.nbytes)
 
 
 def time_case(name, cfg, dtype, rounds, per_round):
+    """Seconds per gradient of every form of one case, the forms taking turns within each round."""
     net, x, y = problem(**cfg)
     P, D, N0, r = cfg["P"], net.D, cfg["N0"], factor_shapes(net.heads, net.widths)[0][1]
     forms = [f for f in ("tensor", "xi", "woodbury") if f in kernel_form_costs(D, P, N0, r)]
     chosen = choose_kernel_form(D, P, N0, r)
     if chosen != "woodbury":
-        forms += [f"{chosen} autodiff", f"{chosen} before"]
+        forms.append(f"{chosen} autodiff")
     load = os.getloadavg()
     with x64(dtype == "float64"), threads.limits():
         inputs = prepare(net, x, y, None, 0.1, dtype)
@@ -148,32 +151,27 @@ def time_case(name, cfg, dtype, rounds, per_round):
                speedup_chosen_vs_tensor=sec["tensor"] / sec[chosen], fastest=min(forms_only, key=forms_only.get))
     if f"{chosen} autodiff" in sec:
         out["speedup_closed_form_derivative"] = sec[f"{chosen} autodiff"] / sec[chosen]
-        out["speedup_vs_before"] = sec[f"{chosen} before"] / sec[chosen]
+    vs_autodiff = out.get("speedup_closed_form_derivative")
     print(f"{name:12s} {dtype}  r={r:2d}  " + "  ".join(f"{f} {1e3 * s:8.2f} ms" for f, s in sec.items())
           + f"   chosen {chosen} ({out['speedup_chosen_vs_tensor']:.2f}x vs tensor"
-          + (f", {out['speedup_closed_form_derivative']:.2f}x vs autodiff" if "speedup_closed_form_derivative" in out
-             else "") + (f", {out['speedup_vs_before']:.2f}x vs before" if "speedup_vs_before" in out else "")
-          + f")   load {load[0]:.1f}", flush=True)
+          + (f", {vs_autodiff:.2f}x vs autodiff" if vs_autodiff else "") + f")   load {load[0]:.1f}", flush=True)
     return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small cases, few repeats; output to a temp folder")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--per-round", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=None)
-    a = ap.parse_args(argv)
+def main(a: argparse.Namespace) -> dict:
+    """Every case in float32 and float64; the envelope."""
     cases = CASES
     if a.quick:
-        cases = {"tiny": dict(heads=(2, 2), P=12, N0=6, T=4, width=3), "tiny r=1": dict(heads=(2, 2), P=40, N0=6, T=4, width=1)}
-        a.rounds, a.per_round = 2, 2
-    out_dir = a.out or (Path(tempfile.mkdtemp()) if a.quick else RESULTS)
-    runs = [time_case(n, c, dt, a.rounds, a.per_round) for n, c in cases.items() for dt in ("float32", "float64")]
-    record = dict(runs=runs, rounds=a.rounds, per_round=a.per_round, threads=threads.record(),
-                  note="seconds per jitted value_and_grad of the wishart potential; median over rounds, forms interleaved")
-    write_record(out_dir / "kernel_forms.json", record)
+        cases = {"tiny": dict(heads=(2, 2), P=12, N0=6, T=4, width=3),
+                 "tiny r=1": dict(heads=(2, 2), P=40, N0=6, T=4, width=1)}
+    record = Record(a, threads=threads.record(),
+                    note="seconds per jitted value_and_grad of the wishart potential; median over rounds, forms "
+                         "interleaved")
+    dtypes = ("float32",) if a.quick else ("float32", "float64")
+    results = {"runs": [time_case(n, c, dt, a.rounds, a.per_round) for n, c in cases.items() for dt in dtypes]}
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

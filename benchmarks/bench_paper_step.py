@@ -6,30 +6,53 @@ estimate against a measured step.
 Each model trains on random episodes of its shapes (48 tokens, batch 128) through
 :func:`bayes_attn.oneshot.training.train`, once for ``--short`` steps and once for ``--long`` steps, alternated
 ``--rounds`` times; the step time is the difference of the wall times over the difference of the steps
-(compilation and set-up cancel; one untimed call first). Also written: the CPU time over the wall time (cores used) and the load.
+(compilation and set-up cancel; one untimed call first). Also written: the CPU time over the wall time (cores
+used) and the load.
 
     .venv/bin/python benchmarks/bench_paper_step.py [--short 2] [--long 12] [--rounds 2] [--quick]
 
-Output: ``benchmarks/results/paper_step.json`` (``--quick``: a temporary folder).
+Output: ``benchmarks/results/paper_step.json`` (``--quick``: 1 and 2 steps, one round, a temporary folder).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
-import tempfile
-import time
-from pathlib import Path
 
-import numpy as np
+from harness import REPO, Record, parse, parser
+from harness import headline as make_headline
 
-from bayes_attn.oneshot import training
-from bayes_attn.oneshot.spec import load_oneshot_spec
-from record import write_record  # noqa: E402  (benchmarks/record.py)
+SPECS = {"cpu": REPO / "models/omniglot_oneshot.toml", "paper": REPO / "models/omniglot_paper.toml"}
 
-ROOT = Path(__file__).resolve().parents[1]
-SPECS = {"cpu": ROOT / "models/omniglot_oneshot.toml", "paper": ROOT / "models/omniglot_paper.toml"}
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: 1 and 2 steps, one round)."""
+    ap = parser("paper_step", __doc__, "1 and 2 steps, one round")
+    ap.add_argument("--short", type=int, default=2)
+    ap.add_argument("--long", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=2)
+    a = parse(ap, argv)
+    if a.quick:
+        a.short, a.long, a.rounds = 1, 2, 1
+    return a
+
+
+def headline(results: dict) -> dict | None:
+    """One optimiser step of the paper-size model on this CPU."""
+    return make_headline("paper-size model, one optimiser step (CPU)", results["models"]["paper"]["seconds_per_step"],
+                         "s")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+import dataclasses  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from bayes_attn.oneshot import training  # noqa: E402
+from bayes_attn.oneshot.spec import load_oneshot_spec  # noqa: E402
 
 
 def timed(spec, steps: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -45,17 +68,11 @@ def timed(spec, steps: int, rng: np.random.Generator) -> tuple[float, float]:
     return wall, (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--short", type=int, default=2)
-    ap.add_argument("--long", type=int, default=12)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="1 and 2 steps, one round, output to a temporary folder")
-    a = ap.parse_args(argv)
-    if a.quick:
-        a.short, a.long, a.rounds = 1, 2, 1
+def main(a: argparse.Namespace) -> dict:
+    """Each model's step time from the difference of a short and a long training; the envelope."""
+    record = Record(a)
     rng = np.random.default_rng(0)
-    record = {"settings": vars(a), "load_before": os.getloadavg(), "models": {}}
+    results = {"models": {}}
     for label, path in SPECS.items():
         spec = load_oneshot_spec(path)
         timed(spec, a.short, rng)  # untimed: the first training in the process pays one-time costs
@@ -68,14 +85,14 @@ def main(argv=None) -> None:
         print(f"{label:6s} ({spec.model.width} wide, d_qk {spec.model.d_qk}, {spec.task.channels} channel(s)): "
               f"{per_step:.3f} s per step, cores used {rows[-1]['cores_used_long']:.2f}, load {os.getloadavg()[0]:.2f}",
               flush=True)
-        record["models"][label] = {"spec": path.name, "rounds": rows, "seconds_per_step": per_step,
-                                   "load": os.getloadavg()}
-    cpu, paper = (record["models"][k]["seconds_per_step"] for k in ("cpu", "paper"))
-    record["ratio_paper_over_cpu"] = paper / cpu
+        results["models"][label] = {"spec": path.name, "rounds": rows, "seconds_per_step": per_step,
+                                    "load": os.getloadavg()}
+    cpu, paper = (results["models"][k]["seconds_per_step"] for k in ("cpu", "paper"))
+    results["ratio_paper_over_cpu"] = paper / cpu
     print(f"paper / cpu step time: {paper / cpu:.1f}", flush=True)
-    folder = Path(tempfile.mkdtemp()) if a.quick else ROOT / "benchmarks/results"
-    write_record(folder / "paper_step.json", record)
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -60,52 +60,33 @@ Run (full: ~25 min on 2 quiet cores; run it alone)::
 
     .venv/bin/python benchmarks/bench_sampler.py
 
-Smoke test of every code path (tiny draws, small widths; a temporary folder)::
+Smoke test of every code path (tiny draws, widths 4 and 8; a temporary folder unless ``--out``)::
 
     .venv/bin/python benchmarks/bench_sampler.py --quick
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
-os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before NumPy loads: timings on one BLAS thread
+from harness import Record, parse, parser
+from harness import headline as make_headline
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)  # this script's own process: float64 sampling
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-from numpyro.infer.util import initialize_model  # noqa: E402
-
-import bayes_attn as ba  # noqa: E402
-from bayes_attn import markov, samplers  # noqa: E402
-from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
-from bayes_attn.posterior import Posterior  # noqa: E402
-from timing import CompileTimer, timed_nuts  # noqa: E402  (benchmarks/timing.py)
-
-RESULTS = Path(__file__).resolve().parent / "results"
 ORDER = ("full-token", "full", "collapsed", "wishart")
 PLAN = {10: ORDER, 100: ("full", "collapsed", "wishart"), 1000: ("full", "collapsed", "wishart"), 10000: ("wishart",)}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="The registered NUTS samplers side by side: ESS/s, overhead, storage, cost vs width.")
-    ap.add_argument("--quick", action="store_true", help="tiny draws and widths, every code path (smoke test); temp folder")
-    ap.add_argument("--samplers", nargs="+", default=list(ORDER), choices=list(samplers.SAMPLERS))
-    ap.add_argument("--widths", type=int, nargs="+", default=list(PLAN), help="widths to run (each runs the samplers of PLAN)")
+    """The command line (``--quick``: widths 4 and 8, 20 + 20 draws, every code path)."""
+    ap = parser("sampler", __doc__, "widths 4 and 8, 20 + 20 draws (full-token 5 + 5), P = 20, every code path")
+    ap.add_argument("--samplers", nargs="+", default=list(ORDER), help="registered samplers (default: %(default)s)")
+    ap.add_argument("--widths", type=int, nargs="+", default=list(PLAN),
+                    help="widths to run (each runs the samplers of PLAN)")
     ap.add_argument("--warmup", type=int, default=500, help="warm-up iterations (all but full-token)")
     ap.add_argument("--draws", type=int, default=1000, help="draws per chain (all but full-token)")
-    ap.add_argument("--token-warmup", type=int, default=100, help="warm-up iterations of full-token (slow: max tree depth)")
+    ap.add_argument("--token-warmup", type=int, default=100,
+                    help="warm-up iterations of full-token (slow: max tree depth)")
     ap.add_argument("--token-draws", type=int, default=150, help="draws per chain of full-token")
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--chain-method", default="sequential", choices=["sequential", "parallel", "vectorized"])
@@ -116,15 +97,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=600.0, help="skip a run whose estimated time exceeds this (s)")
     ap.add_argument("--grad-calls", type=int, default=2000, help="most isolated gradient evaluations per timing block")
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results; --quick: a temp folder)")
-    a = ap.parse_args(argv)
+    a = parse(ap, argv)
     if a.quick:
         a.warmup, a.draws, a.token_warmup, a.token_draws, a.grad_calls = 20, 20, 5, 5, 50
         a.widths = [4, 8]
         a.n_train, a.n_test = 20, 10
-    if a.out is None:
-        a.out = Path(tempfile.mkdtemp(prefix="bench_sampler_")) if a.quick else RESULTS
     return a
+
+
+def headline(results: dict) -> dict | None:
+    """``wishart``'s ESS/s (total, compilation included) at N = 100 (or the second width run)."""
+    widths = sorted(int(N) for N in results["runs"].get("wishart", {}))
+    if not widths:
+        return None
+    N = 100 if 100 in widths else widths[min(1, len(widths) - 1)]
+    return make_headline(f"wishart ESS/s, Fig. 2c N = {N}", results["runs"]["wishart"][str(N)]["ess_per_s_total"],
+                         "1/s")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args(None)  # before JAX loads: --help answers at once and writes nothing
+
+os.environ["OPENBLAS_NUM_THREADS"] = "1"  # before NumPy loads: timings on one BLAS thread
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)  # this script's own process: float64 sampling
+
+import math  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from numpyro.infer.util import initialize_model  # noqa: E402
+
+import bayes_attn as ba  # noqa: E402
+from bayes_attn import markov, samplers  # noqa: E402
+from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
+from bayes_attn.posterior import Posterior  # noqa: E402
+from harness import CompileTimer, timed_nuts  # noqa: E402
 
 
 def plan(a) -> dict[int, tuple[str, ...]]:
@@ -258,7 +268,8 @@ def estimate_seconds(name: str, N: int, previous: dict, a) -> tuple[float, dict]
 # storage
 # ----------------------------------------------------------------------------
 def storage_formulas(heads, N: int, N0: int, P: int, P_test: int, itemsize: int = 8) -> dict:
-    """Bytes per draw: stored observables (``U``, ``U_2..U_L``, ``Ua``, ``f_train``, ``f_test``) and raw weights, widths ``N``."""
+    """Bytes per draw: stored observables (``U``, ``U_2..U_L``, ``Ua``, ``f_train``, ``f_test``) and raw weights,
+    widths ``N``."""
     D_l = [math.prod(heads[l:]) for l in range(len(heads))]
     obs = sum(d * d for d in D_l) + 1 + P + P_test
     raw = N * N0 + sum(h * N * N for h in heads) + N
@@ -284,7 +295,8 @@ def storage(a) -> dict:
     check = {"N": N, "draws": n, "observables": post.observables, "stored_bytes_measured": measured_obs,
              "stored_bytes_formula": fN["stored_bytes"], "raw_weight_bytes_measured": measured_raw,
              "raw_weight_bytes_formula": fN["raw_weight_bytes"],
-             "agree": bool(np.isclose(measured_obs, fN["stored_bytes"]) and np.isclose(measured_raw, fN["raw_weight_bytes"]))}
+             "agree": bool(np.isclose(measured_obs, fN["stored_bytes"])
+                           and np.isclose(measured_raw, fN["raw_weight_bytes"]))}
     if not check["agree"]:
         raise AssertionError(f"storage formula disagrees with the tree: {check}")
     return {"P": P, "P_test": P_test, "per_width": rows, "check": check}
@@ -300,18 +312,10 @@ def ratio(runs: dict, num: tuple[str, int], den: tuple[str, int]) -> dict | None
     return {k: r_num[k] / r_den[k] for k in ("ess_per_s_total", "ess_per_s_post_warmup")}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    a = parse_args(argv)
-    if a.chain_method == "parallel":
-        import numpyro
-
-        numpyro.set_host_device_count(a.chains)
-    timer = CompileTimer()
-    load_before = os.getloadavg()
-    t_start = time.perf_counter()
+def measure(a: argparse.Namespace, timer: CompileTimer) -> tuple[dict, list[dict]]:
+    """Every planned run (``{sampler: {N: row}}``), skipping those estimated over ``--budget``; and the skipped."""
     runs: dict[str, dict[int, dict]] = {}
     skipped = []
-    a.out.mkdir(parents=True, exist_ok=True)
     for N, names in plan(a).items():
         for name in names:
             done = runs.get(name, {})
@@ -320,7 +324,8 @@ def main(argv: list[str] | None = None) -> dict:
                 est, g = estimate_seconds(name, N, prev, a)
                 if est > a.budget:
                     why = (f"estimated {est:.0f} s > budget {a.budget:.0f} s (total {prev['seconds_total']:.0f} s at "
-                           f"N = {prev['N']} x gradient time ratio {g['seconds_per_grad_loop'] / prev['seconds_per_grad_loop']:.1f})")
+                           f"N = {prev['N']} x gradient time ratio "
+                           f"{g['seconds_per_grad_loop'] / prev['seconds_per_grad_loop']:.1f})")
                     skipped.append({"sampler": name, "N": N, "estimated_seconds": est, "reason": why,
                                     "seconds_per_grad_loop": g["seconds_per_grad_loop"]})
                     print(f"[{name} N={N}] skipped: {why}", flush=True)
@@ -331,6 +336,21 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"[{name} N={N}] {r['seconds_total']:.1f} s, min ESS {r['min_ess_bulk']:.0f}, "
                   f"ESS/s {r['ess_per_s_total']:.3g} (post-warm-up {r['ess_per_s_post_warmup']:.3g}), "
                   f"{r['mean_leapfrog_steps_per_draw']:.0f} steps/draw, R-hat {r['max_rhat']:.3f}", flush=True)
+    return runs, skipped
+
+
+def main(a: argparse.Namespace) -> dict:
+    """Run the plan and the storage check, print the report, write the envelope."""
+    for name in a.samplers:
+        samplers.get(name)  # a clear error for an unknown sampler
+    if a.chain_method == "parallel":
+        import numpyro
+
+        numpyro.set_host_device_count(a.chains)
+    record = Record(a, network="markov.fig2c")
+    timer = CompileTimer()
+    t_start = time.perf_counter()
+    runs, skipped = measure(a, timer)
     store = storage(a)
     Ns = list(plan(a))
     small, mid = Ns[0], Ns[min(1, len(Ns) - 1)]
@@ -340,25 +360,19 @@ def main(argv: list[str] | None = None) -> dict:
         f"collapsed/full-token at N={small}": ratio(runs, ("collapsed", small), ("full-token", small)),
         f"wishart/full at N={mid}": ratio(runs, ("wishart", mid), ("full", mid)),
     }
-    wishart_vs_N = {str(N): {k: r[k] for k in ("seconds_total", "seconds_warmup", "seconds_sampling", "min_ess_bulk",
-                                                "ess_per_s_total", "mean_leapfrog_steps_per_draw", "seconds_per_grad_loop")}
-                    for N, r in runs.get("wishart", {}).items()}
-    out = {
-        "problem": dict(network="markov.fig2c", P=a.n_train, P_test=a.n_test, temperature=a.temperature,
-                        dtype=a.dtype, seed=a.seed, chains=a.chains, chain_method=a.chain_method, warmup=a.warmup,
-                        draws=a.draws, token_warmup=a.token_warmup, token_draws=a.token_draws, budget_s=a.budget),
-        "quick": a.quick,
+    keys = ("seconds_total", "seconds_warmup", "seconds_sampling", "min_ess_bulk", "ess_per_s_total",
+            "mean_leapfrog_steps_per_draw", "seconds_per_grad_loop")
+    results = {
         "runs": {name: {str(N): r for N, r in by_N.items()} for name, by_N in runs.items()},
-        "skipped": skipped, "ratios": ratios, "wishart_time_vs_N": wishart_vs_N, "storage": store,
-        "seconds_total": time.perf_counter() - t_start,
-        "environment": dict(platform=platform.platform(), python=sys.version.split()[0], jax=jax.__version__,
-                            cpus=os.cpu_count(), load_avg_before=load_before, load_avg_after=os.getloadavg()),
+        "skipped": skipped, "ratios": ratios,
+        "wishart_time_vs_N": {str(N): {k: r[k] for k in keys} for N, r in runs.get("wishart", {}).items()},
+        "storage": store, "seconds_total": time.perf_counter() - t_start,
     }
-    print_report(out)
-    path = a.out / "sampler.json"
-    path.write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {path}")
-    return out
+    print_report(results)
+    print(f"\nload average before/after: {record.load_before} / {os.getloadavg()}; "
+          f"total {results['seconds_total']:.0f} s")
+    record.write(results, headline=headline(results))
+    return results
 
 
 def print_report(out: dict) -> None:
@@ -379,12 +393,14 @@ def print_report(out: dict) -> None:
         print(f"\n{'':12s}" + "".join(f"{k:>15s}" for k, _ in chunk))
         for label, key, fmt in cols:
             scale = 1e6 if key.startswith("seconds_per") else 1
-            print(f"{label:12s}" + "".join(f"{fmt.format(r[key] * scale if scale != 1 else r[key]):>15s}" for _, r in chunk))
+            print(f"{label:12s}" + "".join(f"{fmt.format(r[key] * scale if scale != 1 else r[key]):>15s}"
+                                           for _, r in chunk))
     for s in out["skipped"]:
         print(f"skipped {s['sampler']} at N = {s['N']}: {s['reason']}")
     print("\nESS/s ratios (total; post-warm-up):")
     for k, v in out["ratios"].items():
-        print(f"  {k:32s} " + ("not run" if v is None else f"{v['ess_per_s_total']:10.3g} {v['ess_per_s_post_warmup']:10.3g}"))
+        print(f"  {k:32s} " + ("not run" if v is None
+                               else f"{v['ess_per_s_total']:10.3g} {v['ess_per_s_post_warmup']:10.3g}"))
     print("\nwishart wall time vs N:")
     for N, r in out["wishart_time_vs_N"].items():
         print(f"  N = {N:>6s}: total {r['seconds_total']:7.1f} s (warm-up {r['seconds_warmup']:6.1f}, sampling "
@@ -398,10 +414,7 @@ def print_report(out: dict) -> None:
     c = st["check"]
     print(f"  check at N = {c['N']} against a sampled tree: stored {c['stored_bytes_measured']:.0f} B, raw "
           f"{c['raw_weight_bytes_measured']:.0f} B -> {'agree' if c['agree'] else 'DISAGREE'}")
-    env = out["environment"]
-    print(f"\nload average before/after: {env['load_avg_before']} / {env['load_avg_after']}; "
-          f"total {out['seconds_total']:.0f} s")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(ARGS)

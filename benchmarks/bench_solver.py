@@ -15,39 +15,17 @@ Both use the same precomputed path kernel; wall times exclude compilation
 (reported separately) and the shared set-up (kernel precomputation, also
 reported). Results: a printed table and ``benchmarks/results/solver.json``.
 
-Run: ``.venv/bin/python benchmarks/bench_solver.py``.
+Run: ``.venv/bin/python benchmarks/bench_solver.py [--quick] [--out FILE]`` (under a minute; ``--quick``: N = 10,
+one repeat, seconds).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
-# Small matrices: one BLAS thread avoids oversubscription (on a shared 2-core
-# machine multithreaded OpenBLAS made 100×100 solves ~100× slower). Applies
-# to both methods alike.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-from bayes_attn import markov  # noqa: E402
-from bayes_attn import theory as th  # noqa: E402
-from bayes_attn.precision import float64  # noqa: E402
-from bayes_attn.theory.objective import reduced_action  # noqa: E402
-from bayes_attn.theory.coordinates import (  # noqa: E402
-    log_cholesky,
-    log_cholesky_to_vech,
-    matrix_gradients,
-    unpack,
-    vech_weights,
-)
+from harness import Record, parse, parser
+from harness import headline as make_headline
 
 WIDTHS = (10, 100, 1000)
 TEMPERATURE = 0.01
@@ -58,10 +36,58 @@ ADAM_MAX_STEPS = 50_000
 REPEATS = 5  # best of REPEATS timed runs, after compilation
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``--quick``: N = 10, one repeat, Adam at most 2000 steps)."""
+    ap = parser("solver", __doc__, "N = 10, one repeat, Adam at most 2000 steps")
+    ap.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="best of this many timed runs")
+    ap.add_argument("--adam-max-steps", type=int, default=ADAM_MAX_STEPS)
+    a = parse(ap, argv)
+    if a.quick:
+        a.widths, a.repeats, a.adam_max_steps = [10], 1, 2000
+    return a
+
+
+def headline(results: dict) -> dict | None:
+    """``solve_theory`` end to end, warm, at the largest width."""
+    r = max(results["rows"], key=lambda r: r["N"])
+    return make_headline(f"solve_theory warm, Fig. 2c N = {r['N']}", 1e3 * r["ours_solve_theory_end_to_end_s"], "ms")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()  # before JAX loads: --help answers at once and writes nothing
+
+# Small matrices: one BLAS thread avoids oversubscription (on a shared 2-core
+# machine multithreaded OpenBLAS made 100×100 solves ~100× slower). Applies
+# to both methods alike.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import time  # noqa: E402
+
+from harness import times  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from bayes_attn import markov  # noqa: E402
+from bayes_attn import theory as th  # noqa: E402
+from bayes_attn.precision import float64  # noqa: E402
+from bayes_attn.theory.coordinates import (  # noqa: E402
+    log_cholesky,
+    log_cholesky_to_vech,
+    matrix_gradients,
+    unpack,
+    vech_weights,
+)
+from bayes_attn.theory.objective import reduced_action  # noqa: E402
+
+
 # ----------------------------------------------------------------------------
 # baseline: Adam on log-diagonal Cholesky factors
 # ----------------------------------------------------------------------------
-def make_adam(heads: tuple[int, ...], tol: float):
+def make_adam(heads: tuple[int, ...], tol: float, max_steps: int):
     """Jitted Adam run from ``phi0`` (log-Cholesky coordinates, as the Newton solver's):
     returns (steps, phi, S/N_max, max matrix gradient) at the final point."""
     opt = optax.adam(ADAM_LR)
@@ -76,7 +102,7 @@ def make_adam(heads: tuple[int, ...], tol: float):
     def run(phi0, problem):
         # carry: step, phi, optimiser state, and f, grad, max matrix grad *at phi*
         def cond(c):
-            return (c[0] < ADAM_MAX_STEPS) & (c[5] > tol)
+            return (c[0] < max_steps) & (c[5] > tol)
 
         def body(c):
             k, phi, state, _, g, _ = c
@@ -95,18 +121,18 @@ def make_adam(heads: tuple[int, ...], tol: float):
 _COMPILED: dict = {}
 
 
-def run_adam(net, problem: th.Problem, Us0, tol):
-    """Best of REPEATS runs; compiled once per (structure, tol) and reused across widths (widths are traced)."""
+def run_adam(net, problem: th.Problem, Us0, tol: float, a: argparse.Namespace) -> dict:
+    """Best of ``a.repeats`` runs; compiled once per (structure, tol) and reused across widths (widths are traced)."""
     phi0 = jnp.asarray(log_cholesky(Us0))
     key = (net.heads, problem.form, tol)
     compile_s = 0.0
     if key not in _COMPILED:
         t = time.perf_counter()
-        _COMPILED[key] = make_adam(net.heads, tol).lower(phi0, problem).compile()
+        _COMPILED[key] = make_adam(net.heads, tol, a.adam_max_steps).lower(phi0, problem).compile()
         compile_s = time.perf_counter() - t
     compiled = _COMPILED[key]
     times = []
-    for _ in range(REPEATS):
+    for _ in range(a.repeats):
         t = time.perf_counter()
         k, phi, f, g = jax.block_until_ready(compiled(phi0, problem))
         times.append(time.perf_counter() - t)
@@ -116,104 +142,57 @@ def run_adam(net, problem: th.Problem, Us0, tol):
 
 
 # ----------------------------------------------------------------------------
-def main() -> dict:
-    """Run the benchmark (in float64, as the theory), print the table, write ``results/solver.json``."""
-    with float64():
-        return _benchmark()
+def best(fn, repeats: int) -> float:
+    """The least wall seconds of ``repeats`` calls of ``fn``."""
+    return min(times(fn, repeats))
 
 
-def _benchmark() -> dict:
-    task, net0 = markov.fig2c(10)
-    x, y, _, _ = task.generate()
-    rows = []
-    for N in WIDTHS:
-        net = net0.with_width(N)
-        t = time.perf_counter()
-        problem = th.make_problem(net, x, y, TEMPERATURE)
-        jax.block_until_ready(problem)
-        setup_s = time.perf_counter() - t
-        Us0 = th.gp_order_parameters(net)[0]
-        newton = th.NewtonSolver(tol=TOL_OURS, max_iter=200)
-        newton_vech = th.NewtonSolver(tol=TOL_OURS, max_iter=200, coordinates="vech")
-
-        # ours: first call includes compilation (cached after the first width)
-        t = time.perf_counter()
-        res = newton.minimise(Us0, problem)
-        ours_first_s = time.perf_counter() - t
-        times = []
-        for _ in range(REPEATS):
-            t = time.perf_counter()
-            res = newton.minimise(Us0, problem)
-            times.append(time.perf_counter() - t)
-        ours_s = min(times)
-        ours_gmax = max(np.abs(G).max() for G in matrix_gradients(res.grad, net.heads))
-        ours_hmin = float(np.linalg.eigvalsh(res.hess)[0])
-        # the same Newton solver in vech coordinates (the entries of U_l), for reference
-        newton_vech.minimise(Us0, problem)
-        vt = []
-        for _ in range(REPEATS):
-            t = time.perf_counter()
-            res_vech = newton_vech.minimise(Us0, problem)
-            vt.append(time.perf_counter() - t)
-        e2e = []  # solve_theory as a user calls it (path inputs, kernel, solve, result), warm: median of repeats
-        for _ in range(REPEATS):
-            t = time.perf_counter()
-            sol = th.solve_theory(net, x, y, temperature=TEMPERATURE)
-            e2e.append(time.perf_counter() - t)
-        end_to_end_s = float(np.median(e2e))
-
-        # baseline at its own tolerance, and at ours
-        adam = run_adam(net, problem, Us0, TOL_ADAM)
-        adam8 = run_adam(net, problem, Us0, TOL_OURS)
-
-        row = {
-            "N": N,
-            "setup_s": setup_s,
-            "ours_s": ours_s,
-            "ours_first_call_s_incl_compile": ours_first_s,
-            "ours_solve_theory_end_to_end_s": end_to_end_s,
-            "ours_iterations": res.iterations,
-            "ours_converged": res.converged,
-            "ours_action": res.value,
-            "ours_max_gradient": float(ours_gmax),
-            "ours_hessian_min_eigenvalue": ours_hmin,
-            "ours_vech_coordinates_s": min(vt),
-            "ours_vech_coordinates_iterations": res_vech.iterations,
-            "ours_vech_coordinates_action": res_vech.value,
-            "adam_s": adam["s"],
-            "adam_compile_s": adam["compile_s"],
-            "adam_steps": adam["steps"],
-            "adam_converged": adam["converged"],
-            "adam_action": adam["action"],
-            "adam_max_gradient": adam["max_gradient"],
-            "action_adam_minus_ours": adam["action"] - res.value,
+def width_row(net, x, y, a: argparse.Namespace) -> dict:
+    """Ours (Newton in log-Cholesky and vech coordinates, ``solve_theory`` end to end) and Adam at one width."""
+    t = time.perf_counter()
+    problem = th.make_problem(net, x, y, TEMPERATURE)
+    jax.block_until_ready(problem)
+    setup_s = time.perf_counter() - t
+    Us0 = th.gp_order_parameters(net)[0]
+    newton = th.NewtonSolver(tol=TOL_OURS, max_iter=200)
+    newton_vech = th.NewtonSolver(tol=TOL_OURS, max_iter=200, coordinates="vech")
+    t = time.perf_counter()
+    res = newton.minimise(Us0, problem)  # the first call includes compilation (cached after the first width)
+    ours_first_s = time.perf_counter() - t
+    ours_s = best(lambda: newton.minimise(Us0, problem), a.repeats)
+    ours_gmax = max(np.abs(G).max() for G in matrix_gradients(res.grad, net.heads))
+    newton_vech.minimise(Us0, problem)  # the same Newton solver in vech coordinates (the entries of U_l)
+    vech_s = best(lambda: newton_vech.minimise(Us0, problem), a.repeats)
+    res_vech = newton_vech.minimise(Us0, problem)
+    # solve_theory as a user calls it (path inputs, kernel, solve, result), warm: median of repeats
+    end_to_end_s = float(np.median(times(lambda: th.solve_theory(net, x, y, temperature=TEMPERATURE), a.repeats)))
+    sol = th.solve_theory(net, x, y, temperature=TEMPERATURE)
+    adam, adam8 = (run_adam(net, problem, Us0, tol, a) for tol in (TOL_ADAM, TOL_OURS))  # its tolerance, and ours
+    row = {"N": net.widths[0], "setup_s": setup_s, "ours_s": ours_s, "ours_first_call_s_incl_compile": ours_first_s,
+           "ours_solve_theory_end_to_end_s": end_to_end_s, "ours_iterations": res.iterations,
+           "ours_converged": res.converged, "ours_action": res.value, "ours_max_gradient": float(ours_gmax),
+           "ours_hessian_min_eigenvalue": float(np.linalg.eigvalsh(res.hess)[0]), "ours_vech_coordinates_s": vech_s,
+           "ours_vech_coordinates_iterations": res_vech.iterations, "ours_vech_coordinates_action": res_vech.value}
+    row |= {f"adam_{k}": adam[k] for k in ("s", "compile_s", "steps", "converged", "action", "max_gradient")}
+    row |= {"action_adam_minus_ours": adam["action"] - res.value,
             "max_abs_U_difference": float(np.abs(adam["U"] - sol.U).max()),
-            "speedup_adam_over_ours": adam["s"] / ours_s,
-            "ours_compile_s": ours_first_s - ours_s,
-            "adam_tol1e-8_s": adam8["s"],
-            "adam_tol1e-8_steps": adam8["steps"],
-            "adam_tol1e-8_compile_s": adam8["compile_s"],
-            "adam_tol1e-8_converged": adam8["converged"],
-            "adam_tol1e-8_action": adam8["action"],
-            "adam_tol1e-8_max_gradient": adam8["max_gradient"],
-            "speedup_same_tol": adam8["s"] / ours_s,
-        }
-        rows.append(row)
-        print(
-            f"N={N}: ours {ours_s * 1e3:.1f} ms ({res.iterations} it; solve_theory end to end {end_to_end_s * 1e3:.0f} ms), "
-            f"adam {adam['s']:.3f} s ({adam['steps']} steps), speed-up {row['speedup_adam_over_ours']:.1f}x; "
-            f"adam to tol {TOL_OURS:g}: {adam8['s']:.2f} s ({adam8['steps']} steps, max|g| {adam8['max_gradient']:.1e})",
-            flush=True,
-        )
+            "speedup_adam_over_ours": adam["s"] / ours_s, "ours_compile_s": ours_first_s - ours_s}
+    row |= {f"adam_tol1e-8_{k}": adam8[k] for k in ("s", "steps", "compile_s", "converged", "action", "max_gradient")}
+    row["speedup_same_tol"] = adam8["s"] / ours_s
+    print(f"N={row['N']}: ours {ours_s * 1e3:.1f} ms ({res.iterations} it; solve_theory end to end "
+          f"{end_to_end_s * 1e3:.0f} ms), adam {adam['s']:.3f} s ({adam['steps']} steps), speed-up "
+          f"{row['speedup_adam_over_ours']:.1f}x; adam to tol {TOL_OURS:g}: {adam8['s']:.2f} s ({adam8['steps']} "
+          f"steps, max|g| {adam8['max_gradient']:.1e})", flush=True)
+    return row
 
+
+def print_table(rows: list[dict]) -> None:
     header = (
         f"{'N':>5} | {'ours ms':>8} {'it':>3} {'action':>14} {'max|g|':>8} | "
         f"{'adam ms':>8} {'steps':>6} {'action':>14} {'max|g|':>8} | {'ΔS adam-ours':>12} {'speed-up':>9} | "
         f"{'adam@1e-8 s':>11} {'steps':>6} {'max|g|':>8} {'speed-up':>9}"
     )
-    print()
-    print(header)
-    print("-" * len(header))
+    print(f"\n{header}\n{'-' * len(header)}")
     for r in rows:
         print(
             f"{r['N']:>5} | {r['ours_s'] * 1e3:8.2f} {r['ours_iterations']:>3} {r['ours_action']:14.10f} "
@@ -223,33 +202,29 @@ def _benchmark() -> dict:
             f"{r['adam_tol1e-8_s']:11.2f} {r['adam_tol1e-8_steps']:>6} {r['adam_tol1e-8_max_gradient']:8.1e} "
             f"{r['speedup_same_tol']:8.0f}x"
         )
-    print(
-        f"\ncompilation (once, reused for every N): ours {rows[0]['ours_compile_s']:.2f} s, "
-        f"adam {rows[0]['adam_compile_s']:.2f} s (tol {TOL_ADAM:g}) + {rows[0]['adam_tol1e-8_compile_s']:.2f} s (tol {TOL_OURS:g})"
-    )
-    out = {
-        "problem": "Fig. 2c Markov network, D=4, P=100, temperature 0.01, S/N_max with Ua eliminated",
-        "ours": f"damped Newton in log-Cholesky coordinates (also vech: ours_vech_*), analytic data-term Hessian, "
-        f"tol {TOL_OURS} (best of {REPEATS})",
-        "baseline": f"optax.adam lr {ADAM_LR} on log-diagonal Cholesky factors, jit lax.while_loop, "
-        f"tol {TOL_ADAM} or {ADAM_MAX_STEPS} steps; also run to our tol {TOL_OURS} (adam_tol1e-8_*)",
-        "timing": "wall seconds, best of repeats, excluding compilation (*_compile_s, nonzero only for the first N) and the shared kernel set-up (setup_s)",
-        "environment": {
-            "python": platform.python_version(),
-            "jax": jax.__version__,
-            "optax": optax.__version__,
-            "cpus": os.cpu_count(),
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "load_average": os.getloadavg(),
-        },
-        "results": rows,
-    }
-    path = Path(__file__).parent / "results" / "solver.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    print(f"\nwrote {path}")
-    return out
+    print(f"\ncompilation (once, reused for every N): ours {rows[0]['ours_compile_s']:.2f} s, adam "
+          f"{rows[0]['adam_compile_s']:.2f} s (tol {TOL_ADAM:g}) + {rows[0]['adam_tol1e-8_compile_s']:.2f} s "
+          f"(tol {TOL_OURS:g})")
+
+
+def main(a: argparse.Namespace) -> dict:
+    """Run the benchmark (in float64, as the theory), print the table, write the envelope."""
+    record = Record(a, problem="Fig. 2c Markov network, D=4, P=100, temperature 0.01, S/N_max with Ua eliminated",
+                    ours="damped Newton in log-Cholesky coordinates (also vech: ours_vech_*), analytic data-term "
+                         f"Hessian, tol {TOL_OURS} (best of {a.repeats})",
+                    baseline=f"optax.adam lr {ADAM_LR} on log-diagonal Cholesky factors, jit lax.while_loop, tol "
+                             f"{TOL_ADAM} or {a.adam_max_steps} steps; also run to our tol {TOL_OURS} (adam_tol1e-8_*)",
+                    timing="wall seconds, best of repeats, excluding compilation (*_compile_s, nonzero only for the "
+                           "first N) and the shared kernel set-up (setup_s)")
+    with float64():
+        task, net0 = markov.fig2c(10)
+        x, y, _, _ = task.generate()
+        rows = [width_row(net0.with_width(N), x, y, a) for N in a.widths]
+    print_table(rows)
+    results = {"rows": rows}
+    record.write(results, headline=headline(results))
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -22,44 +22,33 @@ not ArviZ's rank-normalised ones), so the script runs without ArviZ (the GPU
 machine has JAX, NumPyro and xarray only; importing ``bayes_attn`` does not
 import ArviZ, nor change JAX's precision).
 
-Results go to ``$OUT/gpu_samplers.json`` (``OUT`` defaults to ``./gpu_out``),
-rewritten after every run so that a run cut short keeps what it finished.
+Results go to ``--out`` (default ``$OUT/gpu_samplers.json`` where ``OUT`` is set, else
+``benchmarks/results/gpu_samplers.json``), rewritten after every run so that a run cut short keeps what it
+finished.
 
 Run::
 
     OUT=/path/to/out python benchmarks/gpu_samplers.py       # GPU
-    .venv/bin/python benchmarks/gpu_samplers.py --quick      # CPU smoke test, tiny sizes
+    .venv/bin/python benchmarks/gpu_samplers.py --quick      # CPU smoke test: N = 4, 8 (and wishart at 100)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import platform
-import sys
-import time
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import numpyro
-from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-
-from bayes_attn import markov, samplers
-from bayes_attn.precision import x64
-from timing import CompileTimer, timed_nuts  # benchmarks/timing.py
+from harness import Record, parser, resolve_out
+from harness import headline as make_headline
 
 DEFAULT_RUNS = ("collapsed=100,300,1000", "wishart=100,1000,10000")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Collapsed and wishart NUTS on the Fig. 2c network at large width (GPU).")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes for a CPU smoke test")
+    """The command line (``--quick``: N = 4, 8 (and ``wishart`` at 100), 2 chains × (30 + 30))."""
+    ap = parser("gpu_samplers", __doc__, "N = 4, 8 (and wishart at 100), 2 chains x (30 + 30) draws")
     ap.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), metavar="SAMPLER=N,N,...",
-                    help=f"samplers (registry: {', '.join(samplers.SAMPLERS)}) and their widths")
+                    help="registered samplers and their widths")
     ap.add_argument("--chains", type=int, default=4)
     ap.add_argument("--chain-method", default="vectorized", choices=["vectorized", "parallel", "sequential"],
                     help="parallel needs one device per chain")
@@ -71,18 +60,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--target-accept", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     a = ap.parse_args(argv)
     if a.quick:
-        a.runs, a.chains, a.warmup, a.draws, a.n_train, a.n_test = ["collapsed=4,8", "wishart=4,8,100"], 2, 30, 30, 12, 6
+        a.runs, a.chains, a.warmup, a.draws = ["collapsed=4,8", "wishart=4,8,100"], 2, 30, 30
+        a.n_train, a.n_test = 12, 6
+    if a.out is None and os.environ.get("OUT") and not a.quick:
+        a.out = Path(os.environ["OUT"]) / "gpu_samplers.json"
     a.runs = [parse_run(s) for s in a.runs]
-    return a
+    return resolve_out(a)
+
+
+def headline(results: dict) -> dict | None:
+    """``wishart``'s ESS/s (total) at the largest width run."""
+    runs = [r for r in results["runs"] if r["sampler"] == "wishart"]
+    r = max(runs, key=lambda r: r["N"]) if runs else None
+    return r and make_headline(f"wishart ESS/s on the device, Fig. 2c N = {r['N']}", r["ess_per_s_total"], "1/s")
 
 
 def parse_run(s: str) -> tuple[str, list[int]]:
+    """``"SAMPLER=N,N,..."`` as ``(sampler, [N, ...])``."""
     name, _, widths = s.partition("=")
-    samplers.get(name)  # a clear error for an unknown sampler
     return name, [int(n) for n in widths.split(",") if n]
+
+
+if __name__ == "__main__":
+    ARGS = parse_args(None)  # before JAX loads: --help answers at once and writes nothing
+
+import math  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import numpyro  # noqa: E402
+from numpyro.diagnostics import effective_sample_size, split_gelman_rubin  # noqa: E402
+
+from bayes_attn import markov, samplers  # noqa: E402
+from bayes_attn.precision import x64  # noqa: E402
+from harness import CompileTimer, timed_nuts  # noqa: E402
 
 
 def diagnostics(U, f_test) -> dict:
@@ -145,40 +160,32 @@ def run(name: str, N: int, a, timer: CompileTimer) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    a = parse_args(argv)
+def main(a: argparse.Namespace) -> dict:
+    """Every run, the envelope rewritten after each."""
+    for name, _ in a.runs:
+        samplers.get(name)  # a clear error for an unknown sampler
     if a.chain_method == "parallel":
         numpyro.set_host_device_count(a.chains)
+    record = Record(a, network="markov.fig2c", runs={n: w for n, w in a.runs})
+    device = {"devices": [str(d) for d in jax.devices()], "backend": jax.default_backend()}
     timer = CompileTimer()
-    a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / "gpu_samplers.json"
-    out = {
-        "problem": dict(network="markov.fig2c", P=a.n_train, P_test=a.n_test, temperature=a.temperature, dtype=a.dtype,
-                        chains=a.chains, chain_method=a.chain_method, warmup=a.warmup, draws_per_chain=a.draws,
-                        seed=a.seed, target_accept=a.target_accept, runs={n: w for n, w in a.runs}),
-        "quick": a.quick,
-        "environment": dict(platform=platform.platform(), python=sys.version.split()[0], jax=jax.__version__,
-                            numpyro=numpyro.__version__, devices=[str(d) for d in jax.devices()],
-                            backend=jax.default_backend()),
-        "runs": [],
-    }
+    results = {"runs": []}
     print(f"backend {jax.default_backend()}, devices {jax.devices()}", flush=True)
     print(f"{'sampler':>10s} {'N':>6s} {'dim':>8s} {'total s':>8s} {'warm s':>7s} {'sample s':>8s} {'comp s':>7s}"
-          f" {'cond-f s':>8s} {'min ESS':>8s} {'ESS/s tot':>9s} {'ESS/s post':>10s} {'R-hat':>6s} {'steps':>6s} {'div':>4s}",
-          flush=True)
+          f" {'cond-f s':>8s} {'min ESS':>8s} {'ESS/s tot':>9s} {'ESS/s post':>10s} {'R-hat':>6s} {'steps':>6s}"
+          f" {'div':>4s}", flush=True)
     for name, widths in a.runs:
         for N in widths:
             r = run(name, N, a, timer)
-            out["runs"].append(r)
-            path.write_text(json.dumps(out, indent=2))  # keep partial results
+            results["runs"].append(r)
+            record.write(results, headline=headline(results), hardware=device)  # keep partial results
             print(f"{name:>10s} {N:6d} {r['sampled_dimension']:8d} {r['seconds_total']:8.1f} {r['seconds_warmup']:7.1f}"
                   f" {r['seconds_sampling']:8.1f} {r['seconds_warmup_compile'] + r['seconds_sampling_compile']:7.1f}"
                   f" {r['seconds_conditional_f']:8.2f} {r['min_ess']:8.0f} {r['ess_per_s_total']:9.3g}"
                   f" {r['ess_per_s_post_warmup']:10.3g} {r['max_rhat']:6.3f} {r['mean_leapfrog_steps_per_draw']:6.0f}"
                   f" {r['divergences']:4d}", flush=True)
-    print(f"wrote {path}")
-    return out
+    return results
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(ARGS)

@@ -16,35 +16,22 @@ fewer (defaults: wishart 1000 + 2 × 600 controls, collapsed 300 + 2 × 300,
 full 200; 200 warm-up iterations, 31 draws thinned by 4, 8 bins).
 
 Writes ``benchmarks/results/sbc.json`` (counts, p-values, settings, run times,
-a per-sampler summary) and ``sbc.png`` (rank histograms).
+a per-sampler summary) and ``sbc.png`` (rank histograms) beside it.
 
 Run::
 
     .venv/bin/python benchmarks/sbc.py            # ~10-15 min on 2 cores
-    .venv/bin/python benchmarks/sbc.py --quick    # smoke test (writes to a temp folder)
+    .venv/bin/python benchmarks/sbc.py --quick    # smoke test: 8-16 replications of a width-2 network, a temp folder
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads
+from harness import Record, parse, parser
+from harness import headline as make_headline
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-import scipy.stats  # noqa: E402
-
-from bayes_attn import calibration, samplers  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_REPS = {"wishart": 1000, "collapsed": 300, "full": 200}
 DEFAULT_CONTROLS = {"wishart": 600, "collapsed": 300}
 CONTROL_FACTORS = {"T/4": 0.25, "4T": 4.0}
@@ -52,12 +39,13 @@ ALPHA = 0.01  # a control "fails" (is rejected) when its pooled p-value is below
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="tiny run (smoke test of every code path), temp folder")
+    """The command line (``--quick``: 8-16 replications of a width-2 network)."""
+    ap = parser("sbc", __doc__.split("\n\n")[0], "8-16 replications of a width-2 network, 30 warm-up, 7 draws")
     ap.add_argument("--reps", nargs="+", default=[f"{k}={v}" for k, v in DEFAULT_REPS.items()], metavar="SAMPLER=R",
-                    help=f"samplers to check and their replications (registry: {', '.join(samplers.SAMPLERS)})")
+                    help="registered samplers to check and their replications")
     ap.add_argument("--controls", nargs="*", default=[f"{k}={v}" for k, v in DEFAULT_CONTROLS.items()],
-                    metavar="SAMPLER=R", help="samplers that also run the negative controls at T/4 and 4T, and their replications")
+                    metavar="SAMPLER=R",
+                    help="samplers that also run the negative controls at T/4 and 4T, and their replications")
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--draws", type=int, default=31, help="thinned draws per replication (draws+1 divisible by --bins)")
     ap.add_argument("--thinning", type=int, default=4)
@@ -65,22 +53,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--width", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=None, help="output folder (default benchmarks/results; --quick: a temp folder)")
-    a = ap.parse_args(argv)
+    a = parse(ap, argv)
     if a.quick:
         a.reps, a.controls = ["wishart=16", "collapsed=8", "full=8"], ["wishart=16", "collapsed=8"]
         a.warmup, a.draws, a.thinning, a.bins, a.width = 30, 7, 1, 4, 2
     a.reps = dict(parse_rep(s) for s in a.reps)
     a.controls = dict(parse_rep(s) for s in a.controls)
-    if a.out is None:
-        a.out = Path(tempfile.mkdtemp(prefix="sbc_")) if a.quick else RESULTS
     return a
 
 
 def parse_rep(s: str) -> tuple[str, int]:
+    """``"SAMPLER=R"`` as ``(sampler, R)``."""
     name, _, n = s.partition("=")
-    samplers.get(name)  # a clear error for an unknown sampler
     return name, int(n)
+
+
+def headline(results: dict) -> dict | None:
+    """The first sampler's pooled p-value of uniform ranks."""
+    name, s = next((k, v) for k, v in results["summary"].items() if "p_pooled" in v)
+    return make_headline(f"{name} SBC pooled p-value (> {ALPHA} passes)", s["p_pooled"], "p")
+
+
+if __name__ == "__main__":
+    ARGS = parse_args(None)  # before JAX loads: --help answers at once and writes nothing
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads
+
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import scipy.stats  # noqa: E402
+
+from bayes_attn import calibration, samplers  # noqa: E402
 
 
 # ----------------------------------------------------------------------------
@@ -132,10 +137,39 @@ def plot(results: dict[str, calibration.SBCResult], reports: dict[str, dict], pa
 # ----------------------------------------------------------------------------
 # main
 # ----------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> dict:
-    a = parse_args(argv)
+def summarise(a: argparse.Namespace, report: dict) -> dict:
+    """Per sampler: its pooled p-value and whether it passed; its controls' p-values and whether they failed."""
+    summary = {}
+    for name in dict.fromkeys([*a.reps, *a.controls]):
+        s = {}
+        if name in a.reps:
+            s |= {"n_reps": a.reps[name], "p_pooled": report[name]["p_pooled"],
+                  "passed": report[name]["p_pooled"] > ALPHA}
+        for tag in CONTROL_FACTORS:
+            c = report.get(f"control: {name} at {tag}")
+            if c is not None:
+                s |= {"control_n_reps": a.controls[name], f"control_{tag}_p_pooled": c["p_pooled"],
+                      f"control_{tag}_rejected": c["p_pooled"] < ALPHA}
+        summary[name] = s
+    print("\nsummary (p_pooled; controls must be < %g):" % ALPHA)
+    for name, s in summary.items():
+        ctl = "  ".join(f"{tag}: {s[f'control_{tag}_p_pooled']:.2g}" for tag in CONTROL_FACTORS
+                        if f"control_{tag}_p_pooled" in s)
+        verdict = "pass" if s.get("passed") else "FAIL"
+        main_ = f"R={s['n_reps']:5d}  p={s['p_pooled']:.3g}  {verdict}" if "n_reps" in s else ""
+        ctl = f"   controls (R={s['control_n_reps']}): {ctl}" if ctl else ""
+        print(f"  {name:12s} {main_}{ctl}")
+    return summary
+
+
+def main(a: argparse.Namespace) -> dict:
+    """Every run and control, the summary, the figure; the envelope."""
+    for name in [*a.reps, *a.controls]:
+        samplers.get(name)  # a clear error for an unknown sampler
     shape = dict(N0=4, T=3, P=8, P_test=2)
     net, x, xt = calibration.random_problem((2, 2), width=a.width, seed=a.seed, **shape)
+    record = Record(a, problem=dict(heads=list(net.heads), width=a.width, temperature=a.temperature, **shape),
+                    alpha=ALPHA)
     runs = {}
     for name in dict.fromkeys([*a.reps, *a.controls]):
         if name in a.reps:
@@ -144,49 +178,26 @@ def main(argv: list[str] | None = None) -> dict:
             for tag, factor in CONTROL_FACTORS.items():
                 runs[f"control: {name} at {tag}"] = dict(sampler=name, n_reps=a.controls[name],
                                                          likelihood_temperature=factor * a.temperature)
-    load_before = os.getloadavg()
     t_start = time.perf_counter()
-    results, report = {}, {}
+    ranks, report = {}, {}
     for name, kw in runs.items():
         res = calibration.sbc_ranks(net, x, xt, temperature=a.temperature, num_warmup=a.warmup, num_draws=a.draws,
                                     thinning=a.thinning, seed=a.seed, **kw)
         u = calibration.uniformity(res, a.bins)
-        results[name] = res
+        ranks[name] = res
         report[name] = {**u, "config": res.config, "seconds": res.seconds,
                         "mean_leapfrog_steps": float(res.n_steps.mean()), "divergences": int(res.divergences.sum())}
         print(f"{name:32s} p_pooled={u['p_pooled']:.3g} (worst {u['worst']}, p={u['p_min']:.3g})  "
               f"{len(res.labels)} observables, R={res.n_reps}, {res.seconds:.1f} s, "
               f"{res.n_steps.mean():.1f} steps/iter, {int(res.divergences.sum())} divergences", flush=True)
-    summary = {}
-    for name in dict.fromkeys([*a.reps, *a.controls]):
-        s = {}
-        if name in a.reps:
-            s |= {"n_reps": a.reps[name], "p_pooled": report[name]["p_pooled"], "passed": report[name]["p_pooled"] > ALPHA}
-        for tag in CONTROL_FACTORS:
-            c = report.get(f"control: {name} at {tag}")
-            if c is not None:
-                s |= {"control_n_reps": a.controls[name], f"control_{tag}_p_pooled": c["p_pooled"],
-                      f"control_{tag}_rejected": c["p_pooled"] < ALPHA}
-        summary[name] = s
-    out = {
-        "problem": dict(heads=list(net.heads), width=a.width, temperature=a.temperature, **shape),
-        "settings": dict(warmup=a.warmup, draws=a.draws, thinning=a.thinning, bins=a.bins, seed=a.seed, alpha=ALPHA),
-        "quick": a.quick, "summary": summary, "runs": report, "seconds_total": time.perf_counter() - t_start,
-        "environment": dict(platform=platform.platform(), python=sys.version.split()[0], jax=jax.__version__,
-                            cpus=os.cpu_count(), load_avg_before=load_before, load_avg_after=os.getloadavg()),
-    }
-    print("\nsummary (p_pooled; controls must be < %g):" % ALPHA)
-    for name, s in summary.items():
-        ctl = "  ".join(f"{tag}: {s[f'control_{tag}_p_pooled']:.2g}" for tag in CONTROL_FACTORS if f"control_{tag}_p_pooled" in s)
-        main_ = f"R={s['n_reps']:5d}  p={s['p_pooled']:.3g}  {'pass' if s['passed'] else 'FAIL'}" if "n_reps" in s else ""
-        ctl = f"   controls (R={s['control_n_reps']}): {ctl}" if ctl else ""
-        print(f"  {name:12s} {main_}{ctl}")
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "sbc.json").write_text(json.dumps(out, indent=2))
-    plot(results, report, a.out / "sbc.png", a.bins)
-    print(f"wrote {a.out / 'sbc.json'} and {a.out / 'sbc.png'} ({out['seconds_total']:.0f} s)")
-    return out
+    results = {"summary": summarise(a, report), "runs": report, "seconds_total": time.perf_counter() - t_start}
+    figure = Path(a.out).with_suffix(".png")
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    plot(ranks, report, figure, a.bins)
+    record.write(results, headline=headline(results), files=[figure.name])
+    print(f"wrote {figure} ({results['seconds_total']:.0f} s)")
+    return results
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(ARGS)

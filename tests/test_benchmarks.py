@@ -1,0 +1,175 @@
+"""The benchmarks (``benchmarks/``): one result envelope, ``--help`` everywhere, ``--quick`` runs that write it.
+
+- every ``benchmarks/results/*.json`` is an envelope (``benchmarks/harness.py``: ``validate``), and the files it
+  names lie beside it;
+- every script with a ``__main__`` answers ``--help`` with exit 0 in under 10 s and writes nothing (the
+  ``benchmarks/`` folder byte for byte the same afterwards); the scripts run in parallel subprocesses;
+- slow: a ``--quick --out`` run of each script in :data:`QUICK` (8-25 CPU seconds each) writes an envelope of its
+  own name, and ``report.py`` reads them. Left out, to keep the part near a minute on 2 cores (CPU seconds of a
+  quick run in parentheses): ``bench_guided`` (265: eight samplers, three widths), ``bench_sampler`` (160), ``sbc``
+  (104), ``bench_guided_floor`` (45), ``bench_fixed_costs`` (41), ``bench_correction`` (39: fresh processes),
+  ``bench_cold_start`` (38: a cold ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36),
+  ``bench_adapt`` (30), ``bench_paper_step`` (18: the paper-size model), ``bench_solver`` (17);
+  ``bench_contention`` and ``bench_summary`` start one CPU-bound process per core, ``bench_sweep_dask`` two Dask
+  clusters; ``gpu_samplers`` is for a GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import harness  # noqa: E402  (benchmarks/harness.py)
+
+RESULTS = sorted((BENCH / "results").glob("*.json"))
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
+QUICK = {"bench_solve_theory": [], "bench_guided_compiles": [], "bench_auto_pilot": [], "bench_kernel_forms": []}
+"""Scripts run with ``--quick`` (seconds each), and their extra arguments."""
+HELP_SECONDS = 10.0
+pytestmark = pytest.mark.xdist_group("benchmarks")
+
+
+def run(script: Path, args: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """``script *args`` in a fresh Python process from the repository root (its code first on the path), no
+    bytecode written; the process and its wall seconds."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, str(script), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=timeout)
+    return out, time.perf_counter() - t0
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """The SHA-256 of every file under ``folder`` (``__pycache__`` left out), by relative path."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+# ----------------------------------------------------------------------------
+# the result files
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("path", RESULTS, ids=[p.name for p in RESULTS])
+def test_result_file_is_an_envelope(path):
+    record = json.loads(path.read_text())
+    assert harness.validate(record) == []
+    assert all((path.parent / name).is_file() for name in record.get("files", [])), record["files"]
+
+
+def test_results_are_there():
+    assert len(RESULTS) >= 20 and {"solver.json", "sampler.json", "cold_start.json"} <= {p.name for p in RESULTS}
+
+
+def test_validate_can_fail():
+    good = json.loads((BENCH / "results" / "solver.json").read_text())
+    assert harness.validate(good) == []
+    bad = {"schema": lambda r: r.update(schema="bayes_attn.benchmark/0"), "date": lambda r: r.update(date="today"),
+           "results": lambda r: r.update(results=[1]), "machine.cpu_count": lambda r: r["machine"].pop("cpu_count"),
+           "load": lambda r: [r["machine"].pop(k, None) for k in ("load_before", "load_after")],
+           "headline": lambda r: r.update(headline={"name": "x", "value": "1", "unit": "s"}),
+           "unknown key": lambda r: r.update(environment={}), "settings": lambda r: r.pop("settings")}
+    for key, spoil in bad.items():
+        record = copy.deepcopy(good)
+        spoil(record)
+        assert any(key in p for p in harness.validate(record)), key
+    assert harness.validate([]) == ["not a JSON object"]
+    assert len(harness.validate({})) == len(harness.REQUIRED) + 1  # each required key, and the schema
+
+
+def test_ab_rounds_alternate_and_time_both():
+    calls = []
+    rows = harness.ab_rounds({"a": lambda r: calls.append(("a", r)) or time.sleep(0.02),
+                              "b": lambda r: calls.append(("b", r))}, 3)
+    assert calls == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]
+    assert [r["first"] for r in rows] == ["a", "b", "a"]
+    assert all(r["seconds"]["a"] >= 0.02 > r["seconds"]["b"] and r["ratio"] > 1 for r in rows)
+    assert harness.ab_summary(rows)["min_ratio"] > 1
+
+
+# ----------------------------------------------------------------------------
+# --help
+# ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def helped() -> tuple[dict, dict, dict]:
+    """Every script's ``--help``, in parallel: ``{name: (process, seconds)}`` and the snapshots of ``benchmarks/``
+    before and after."""
+    before = snapshot(BENCH)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        done = dict(zip([p.stem for p in SCRIPTS], pool.map(lambda p: run(p, ["--help"], 60), SCRIPTS)))
+    return done, before, snapshot(BENCH)
+
+
+def test_every_benchmark_has_a_main():
+    names = {p.stem for p in SCRIPTS}
+    assert {"bench_solver", "bench_sampler", "bench_cold_start", "bench_sweep_dask", "report"} <= names
+    assert "harness" not in names
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+def test_help_is_fast_and_writes_nothing(script, helped):
+    done, before, after = helped
+    out, seconds = done[script.stem]
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "usage:" in out.stdout and "--help" in out.stdout
+    assert seconds < HELP_SECONDS
+    assert before == after
+
+
+@pytest.mark.parametrize("script", [p for p in SCRIPTS if p.stem != "report"], ids=lambda p: p.stem)
+def test_every_benchmark_has_quick_and_out(script, helped):
+    out, _ = helped[0][script.stem]
+    assert "--quick" in out.stdout and "--out" in out.stdout
+
+
+# ----------------------------------------------------------------------------
+# --quick
+# ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, float, Path]]:
+    """The scripts of :data:`QUICK` with ``--quick --out``, two at a time."""
+    folder = tmp_path_factory.mktemp("bench_quick")
+
+    def one(name: str):
+        out = folder / f"{name}.json"
+        return (*run(BENCH / f"{name}.py", [*QUICK[name], "--quick", "--out", str(out)], 300), out)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(QUICK, pool.map(one, QUICK)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(QUICK))
+def test_quick_run_writes_an_envelope(name, quick_runs):
+    out, seconds, path = quick_runs[name]
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = json.loads(path.read_text())
+    assert harness.validate(record) == []
+    assert record["benchmark"] == name.removeprefix("bench_") and record["settings"]["quick"] is True
+    assert record["results"] and record["headline"]["value"] == record["headline"]["value"]  # a number, not NaN
+    assert {p.name for p in path.parent.iterdir()} >= {path.name}
+
+
+@pytest.mark.slow
+def test_report_reads_the_quick_runs(quick_runs):
+    paths = [str(p) for _, _, p in quick_runs.values()]
+    out, _ = run(BENCH / "report.py", paths, 60)
+    assert out.returncode == 0, out.stderr
+    assert all(f"| {Path(p).name}" in out.stdout for p in paths)
+
+
+def test_report_flags_a_file_that_is_no_envelope(tmp_path):
+    (tmp_path / "old.json").write_text(json.dumps({"environment": {}, "results": []}))
+    (tmp_path / "ok.json").write_text((BENCH / "results" / "solver.json").read_text())
+    out, _ = run(BENCH / "report.py", ["--folder", str(tmp_path)], 60)
+    assert out.returncode == 1 and "old.json" in out.stderr and "| ok.json" in out.stdout
