@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
 NOT_REAL_KINDS = "cUSMm"
 """NumPy dtype kinds refused as arrays of real numbers: complex (its imaginary part would be dropped), strings
 (they would be parsed) and times; bool, int, float, bfloat16 (kind ``V``) and numbers in objects convert."""

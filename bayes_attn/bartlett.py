@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+
 def level_names(L: int) -> list[str]:
     """Level labels in the order of ``widths``: ``["1", ..., "L", "a"]``."""
     return [str(l) for l in range(1, L + 1)] + ["a"]

@@ -70,7 +70,7 @@ from numpyro.infer.util import initialize_model
 from . import _checks
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
 from .precision import DTYPES, x64
-from .samplers import Storage, SamplerSettings, get, nuts, prepare
+from .samplers import SamplerSettings, Storage, get, nuts, prepare
 from .samplers.settings import STARTS
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]

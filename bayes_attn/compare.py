@@ -40,8 +40,8 @@ from .diagnostics import (  # noqa: F401  (the verdict's thresholds, defined wit
     MIN_ESS,
     diagnostic_failures,
 )
-from .posterior import Posterior
 from .fingerprints import data_fingerprint, fingerprint
+from .posterior import Posterior
 from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)

@@ -317,7 +317,7 @@ def _read_own(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         return None
-    except OSError as err:
+    except OSError:
         if os.path.islink(path):
             raise ValueError(f"{os.fspath(path)!r} is a symbolic link") from None
         raise

@@ -49,7 +49,6 @@ written by :func:`save` and read by :func:`load_dataset`, which raises
 from __future__ import annotations
 
 import contextlib
-import re
 import datetime
 import errno
 import fcntl
@@ -58,6 +57,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import sys
@@ -67,7 +67,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json
+from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json  # noqa: F401
 
 log = logging.getLogger(__name__)
 

@@ -32,14 +32,14 @@ import numpy as np
 import xarray as xr
 
 from . import _checks, _io, gp, threads
+from .diagnostics import EXTRA_FIELDS, Summary, sample_stats, summary_table
 from .fingerprints import fingerprint
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .precision import check_temperature, x64
-from .samplers import SAMPLERS, Storage, SamplerSettings, get, memory, nuts, prepare
+from .samplers import SAMPLERS, SamplerSettings, Storage, get, memory, nuts, prepare
 from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
-from .diagnostics import EXTRA_FIELDS, Summary, sample_stats, summary_table
 
 log = logging.getLogger(__name__)
 GUIDED = ("laplace-is", "laplace-mh")

@@ -31,11 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from . import _checks
-from .tasks.markov import FIG2C_LAYERS, MarkovTask
-from .network import Network
 from ._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
+from .network import Network
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
+from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .theory.correction import CORRECTIONS
 
 

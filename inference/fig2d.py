@@ -11,7 +11,6 @@ alignment.png and alignment.nc (both kernels' eigenvalues and cosines).
 import argparse
 from pathlib import Path
 
-
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--width", type=int, default=10)

@@ -32,10 +32,10 @@ from pathlib import Path
 import xarray as xr
 
 from bayes_attn import stats
-from bayes_attn.compare import MAX_RHAT
 from bayes_attn.cli import configure_logging
-from bayes_attn.oneshot import model as gd_model
+from bayes_attn.compare import MAX_RHAT
 from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
+from bayes_attn.oneshot import model as gd_model
 from bayes_attn.oneshot.scan import Scan, sample_at_widths
 from bayes_attn.oneshot.spec import load_oneshot_spec
 from bayes_attn.samplers import SAMPLER_NAMES

@@ -36,9 +36,9 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
-import re
 import sys
 import tempfile
 import textwrap

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
+from conftest import FAST, TINY, snapshot_tree
+from conftest import forbid_calls as _forbid
+from conftest import one_line as _one_line
+from conftest import spec_file as _spec_file
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.spec import spec_from_dict
-from conftest import FAST, TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
 
 
 def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypatch):

@@ -11,8 +11,8 @@ from conftest import random_data, random_network, record_check, rng_of, seed_of
 
 import bayes_attn as ba
 from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check, Comparison
-from bayes_attn.fingerprints import fingerprint
 from bayes_attn.diagnostics import sample_stats
+from bayes_attn.fingerprints import fingerprint
 from bayes_attn.posterior import Posterior
 from bayes_attn.run.report import comparison_report
 from bayes_attn.stats import accuracy

@@ -26,7 +26,6 @@ from bayes_attn import posterior as bp
 from bayes_attn.samplers import memory, nuts
 from bayes_attn.spec import spec_from_dict
 
-
 Z = (7, MIN_ESS)  # 7 test inputs, MCSEs estimated -> false failures <= 1e-3 per comparison (check_max_abs_z)
 
 

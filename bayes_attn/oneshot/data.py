@@ -23,7 +23,16 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _checks
-from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
+from ..tasks import (
+    Episodes,
+    ImageSet,
+    Tokenizer,
+    make_episodes,
+    read_digits,
+    read_omniglot,
+    read_omniglot_runs,
+    split_by_group,
+)
 from .spec import OneShotSpec
 
 __all__ = ["EpisodeSet", "Evaluation", "ImageSets", "check_data", "check_spec", "datasets", "episode_seed",

@@ -56,11 +56,23 @@ import xarray as xr
 from .. import _io, outputs, stats
 from ..compare import compare, diagnostics_verdict
 from ..theory import Theory, gp_limit, head_scores, laplace_correction, solve_theory
-from . import checkpoints, data, figures, model as gd_model, pruning, results, training
+from . import checkpoints, data, figures, pruning, results, training
+from . import model as gd_model
 from .data import EpisodeSet, Evaluation, ImageSets
 from .model import ModelConfig, Params
-from .prune_result import (Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, ScoreSpreads, Spread,
-                           Temperatures, WidthComparison, width_comparison, write)
+from .prune_result import (
+    Accuracy,
+    ModelMetrics,
+    OodAccuracy,
+    PruneResult,
+    SamplingVerdict,
+    ScoreSpreads,
+    Spread,
+    Temperatures,
+    WidthComparison,
+    width_comparison,
+    write,
+)
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations
 

@@ -15,8 +15,8 @@ import xarray as xr
 
 from .. import _io, _markdown
 from ..compare import THEORY_NAMES
-from ..run import figures as run_figures
 from ..network import head_labels
+from ..run import figures as run_figures
 from . import figures
 from .prune_result import NOT_COMPARED, PAPER_SPEARMAN_RHO, PruneResult, load_pruning
 

@@ -26,10 +26,10 @@ import xarray as xr
 
 from .. import _checks, gp, stats
 from ..network import Network
-from .spec import OneShotSpec
 from ..posterior import Posterior, sample_posterior
 from ..precision import float64
 from ..theory import Theory, kernel_basis, solve_theory
+from .spec import OneShotSpec
 
 log = logging.getLogger(__name__)
 

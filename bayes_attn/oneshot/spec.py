@@ -45,7 +45,7 @@ from .. import _checks, _io
 from .._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
-from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
+from ..tasks import OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
 from .model import ModelConfig
 from .training import TrainConfig
 

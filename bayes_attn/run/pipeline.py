@@ -16,15 +16,14 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from typing import TYPE_CHECKING
-
 from .. import _checks, _io, outputs
-from ..stats import accuracy
 from ..network import Network
 from ..spec import Spec
+from ..stats import accuracy
 from ..theory import Theory, gp_limit, kernel_basis, solve_theory
 from ..theory.correction import CORRECTIONS
 
@@ -182,9 +181,9 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
-    from . import figures
     from ..compare import compare, headline_of
     from ..posterior import check_sampling, sample_posterior
+    from . import figures
 
     x, y, xt, yt = spec.data()
     check_sampling(net, x, y, temperature=temperature, x_test=xt, sampler=settings)  # refused before the folder

@@ -8,7 +8,6 @@ and the predictor); the statistics, the verdict and the headline line
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 

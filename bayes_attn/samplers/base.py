@@ -49,7 +49,14 @@ from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from .. import gp
-from ..kernels import KERNEL_FORMS, choose_kernel_form, kernel_from_C, kernel_from_xi, path_features, path_kernel_from_xi
+from ..kernels import (
+    KERNEL_FORMS,
+    choose_kernel_form,
+    kernel_from_C,
+    kernel_from_xi,
+    path_features,
+    path_kernel_from_xi,
+)
 from ..network import Network, forward_from_xi, order_parameters_from_partial_weights, partial_effective_weights
 
 

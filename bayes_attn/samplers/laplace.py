@@ -65,13 +65,21 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from ..kernels import cheapest_form
+from ..precision import float64
 from ..theory.coordinates import unpack
 from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
-from ..precision import float64
-from .base import (Sampler, SamplerInputs, batch_size, conditional_outputs, map_batches, no_conditional,
-                   order_parameter_observables, pathwise_draw)
+from .base import (
+    Sampler,
+    SamplerInputs,
+    batch_size,
+    conditional_outputs,
+    map_batches,
+    no_conditional,
+    order_parameter_observables,
+    pathwise_draw,
+)
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 from .weights import psis, systematic_resample
 

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from numpyro import handlers
 
-from .base import Sampler, Storage, SamplerInputs
+from .base import Sampler, SamplerInputs, Storage
 from .laplace import proposal_form
 from .settings import SamplerSettings
 

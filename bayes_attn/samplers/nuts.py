@@ -25,7 +25,7 @@ import jax
 from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.hmc import hmc
 
-from .base import Storage, Sampler, SamplerInputs, Start
+from .base import Sampler, SamplerInputs, Start, Storage
 from .settings import SamplerSettings
 
 

@@ -81,8 +81,8 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import scipy.special
-from numpyro.distributions import constraints
 from jax.scipy.linalg import solve_triangular
+from numpyro.distributions import constraints
 from numpyro.infer import init_to_uniform
 
 from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: the sampler's public names too)
@@ -95,19 +95,19 @@ from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: 
     num_parameters,
     order_parameters_from_factors,
 )
-from .laplace import Guide, guide
-from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
-    Storage,
     Sampler,
     SamplerInputs,
     Start,
+    Storage,
     conditional_outputs,
     likelihood_data,
     likelihood_form,
     observation,
     order_parameter_observables,
 )
+from .laplace import Guide, guide
+from .settings import SAMPLER_DESCRIPTIONS
 
 
 class StandardLogChi2(dist.Distribution):

@@ -33,16 +33,16 @@ import numpy as np
 import xarray as xr
 
 from .. import _checks, _io, outputs
-from ..run import figures
 from ..compare import compare, headline_of
-from ..stats import accuracy, choose_temperature, power_law_slope
-from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
-from ..run.pipeline import gp_accuracies, theory_accuracy
 from ..fingerprints import data_fingerprint
 from ..posterior import check_sampling, sample_posterior
+from ..run import figures
+from ..run.pipeline import gp_accuracies, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
+from ..stats import accuracy, choose_temperature, power_law_slope
 from ..theory import gp_limit, kernel_basis, solve_theory
+from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
 
 log = logging.getLogger(__name__)
 

@@ -86,9 +86,9 @@ from jax.scipy.linalg import solve_triangular
 from .. import _checks
 from ..bartlett import factor_shapes, sites_of_order_parameters
 from ..precision import float64
+from .coordinate_maps import MAPS
 from .coordinates import log_cholesky, sizes
 from .newton import SolveReport, damped_newton
-from .coordinate_maps import MAPS
 from .objective import Problem, data_derivatives, data_term_and_factor
 
 __all__ = [

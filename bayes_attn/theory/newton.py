@@ -21,6 +21,7 @@ import scipy.linalg
 
 from .. import _checks, threads
 from ..precision import float64
+from .coordinates import log_cholesky, pack, vech_weights
 from .objective import (
     Problem,
     log_cholesky_value,
@@ -29,7 +30,6 @@ from .objective import (
     value_grad_hess,
     vech_from_log_cholesky,
 )
-from .coordinates import log_cholesky, pack, vech_weights
 
 __all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "SolveReport", "damped_newton", "newton_direction"]
 

@@ -377,7 +377,7 @@ class Theory:
                         laplace_problems=json.dumps(list(c.problems)))
         return ds
 
-    def to_file_dataset(self) -> "xarray.Dataset":  # noqa: F821
+    def to_file_dataset(self) -> xarray.Dataset:  # noqa: F821
         """:meth:`to_dataset` plus what :func:`load_theory` needs to rebuild this theory (training data
         ``x_train``, ``y_train``, the attention matrices ``attention_l``, head names)."""
         ds = self.to_dataset()

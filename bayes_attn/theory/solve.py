@@ -13,6 +13,10 @@ from .. import _checks
 from ..kernels import Basis
 from ..network import Network
 from ..precision import float64
+from .coordinates import matrix_gradients, pack, unpack
+from .corrected import check_correction_fits, corrected_theory
+from .correction import CORRECTIONS
+from .newton import NewtonResult, NewtonSolver, SolveReport
 from .objective import (
     Problem,
     check_order_parameters,
@@ -22,10 +26,6 @@ from .objective import (
     readout,
     value_grad_hess,
 )
-from .coordinates import matrix_gradients, pack, unpack
-from .newton import NewtonResult, NewtonSolver, SolveReport
-from .corrected import check_correction_fits, corrected_theory
-from .correction import CORRECTIONS
 from .result import Theory
 
 __all__ = ["solve_theory", "gp_limit"]

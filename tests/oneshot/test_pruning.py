@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from conftest import (
     SMALL_MODEL as SMALL,
+)
+from conftest import (
     numpy_forward,
     random_data,
     random_network,
@@ -56,7 +58,6 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
     import jax.numpy as jnp
 
     from bayes_attn.network import forward_from_xi
-
     from bayes_attn.precision import float64
 
     with float64():  # both sides in float64, so 1e-6 tests the algebra, not float32 round-off

@@ -15,7 +15,8 @@ from dataclasses import replace
 import jax
 import numpy as np
 import pytest
-from conftest import SMALL_MODEL as SMALL, numpy_forward, rng_of, seed_of, small_model, small_x
+from conftest import SMALL_MODEL as SMALL
+from conftest import numpy_forward, rng_of, seed_of, small_model, small_x
 
 from bayes_attn.oneshot import checkpoints, model, pruning, training
 from bayes_attn.oneshot.model import ModelConfig

@@ -16,8 +16,17 @@ import numpy as np
 import pytest
 import scipy.stats
 import xarray as xr
-from conftest import (MIN_ESS, check_max_abs_z, fig2c_wishart, key_of, record_check, seed_of, three_layers_wishart,
-                      tiny_problem, traced_programs)
+from conftest import (
+    MIN_ESS,
+    check_max_abs_z,
+    fig2c_wishart,
+    key_of,
+    record_check,
+    seed_of,
+    three_layers_wishart,
+    tiny_problem,
+    traced_programs,
+)
 
 import bayes_attn as ba
 from bayes_attn import calibration, gp, markov

@@ -22,7 +22,16 @@ import jax
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import MIN_ESS, check_max_abs_z, key_of, random_data, random_network, seed_of, tiny_problem, traced_programs
+from conftest import (
+    MIN_ESS,
+    check_max_abs_z,
+    key_of,
+    random_data,
+    random_network,
+    seed_of,
+    tiny_problem,
+    traced_programs,
+)
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba

@@ -6,13 +6,14 @@ import json
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
 
 import bayes_attn as ba
 from bayes_attn import cli, compile_cache
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
-from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
+
 
 def _values(ds: xr.Dataset) -> xr.Dataset:
     """What must not depend on where the jobs ran (timings and settings text aside)."""

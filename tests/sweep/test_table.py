@@ -6,10 +6,10 @@ import tomllib
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import THEORY_ONLY, TINY, forbid_calls
 
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import job_seed, table
-from conftest import THEORY_ONLY, TINY, forbid_calls
 
 
 def load_spec_text(text):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from conftest import rng_of
+from PIL import Image
 
 from bayes_attn.tasks import (
     DEFAULT_SPLIT,

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, N0, P, TOKENS, random_problem, random_spd, rng_of
+from conftest import CONFIGS, N0, TOKENS, P, random_problem, random_spd, rng_of
 
 from bayes_attn import Network, kernels
 from bayes_attn import theory as th

@@ -33,7 +33,6 @@ from bayes_attn.theory.coordinates import (
     vech_weights,
 )
 
-
 # ----------------------------------------------------------------------------
 # one compiled program for every width
 # ----------------------------------------------------------------------------
