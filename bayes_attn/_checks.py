@@ -31,7 +31,7 @@ def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | No
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
     if shape is not None:
         want = tuple("*" if s is None else s for s in shape)
-        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
             raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values")

@@ -109,7 +109,7 @@ def check_type(where: str, value, hint):
             return tuple(check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
         if len(value) != len(args):
             raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
-        return tuple(check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if origin is dict:
         if not isinstance(value, dict):
             raise ValueError(f"{where} must be a table, got {value!r}")

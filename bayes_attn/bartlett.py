@@ -29,7 +29,7 @@ def factor_shapes(heads: Sequence[int], widths: Sequence[int]) -> list[tuple[int
     """Shapes ``(m_k, r_k)`` of ``A_1, ..., A_L, A_a`` (the order of ``widths``)."""
     hs = (*heads, 1)  # H_1..H_L, H_a = 1
     shapes, cols = [], 1  # cols(F_{L+2}) = 1
-    for H, n in reversed(list(zip(hs, widths))):  # k = a, L, ..., 1
+    for H, n in reversed(list(zip(hs, widths, strict=True))):  # k = a, L, ..., 1
         m = H * cols
         r = min(m, n)
         shapes.insert(0, (m, r))

@@ -330,7 +330,7 @@ def true_and_drawn(net: Network, truth: dict, draws: dict, n_train_obs: int = 1)
         iu = np.triu_indices(len(lab))
         true.append(np.asarray(truth[name])[:, iu[0], iu[1]])
         drawn.append(np.asarray(draws[name])[:, :, iu[0], iu[1]])
-        labels += [f"{name}[{lab[i]},{lab[j]}]" for i, j in zip(*iu)]
+        labels += [f"{name}[{lab[i]},{lab[j]}]" for i, j in zip(*iu, strict=True)]
     if "Ua" in draws:
         true.append(np.asarray(truth["Ua"])[:, None])
         drawn.append(np.asarray(draws["Ua"])[:, :, None])
@@ -460,7 +460,7 @@ def uniformity(result: SBCResult, bins: int = 4) -> dict:
     return {
         "bins": bins,
         "counts": counts.tolist(),
-        "p_values": dict(zip(result.labels, p.tolist())),
+        "p_values": dict(zip(result.labels, p.tolist(), strict=True)),
         "p_min": float(p.min()),
         "p_pooled": float(min(1.0, len(p) * p.min())),
         "worst": result.labels[int(p.argmin())],

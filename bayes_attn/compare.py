@@ -323,7 +323,7 @@ def compare(
         raise ValueError('headline="laplace" needs a theory solved with correction="laplace"')
     other = posterior.net
     same_net = (net.widths, net.variances, net.readout, net.heads) == (other.widths, other.variances, other.readout, other.heads)
-    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention)):
+    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention, strict=True)):
         raise ValueError("theory and posterior must be of the same network (widths, variances, readout, attention)")
     if not (np.array_equal(theory.x_train, posterior.x_train) and np.array_equal(theory.y_train, posterior.y_train)):
         raise ValueError("theory and posterior must be of the same training data")

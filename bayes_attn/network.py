@@ -121,7 +121,7 @@ class Network:
         if len(queries) != len(keys):
             raise ValueError(f"queries and keys must have one entry per layer, got {len(queries)} and {len(keys)}")
         att = []
-        for l, (q, k) in enumerate(zip(queries, keys)):
+        for l, (q, k) in enumerate(zip(queries, keys, strict=True)):
             q = _checks.array(f"queries[{l}]", q, ndim=3)
             k = _checks.array(f"keys[{l}]", k, shape=q.shape)
             att.append(np.einsum("hdi,hdj->hij", k, q) / math.sqrt(q.shape[1]))
@@ -169,10 +169,10 @@ class Network:
 
     def with_paths_of(self, heads: Sequence[Sequence[int]]) -> Network:
         """The sub-network keeping, per layer, the 0-based heads listed."""
-        att = [a[list(h)] for a, h in zip(self.attention, heads)]
+        att = [a[list(h)] for a, h in zip(self.attention, heads, strict=True)]
         names = None
         if self.head_names is not None:
-            names = [[n[i] for i in h] for n, h in zip(self.head_names, heads)]
+            names = [[n[i] for i in h] for n, h in zip(self.head_names, heads, strict=True)]
         return Network(att, self.widths, self.variances, self.readout, names)
 
     # ----- attention and paths ----------------------------------------------
@@ -315,7 +315,7 @@ def forward_token(omegas: Sequence[jax.Array], x: jax.Array, weights: Weights, w
     """§1 over tokens, given the attention ``omegas`` of :meth:`Network.attention_matrices`: ``[P]``."""
     N0 = x.shape[2]
     z = jnp.einsum("ni,pti->pnt", weights.V0, x) / math.sqrt(N0)  # [P, N1, T]
-    for l, (Vl, omega) in enumerate(zip(weights.V, omegas)):
+    for l, (Vl, omega) in enumerate(zip(weights.V, omegas, strict=True)):
         H, Nl = Vl.shape[0], Vl.shape[2]
         if omega.ndim == 4:
             z = jnp.einsum("hji,pis,phst->pjt", Vl, z, omega) / math.sqrt(H * Nl)

@@ -101,7 +101,7 @@ PREDICTORS = ("leading", "corrected", "posterior", "ablation")
 def _predictors(r: PruneResult) -> dict:
     """``{name: SpearmanSpread}`` of the :data:`PREDICTORS` the run has (runs written before some have fewer)."""
     o = r.spread.others
-    spreads = dict(zip(PREDICTORS, (r.spread.rho, o.corrected, o.posterior, o.ablation)))
+    spreads = dict(zip(PREDICTORS, (r.spread.rho, o.corrected, o.posterior, o.ablation), strict=True))
     return {name: x for name, x in spreads.items() if x is not None}
 
 

@@ -197,9 +197,9 @@ def report(runs: list[dict], rows: list[dict] | None = None) -> int:
               _fmt(r["threshold"]) + (" (log)" if r["scale"] == "log" else " (p)" if r["scale"] == "p" else ""),
               _fmt(r["sd_margin"]), f"{r['distance']:.2f}", f"{r['tail']:.1e}", "FLAG" if r["flag"] else "")
              for r in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *table)]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *table, strict=True)]
     for line in [header, *table]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
     untracked = sorted(n for n in ran if ran[n] and not any(r["stats"].get(n) for r in runs))
     for name in untracked:
         print(f"NO STATISTIC {name}: the test records no checked statistic")

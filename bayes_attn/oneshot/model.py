@@ -128,7 +128,7 @@ def check_params(params: Params, config: ModelConfig | None = None) -> Params:
         raise ValueError("params.Q, params.K and params.V must have one array per layer")
     d, N0 = params.V0.shape
     dqk = params.Q[0].shape[1]
-    for l, (q, k, v) in enumerate(zip(params.Q, params.K, params.V)):
+    for l, (q, k, v) in enumerate(zip(params.Q, params.K, params.V, strict=True)):
         H = q.shape[0]
         if q.shape != (H, dqk, N0) or k.shape != (H, dqk, N0):
             raise ValueError(f"params.Q[{l}] and params.K[{l}] must be [H, d_qk={dqk}, N0={N0}], got {q.shape}, {k.shape}")
@@ -156,7 +156,7 @@ def forward(params: Params, x) -> jax.Array:
     """Model output ``f(x)``: ``[P]`` from ``x [P, T, N0]``."""
     x = jnp.asarray(x, dtype=params.V0.dtype)
     z = jnp.einsum("dn,ptn->ptd", params.V0, x)  # [P, T, d]
-    for Q, K, V in zip(params.Q, params.K, params.V):
+    for Q, K, V in zip(params.Q, params.K, params.V, strict=True):
         omega = attention(Q, K, x)
         mixed = jnp.einsum("psi,phst->phti", z, omega)  # tokens mixed per head
         z = jnp.einsum("hji,phti->ptj", V, mixed) / math.sqrt(V.shape[0])

@@ -208,7 +208,7 @@ def train_model(
     if found is not None:
         meta, names = found[1:]
         if saved_in.resolve() != out.resolve():
-            for name, to in zip(names, MODEL_FILES):
+            for name, to in zip(names, MODEL_FILES, strict=True):
                 shutil.copy2(saved_in / name, out / to)
         params, history, seconds = saved.params, saved.history, float(meta.get("train_seconds", float("nan")))
         _log(progress_bar, f"reusing {saved_in / names[0]} (same training settings)")
@@ -444,7 +444,7 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
                         saved_in=stage.folder)
     lap("training" + (" (reused model)" if model.metrics.reused else ""))
     if not model.metrics.reused:
-        outputs.park(stage, dict(zip(MODEL_FILES, PARKED_FILES)), command="prune")
+        outputs.park(stage, dict(zip(MODEL_FILES, PARKED_FILES, strict=True)), command="prune")
     try:
         return _after_training(spec, out, sets, ev, model, lap, seconds, progress_bar)
     except (MemoryError, OSError):  # the command's own messages (a full disk names the model kept: run_oneshot)
@@ -457,7 +457,7 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
 def _temperatures(scan: Scan) -> Temperatures:
     d = scan.dataset
     return Temperatures(d.attrs["temperature_choice"], {int(N): float(t) for N, t in
-                                                        zip(d["width"].values, d["best_temperature"].values)},
+                                                        zip(d["width"].values, d["best_temperature"].values, strict=True)},
                         float(d["gp_best_temperature"]))
 
 

@@ -342,7 +342,7 @@ def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
     heads = [int(H) for H in heads]
     sets = _removal_sets(heads_removed, heads)
     out = np.ones(1)
-    for H, s in zip(heads, sets):
+    for H, s in zip(heads, sets, strict=True):
         f = np.full(H, math.sqrt(H / (H - len(s))))
         f[list(s)] = 0.0
         out = np.outer(out, f).ravel()

@@ -284,7 +284,7 @@ def _predictors_section(r: PruneResult) -> list[str]:
 def _pruning_section(r: PruneResult) -> list[str]:
     p = r.pruning
     rows = [(k, f"{a:.3f}", f"{d:.3f}", f"{p.random.accuracy_mean[k]:.3f} ± {p.random.accuracy_std[k]:.3f}")
-            for k, (a, d) in enumerate(zip(p.ascending.accuracy, p.descending.accuracy))]
+            for k, (a, d) in enumerate(zip(p.ascending.accuracy, p.descending.accuracy, strict=True))]
     return ["", "Cumulative pruning, accuracy after k heads removed:", "",
             *_markdown.table(("k", "ascending", "descending", "random mean ± sd"), rows)]
 

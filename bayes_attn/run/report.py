@@ -54,7 +54,7 @@ def _theories_section(comp: Comparison) -> list[str]:
         lines += ["Posterior standard deviation of U (upper triangle): predicted (§8) against sampled.", "",
                   *_markdown.table(("entry", "predicted sd", "sampled sd"),
                                    [(f"{labels[i]}, {labels[j]}", f"{comp.U_sd_theory[i, j]:.4g}",
-                                     f"{comp.U_sd_sampled[i, j]:.4g}") for i, j in zip(*iu)]), ""]
+                                     f"{comp.U_sd_sampled[i, j]:.4g}") for i, j in zip(*iu, strict=True)]), ""]
     return lines
 
 

@@ -351,7 +351,7 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
                                                    form=form, s0sq=float(inputs.net.variances[0])),
                        (flat, keys), batch_size(inputs.y.shape[0], flat.dtype.itemsize, CONDITIONAL_BATCH))
     names = ["f_train", "f_test"][: len(outs)]
-    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
+    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs, strict=True)}
 
 
 CONDITIONAL_BATCH = 256
@@ -378,14 +378,14 @@ def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None)
     if any(isinstance(x, jax.core.Tracer) for x in xs):
         xs = tuple(x[index] for x in xs)
         parts = [fn(*(x[i : i + size] for x in xs)) for i in range(0, padded, size)]
-        return [jnp.concatenate(p)[:count] for p in zip(*parts)]
+        return [jnp.concatenate(p)[:count] for p in zip(*parts, strict=True)]
     keys = [jnp.issubdtype(x.dtype, jax.dtypes.prng_key) for x in xs]
-    host = [np.asarray(jax.random.key_data(x) if k else x)[index] for x, k in zip(xs, keys)]
-    impls = [jax.random.key_impl(x) if k else None for x, k in zip(xs, keys)]
+    host = [np.asarray(jax.random.key_data(x) if k else x)[index] for x, k in zip(xs, keys, strict=True)]
+    impls = [jax.random.key_impl(x) if k else None for x, k in zip(xs, keys, strict=True)]
 
     def batch(i: int) -> list:
         return [h[i : i + size] if impl is None else jax.random.wrap_key_data(h[i : i + size], impl=impl)
-                for h, impl in zip(host, impls)]
+                for h, impl in zip(host, impls, strict=True)]
 
     starts = range(0, padded, size)
     if progress is None:
@@ -395,7 +395,7 @@ def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None)
 
         bar = tqdm(starts, desc=progress, unit="batch", file=sys.stderr, mininterval=0.5)
         parts = [jax.block_until_ready(fn(*batch(i))) for i in bar]
-    return [np.concatenate([np.asarray(a) for a in p])[:count] for p in zip(*parts)]
+    return [np.concatenate([np.asarray(a) for a in p])[:count] for p in zip(*parts, strict=True)]
 
 
 def batch_size(P: int, itemsize: int, most: int, memory: int = BATCH_BYTES) -> int:
@@ -431,4 +431,4 @@ def pathwise_draw(U: jax.Array, key: jax.Array, chol: jax.Array, xis: tuple, y: 
     eps = jnp.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
     alpha = jax.scipy.linalg.cho_solve((chol, True), y - priors[0] - eps)  # gp.pathwise_weights, factor given
     v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
-    return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
+    return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis, strict=True)]

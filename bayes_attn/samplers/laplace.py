@@ -377,7 +377,7 @@ def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray,
     out = observables_of(guide, jnp.asarray(np.take_along_axis(theta, index[..., None], axis=1), inputs.dtype))
     names = ("f_train", "f_test")[: len(f)]
     out |= {n: np.take_along_axis(np.asarray(a).reshape(C, -1, a.shape[-1]), index[..., None], axis=1)
-            for n, a in zip(names, f)}
+            for n, a in zip(names, f, strict=True)}
     repeat = np.zeros(index.shape, bool)
     repeat[:, 1:] = index[:, 1:] == index[:, :-1]
     count = int(repeat.sum())
@@ -466,7 +466,7 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
         return (i, lw), (i, take, prob)
 
     _, out = jax.lax.scan(step, (jnp.asarray(0), log_w[0]), jnp.arange(1, log_w.shape[0]))
-    return tuple(jnp.concatenate([jnp.asarray(v0)[None], v]) for v0, v in zip((0, True, 1.0), out))
+    return tuple(jnp.concatenate([jnp.asarray(v0)[None], v]) for v0, v in zip((0, True, 1.0), out, strict=True))
 
 
 def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,

@@ -185,7 +185,7 @@ def site_sizes(heads: Sequence[int], widths: Sequence[int]) -> tuple[int, int]:
 
 def diagonal_distribution(heads: Sequence[int], widths: Sequence[int], dtype) -> StandardLogChi2:
     """The prior of the site ``t``: the diagonals of ``A_1, ..., A_L, A_a``, concatenated."""
-    dofs = [chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths)]
+    dofs = [chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths, strict=True)]
     return StandardLogChi2(np.concatenate(dofs), dtype)
 
 
@@ -266,7 +266,7 @@ def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], vari
     Independent of :class:`StandardLogChi2` (which the model uses).
     """
     dtype = jnp.dtype(dtype)
-    dofs = np.concatenate([chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths)])
+    dofs = np.concatenate([chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths, strict=True)])
     n_low = site_sizes(heads, widths)[1]
     k1, k2 = jax.random.split(key)
     c = jax.random.chisquare(k1, jnp.asarray(dofs, dtype), dofs.shape, dtype=dtype)

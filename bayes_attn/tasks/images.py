@@ -156,8 +156,8 @@ class ImageSet:
         return ImageSet(
             images=self.images[rows],
             classes=new_id[self.classes[rows]],
-            class_names=tuple(n for n, k in zip(self.class_names, keep) if k),
-            groups=tuple(g for g, k in zip(self.groups, keep) if k),
+            class_names=tuple(n for n, k in zip(self.class_names, keep, strict=True) if k),
+            groups=tuple(g for g, k in zip(self.groups, keep, strict=True) if k),
             sources=tuple(self.sources[i] for i in rows) if self.sources else (),
         )
 
@@ -253,7 +253,7 @@ def split_by_class(imageset: ImageSet, fractions: Mapping[str, float], seed: int
         counts[i] += 1
     perm = np.random.default_rng(seed).permutation(C)
     out, start = {}, 0
-    for name, k in zip(fractions, counts):
+    for name, k in zip(fractions, counts, strict=True):
         out[name] = imageset.subset(sorted(perm[start:start + k].tolist()))
         start += k
     return out
@@ -291,7 +291,7 @@ def _check_files(data_dir: str | Path, files: Sequence[str] | str) -> tuple[Path
     if not folder.is_dir():
         raise FileNotFoundError(f"data_dir {str(folder)!r} is not a folder; expected a folder holding {[str(f) for f in files]}")
     paths = [folder / f for f in files]
-    missing = [str(f) for f, p in zip(files, paths) if not p.is_file()]
+    missing = [str(f) for f, p in zip(files, paths, strict=True) if not p.is_file()]
     if missing:
         present = sorted(p.name for p in folder.glob("*.zip"))
         raise FileNotFoundError(

@@ -320,7 +320,7 @@ def check_coordinates(net, coordinates: str) -> None:
     """``ValueError`` unless ``coordinates`` is one of :data:`COORDINATES` and valid for ``net``'s widths."""
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
-        for l, (D, N) in enumerate(zip(sizes(net.heads), net.widths), start=1):
+        for l, (D, N) in enumerate(zip(sizes(net.heads), net.widths, strict=False), start=1):  # widths end with N_a
             if N < D:
                 raise ValueError(
                     f"coordinates='log_cholesky' needs full-rank order parameters, but U_{l} is singular "

@@ -154,7 +154,7 @@ def check_order_parameters(name: str, Us, net: Network) -> list[np.ndarray]:
     if isinstance(Us, np.ndarray) or not isinstance(Us, Sequence) or len(Us) != net.L:
         raise ValueError(f"{name} must be a list of {net.L} matrices [U_1, ..., U_L]")
     out = []
-    for l, (U, m) in enumerate(zip(Us, sizes(net.heads))):
+    for l, (U, m) in enumerate(zip(Us, sizes(net.heads), strict=True)):
         U = _checks.array(f"{name}[{l}]", U, shape=(m, m))
         if not np.allclose(U, U.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(U).max())):
             raise ValueError(f"{name}[{l}] must be symmetric")
@@ -209,7 +209,7 @@ def entropy(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Arr
     heads = problem.heads
     L = len(heads)
     N, s2 = problem.widths, problem.variances
-    chols, logdets = zip(*[_chol_logdet(U) for U in Us])
+    chols, logdets = zip(*[_chol_logdet(U) for U in Us], strict=True)
     Na, sa2, NL, sL2 = N[L], s2[L + 1], N[L - 1], s2[L]
     S = Na * (Ua / sa2 - jnp.log(Ua))
     S = S + NL * (jnp.trace(Us[-1]) / (sL2 * Ua) - logdets[-1] + heads[-1] * jnp.log(Ua))

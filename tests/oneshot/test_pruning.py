@@ -32,7 +32,7 @@ from bayes_attn.theory import Theory, head_scores, solve_theory
 def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
     params = small_model()
     same = pruning.ablate(params, SMALL, {})
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(same)):
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(same), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     x = small_x()
     np.testing.assert_array_equal(np.asarray(model.forward(same, x)), np.asarray(model.forward(params, x)))
@@ -147,7 +147,7 @@ def test_head_scores_by_hand_and_against_a_loop():
         D = math.prod(heads)
         A = rng.normal(size=(D, D))
         U = A @ A.T + 0.3 * rng.normal(size=(D, D))
-        for got, want in zip(pruning.head_scores(U, heads), loop_head_scores(U, heads)):
+        for got, want in zip(pruning.head_scores(U, heads), loop_head_scores(U, heads), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12)
     with pytest.raises(ValueError, match="U must have shape"):
         pruning.head_scores(np.eye(5), (2, 3))
@@ -159,7 +159,7 @@ def test_one_head_score_implementation():
     net = random_network((2, 3), width=4)
     x, y = random_data(12)
     t = solve_theory(net, x, y, temperature=0.5)
-    for a, b in zip(Theory.head_scores(t), head_scores(t.U, net.heads)):
+    for a, b in zip(Theory.head_scores(t), head_scores(t.U, net.heads), strict=True):
         np.testing.assert_array_equal(a, b)
 
 

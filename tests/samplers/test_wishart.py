@@ -136,7 +136,7 @@ def test_sampled_dimension():
     assert num_parameters(SINGULAR["heads"], SINGULAR["widths"]) == 15 + 9 + 3 + 1
     assert num_parameters((1,), (7, 9)) == 2  # one layer, one head: two chi-squares
     A = [a[0] for a in _factor_draws(**SINGULAR)[0]]
-    for a, (m, r) in zip(A, factor_shapes(SINGULAR["heads"], SINGULAR["widths"])):
+    for a, (m, r) in zip(A, factor_shapes(SINGULAR["heads"], SINGULAR["widths"]), strict=True):
         a = np.asarray(a)
         assert a.shape == (m, r)
         assert np.all(np.triu(a, 1) == 0) and np.all(np.diag(a) > 0)
@@ -167,7 +167,7 @@ def test_prior_means_every_level(cfg, check):
     # the einsum recursion is the Kronecker recursion of docs/theory.md §7
     for i in range(3):
         ref = _kron_factor_U([a[i] for a in A_draws], heads, widths, var)
-        for g, r in zip([*(U[i] for U in Us), Ua[i]], ref):
+        for g, r in zip([*(U[i] for U in Us), Ua[i]], ref, strict=True):
             np.testing.assert_allclose(np.reshape(g, r.shape), r, rtol=1e-12, atol=1e-14)
 
 
@@ -242,7 +242,7 @@ def test_singular_ranks_match_weights():
     _, Uf, _ = _factor_draws(**cfg)
     Uw, _ = _singular_weight_draws()
     for i in range(5):
-        for U, V, r in zip((U[i] for U in Uf), (U[i] for U in Uw), expected):
+        for U, V, r in zip((U[i] for U in Uf), (U[i] for U in Uw), expected, strict=True):
             assert np.linalg.matrix_rank(np.asarray(U), tol=1e-10) == r
             assert np.linalg.matrix_rank(np.asarray(V), tol=1e-10) == r
             assert np.linalg.eigvalsh(np.asarray(U)).min() > -1e-12
@@ -286,7 +286,7 @@ def _reference_log_density(net, x, y, T, t, z):
     ``Var log χ²(ν) = ψ'(ν/2)``.
     """
     shapes = factor_shapes(net.heads, net.widths)
-    nu = np.concatenate([n - np.arange(r) for (m, r), n in zip(shapes, net.widths)]).astype(float)
+    nu = np.concatenate([n - np.arange(r) for (m, r), n in zip(shapes, net.widths, strict=True)]).astype(float)
     mu = np.log(2) + scipy.special.digamma(nu / 2)
     sd = np.sqrt(scipy.special.polygamma(1, nu / 2))
     c = np.exp(mu + sd * t)
@@ -328,7 +328,7 @@ def test_model_log_density_is_exact(cfg):
             assert {d.dtype for d in dtypes.values()} == {jnp.dtype(dtype)}, dtypes
             lp = jax.jit(lambda p: log_density(model, args, {}, p)[0])
             pe = jax.jit(jax.value_and_grad(lambda p: potential_energy(model, args, {}, p)))
-            for p, ref in zip(params, refs):
+            for p, ref in zip(params, refs, strict=True):
                 got = lp(p)
                 assert got.dtype == jnp.dtype(dtype)
                 assert abs(float(got) - ref) <= rtol * max(1.0, abs(ref)), (dtype, float(got), ref)

@@ -222,7 +222,7 @@ def test_episodes_deterministic_and_shift(toy):
     sh = make_episodes(toy, 20, seed=1, shift=2)
     np.testing.assert_array_equal(sh.indices, a.indices)
     assert not np.array_equal(sh.images, a.images)
-    for img, src in zip(sh.images.reshape(-1, 16, 16)[:10], a.images.reshape(-1, 16, 16)[:10]):
+    for img, src in zip(sh.images.reshape(-1, 16, 16)[:10], a.images.reshape(-1, 16, 16)[:10], strict=True):
         pad = np.pad(src, 2)
         crops = [pad[2 - dy:18 - dy, 2 - dx:18 - dx] for dy in range(-2, 3) for dx in range(-2, 3)]
         assert any(np.array_equal(img, cr) for cr in crops)  # a zero-padded translation by <= 2 px

@@ -101,7 +101,7 @@ def test_default_is_the_paper_theory_bit_for_bit():
         b = th.solve_theory(net, x, y, temperature=0.05, correction=corr)
         for name in ("U", "Ua", "action", "max_gradient", "hessian_min_eigenvalue", "iterations", "message"):
             np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
-        for u, v in zip(a.order_parameters, b.order_parameters):
+        for u, v in zip(a.order_parameters, b.order_parameters, strict=True):
             np.testing.assert_array_equal(u, v)
         assert b.correction is None and b.correction_name == "none"
     assert a.to_dataset().attrs["correction"] == "none"
@@ -146,7 +146,7 @@ def test_singular_levels_use_bartlett_sites():
     assert sol.correction.mode.dimension == sum(site_sizes(net.heads, widths)) == (3 + 6) + (2 + 1) + 1
     ranks = [r for _, r in factor_shapes(net.heads, widths)][:-1]
     assert ranks == [3, 2]
-    for U, r in zip(sol.correction.point, ranks):
+    for U, r in zip(sol.correction.point, ranks, strict=True):
         assert np.linalg.matrix_rank(U, tol=1e-9 * np.abs(U).max()) == r
     for arr in (*sol.order_parameters, *sol.correction.order_parameter_sds, sol.Ua, sol.correction.Ua_sd):
         assert np.all(np.isfinite(arr))
@@ -180,7 +180,7 @@ def test_save_load_round_trip(tmp_path):
     for name in ("coordinates", "dimension", "theta", "action", "gradient", "hessian", "data_gradient",
                  "data_hessian", "hessian_min_eigenvalue"):
         np.testing.assert_array_equal(getattr(cb.mode, name), getattr(c.mode, name), err_msg=name)
-    for a, b in zip(back.predict(xt), sol.predict(xt)):
+    for a, b in zip(back.predict(xt), sol.predict(xt), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
     ds = sol.to_dataset()
     assert ds.attrs["correction"] == "laplace" and ds.attrs["laplace_coordinates"] == "bartlett"
@@ -258,7 +258,7 @@ def test_bartlett_action_is_the_wishart_sampler_density():
         T = 0.2
         problem = th.make_problem(net, x, y, T)
         shapes = factor_shapes(heads, widths)
-        nu = np.concatenate([n - np.arange(r) for (_, r), n in zip(shapes, widths)]).astype(float)
+        nu = np.concatenate([n - np.arange(r) for (_, r), n in zip(shapes, widths, strict=True)]).astype(float)
         mu = math.log(2) + scipy.special.digamma(nu / 2)  # E log χ²(ν) and sd(log χ²(ν)): the sites' standardisation
         sigma = np.sqrt(scipy.special.polygamma(1, nu / 2))
         n_t, n_z = site_sizes(heads, widths)

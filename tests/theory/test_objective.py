@@ -64,7 +64,7 @@ def test_gradient_matches_finite_differences(heads, widths, variances):
         S = lambda V, a=Ua: th.action(net, x, y, V, temperature=T, Ua=a)  # noqa: E731
         h = 1e-5
         for l, U in enumerate(Us):
-            for i, j in zip(*np.triu_indices(U.shape[0])):
+            for i, j in zip(*np.triu_indices(U.shape[0]), strict=True):
                 E = np.zeros_like(U)
                 E[i, j] = E[j, i] = 1.0
                 Vp, Vm = list(Us), list(Us)
@@ -100,7 +100,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
         Us = unpack(theta, net.heads)
         assert float(f) == pytest.approx(th.action(net, x, y, Us, temperature=0.1) / max(widths), rel=1e-12)
         grads, _ = th.action_gradient(net, x, y, Us, temperature=0.1)
-        for G, Gs in zip(grads, matrix_gradients(g, net.heads)):
+        for G, Gs in zip(grads, matrix_gradients(g, net.heads), strict=True):
             np.testing.assert_allclose(Gs, G / max(widths), rtol=1e-9, atol=1e-12 * np.abs(G).max())
 
 
@@ -133,7 +133,7 @@ def _numpy_basis(net, x, form):
         return xi * math.sqrt(net.variances[0] / (N0 * D))
     C = net.variances[0] * np.einsum("adi,bei->deab", xi, xi) / (N0 * D)
     i, j = np.triu_indices(D)
-    return np.stack([C[a, b] if a == b else C[a, b] + C[b, a] for a, b in zip(i, j)])
+    return np.stack([C[a, b] if a == b else C[a, b] + C[b, a] for a, b in zip(i, j, strict=True)])
 
 
 @pytest.mark.parametrize("heads", [(2, 2), (3,), (2, 1, 2)])
