@@ -199,7 +199,10 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
             _to_netcdf(obj, tmp, encoding)
             _add_checksum(tmp)
         except (OSError, RuntimeError) as err:
-            raise _no_space(tmp, err, _nbytes(obj)) or err
+            full = _no_space(tmp, err, _nbytes(obj))
+            if full is None:
+                raise
+            raise full from err
     return Path(path)
 
 

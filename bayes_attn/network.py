@@ -315,7 +315,7 @@ def forward_token(omegas: Sequence[jax.Array], x: jax.Array, weights: Weights, w
     """§1 over tokens, given the attention ``omegas`` of :meth:`Network.attention_matrices`: ``[P]``."""
     N0 = x.shape[2]
     z = jnp.einsum("ni,pti->pnt", weights.V0, x) / math.sqrt(N0)  # [P, N1, T]
-    for l, (Vl, omega) in enumerate(zip(weights.V, omegas, strict=True)):
+    for Vl, omega in zip(weights.V, omegas, strict=True):
         H, Nl = Vl.shape[0], Vl.shape[2]
         if omega.ndim == 4:
             z = jnp.einsum("hji,pis,phst->pjt", Vl, z, omega) / math.sqrt(H * Nl)

@@ -387,7 +387,7 @@ class Posterior:
             for xs, valid in self.net.xi_batches(x, batch_size):
                 Cx = path_kernel_from_xi(xs, xi, s0sq)  # [D, D, Px, P]
                 Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
-                m, v = map_batches(lambda u: _moments_of_draws(u, C, Cx, Cxx, y, temperature), (U,), 64)
+                m, v = map_batches(lambda u, Cx=Cx, Cxx=Cxx: _moments_of_draws(u, C, Cx, Cxx, y, temperature), (U,), 64)
                 means.append(np.asarray(m.mean(0))[:valid])
                 variances.append(np.asarray(v.mean(0) + m.var(0))[:valid])
         return np.concatenate(means), np.concatenate(variances)

@@ -91,7 +91,7 @@ def test_order_parameters_match_the_recursion_with_explicit_blocks(cfg):
         np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
     Fs = bartlett.factor_chain([jnp.asarray(a) for a in A], heads, widths, variances)
     shapes = bartlett.factor_shapes(heads, widths)
-    for l, (F, U, (m, r)) in enumerate(zip(Fs, want, shapes, strict=True)):
+    for l, (F, U, (_, r)) in enumerate(zip(Fs, want, shapes, strict=True)):
         assert F.shape == (math.prod((*heads, 1)[l:]), r)
         np.testing.assert_allclose(np.asarray(F @ F.T), U, rtol=1e-12, atol=1e-12 * np.abs(U).max())
         assert np.linalg.matrix_rank(U, tol=1e-10 * np.abs(U).max()) == r

@@ -120,9 +120,9 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
     n = c0.size
     acc, drops, ses = [], [], []
     k = 0
-    for l, H in enumerate(config.heads):
+    for H in config.heads:
         acc.append([]), drops.append([]), ses.append([])
-        for h in range(H):
+        for _ in range(H):
             c, k = rows[k].astype(np.float64), k + 1
             if H == 1:  # the only head of a layer cannot be removed
                 acc[-1].append(None), drops[-1].append(None), ses[-1].append(None)

@@ -323,11 +323,11 @@ def test_model_log_density_is_exact(cfg):
             inputs = prepare(net, x, y, None, T, dtype)
             model, args = get("wishart").build(inputs)
             params = [{"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {}) for t, z in sites]
-            values = lambda p: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}  # noqa: E731
+            values = lambda p, model=model, args=args: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}  # noqa: E731
             dtypes = jax.eval_shape(values, params[0])
             assert {d.dtype for d in dtypes.values()} == {jnp.dtype(dtype)}, dtypes
-            lp = jax.jit(lambda p: log_density(model, args, {}, p)[0])
-            pe = jax.jit(jax.value_and_grad(lambda p: potential_energy(model, args, {}, p)))
+            lp = jax.jit(lambda p, model=model, args=args: log_density(model, args, {}, p)[0])
+            pe = jax.jit(jax.value_and_grad(lambda p, model=model, args=args: potential_energy(model, args, {}, p)))
             for p, ref in zip(params, refs, strict=True):
                 got = lp(p)
                 assert got.dtype == jnp.dtype(dtype)

@@ -91,7 +91,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
     h = 1e-5
     for form in ("C", "xi"):
         problem = th.make_problem(net, x, y, 0.1, form=form)
-        grad = lambda t: np.asarray(value_grad_hess(t, problem)[1])  # noqa: E731
+        grad = lambda t, problem=problem: np.asarray(value_grad_hess(t, problem)[1])  # noqa: E731
         f, g, H = (np.asarray(a) for a in value_grad_hess(theta, problem))
         Hfd = np.stack([(grad(theta + h * e) - grad(theta - h * e)) / (2 * h) for e in np.eye(len(theta))], axis=1)
         np.testing.assert_allclose(H, H.T, atol=1e-12 * np.abs(H).max())
