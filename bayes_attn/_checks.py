@@ -166,7 +166,8 @@ def fits_in_memory(what: str, need: float, available: int | None = None, headroo
 
 
 def data_folder(name: str, folder, files: Sequence[str]) -> None:
-    """Check that ``folder`` is an existing folder holding every file of ``files``; one-line ``ValueError`` otherwise."""
+    """Check that ``folder`` is an existing folder holding every file of ``files``; a one-line ``ValueError``
+    otherwise."""
     import os
 
     path = os.fspath(folder)

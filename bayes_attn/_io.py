@@ -240,8 +240,8 @@ def _no_space(path: Path, err: Exception, need: int) -> OSError | None:
             return None
         if free > 2 * need + 2**20:  # the failure was not for want of space
             return None
-    return OSError(errno.ENOSPC, f"no space left to write into {str(path.parent)!r} ({free / 2**20:.1f} MiB free, about {need / 2**20:.1f} MiB needed): free some disk space or "
-                   "choose another output folder")
+    return OSError(errno.ENOSPC, f"no space left to write into {str(path.parent)!r} ({free / 2**20:.1f} MiB free, "
+                   f"about {need / 2**20:.1f} MiB needed): free some disk space or choose another output folder")
 
 
 def _existing(path: str | os.PathLike) -> Path:

@@ -185,7 +185,8 @@ class Comparison:
     @property
     def theories(self) -> dict[str, Comparison]:
         """This comparison and its :attr:`alternative` by correction (``"laplace"``, ``"none"``), headline first."""
-        return {self.correction: self} | ({} if self.alternative is None else {self.alternative.correction: self.alternative})
+        alternative = {} if self.alternative is None else {self.alternative.correction: self.alternative}
+        return {self.correction: self} | alternative
 
     @property
     def U_zscores(self) -> np.ndarray:
@@ -261,7 +262,8 @@ class Comparison:
                 "predictor": list(self.accuracy),
                 "check": [c.name for c in self.checks],
             },
-            attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction, "agree": int(self.agree), "sampler": self.sampler,
+            attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction,
+                   "agree": int(self.agree), "sampler": self.sampler,
                    "inconclusive_reasons": "; ".join(self.inconclusive_reasons),
                    "theory_warnings": "; ".join(self.theory_warnings), **self.diagnostics,
                    **self.provenance},
@@ -322,7 +324,8 @@ def compare(
     if headline == "laplace" and theory.correction is None:
         raise ValueError('headline="laplace" needs a theory solved with correction="laplace"')
     other = posterior.net
-    same_net = (net.widths, net.variances, net.readout, net.heads) == (other.widths, other.variances, other.readout, other.heads)
+    same_net = ((net.widths, net.variances, net.readout, net.heads)
+                == (other.widths, other.variances, other.readout, other.heads))
     if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention, strict=True)):
         raise ValueError("theory and posterior must be of the same network (widths, variances, readout, attention)")
     if not (np.array_equal(theory.x_train, posterior.x_train) and np.array_equal(theory.y_train, posterior.y_train)):

@@ -250,7 +250,8 @@ def make_basis(att: Sequence[np.ndarray], x: np.ndarray, readout: str, s0sq: flo
 
 @partial(jax.jit, static_argnames="readout")
 def folded_path_kernel(att: tuple[jax.Array, ...], x: jax.Array, s0sq: jax.Array, readout: str) -> jax.Array:
-    """The ``"C"`` basis: ``C`` ``[D, D, P, P]`` folded onto the vech entries of ``U_1``, ``[n_1, P, P]``, symmetrised."""
+    """The ``"C"`` basis: ``C`` ``[D, D, P, P]`` folded onto the vech entries of ``U_1``, ``[n_1, P, P]``,
+    symmetrised."""
     xi_ = xi(att, x, readout)
     C = path_kernel_from_xi(xi_, xi_, s0sq)  # [D, D, P, P]
     i, j = np.triu_indices(xi_.shape[1])

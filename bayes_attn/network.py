@@ -67,7 +67,8 @@ class Network:
             arr = _checks.array(f"attention[{l - 1}]", w, ndim=3)
             if arr.shape[1] != arr.shape[2] or (att and arr.shape[1] != att[0].shape[1]):
                 raise ValueError(
-                    f"attention[{l - 1}] must have shape (H_{l}, N0, N0) with the same N0 in every layer, got {arr.shape}"
+                    f"attention[{l - 1}] must have shape (H_{l}, N0, N0) with the same N0 in every layer, "
+                    f"got {arr.shape}"
                 )
             if arr.shape[0] < 1:
                 raise ValueError(f"attention[{l - 1}] must hold at least one head, got shape {arr.shape}")

@@ -218,8 +218,8 @@ def _is_ours(folder: Path) -> bool:
 
 def _foreign_entries(folder: Path) -> list[str]:
     """Entries of ``folder`` other than this package's lock, marker, temporaries and staging folders."""
-    return sorted(p.name for p in folder.iterdir()
-                  if p.name not in (LOCK, MARKER) and not is_temporary(p.name) and not p.name.startswith(STAGING_PREFIX))
+    return sorted(p.name for p in folder.iterdir() if p.name not in (LOCK, MARKER)
+                  and not is_temporary(p.name) and not p.name.startswith(STAGING_PREFIX))
 
 
 def check_ours(folder: Path, what: str = "out", force: bool = False) -> None:

@@ -441,7 +441,8 @@ class Posterior:
         for l, W in enumerate(net.attention, start=1):
             constant[f"attention_{l}"] = W
             dims[f"attention_{l}"] = [f"head_{l}", "feature", "feature_"]
-        groups = {"posterior": draws, "sample_stats": stats, "observed_data": {"y": np.asarray(y)}, "constant_data": constant}
+        groups = {"posterior": draws, "sample_stats": stats, "observed_data": {"y": np.asarray(y)},
+                  "constant_data": constant}
         tree = azb.from_dict(
             {k: v for k, v in groups.items() if v},
             dims=dims,

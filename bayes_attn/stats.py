@@ -14,7 +14,8 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion", "sign"]
+__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion",
+           "sign"]
 
 
 def sign(f) -> np.ndarray:
@@ -78,7 +79,8 @@ def power_law_slope(inv_width: np.ndarray, gap: np.ndarray, mcse: np.ndarray, no
 
 
 def choose_temperature(accuracy, eligible=None) -> int:
-    """Index of the best validation ``accuracy`` ``[n_T]``; ties: the first (the lowest temperature of an ascending grid).
+    """Index of the best validation ``accuracy`` ``[n_T]``; ties: the first (the lowest temperature of an ascending
+    grid).
 
     ``eligible`` (bool ``[n_T]``, e.g. which theory solves converged): only these count, unless none is.
     """

@@ -28,7 +28,8 @@ if __name__ == "__main__":
     theory = solve_theory(net, x, y, temperature=spec.temperature)
     gp = gp_limit(net, x, y, temperature=spec.temperature)
     keep = ["alignment_eigenvalue", "alignment_cosine"]
-    ds = xr.concat([theory.to_dataset()[keep], gp.to_dataset()[keep]], dim=xr.DataArray(["finite_width", "gp"], dims="kernel"))
+    ds = xr.concat([theory.to_dataset()[keep], gp.to_dataset()[keep]],
+                   dim=xr.DataArray(["finite_width", "gp"], dims="kernel"))
     a.out.mkdir(parents=True, exist_ok=True)
     ds.to_netcdf(a.out / "alignment.nc")
     print(ds.isel(pc=slice(0, 8)).to_dataframe().unstack("kernel").to_string())

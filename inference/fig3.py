@@ -116,8 +116,9 @@ def markdown(summary: dict) -> str:
     for variant, v in summary["variants"].items():
         for seed, r in v["runs"].items():
             lines.append(f"| {variant} | {seed} | {r['base_accuracy']:.3f} ± {r['base_se']:.3f} "
-                         f"| {r['theory_accuracy']:.3f} ± {r['theory_se']:.3f} | {r['gp_accuracy']:.3f} ± {r['gp_se']:.3f} "
-                         f"| {r['rho_point']:.2f} | {r['spearman_median']:.2f} [{r['spearman_q05']:.2f}, {r['spearman_q95']:.2f}] |")
+                         f"| {r['theory_accuracy']:.3f} ± {r['theory_se']:.3f} "
+                         f"| {r['gp_accuracy']:.3f} ± {r['gp_se']:.3f} | {r['rho_point']:.2f} "
+                         f"| {r['spearman_median']:.2f} [{r['spearman_q05']:.2f}, {r['spearman_q95']:.2f}] |")
         if "pooled_n" in v:
             lines.append(f"| {variant} | pooled ({len(v['seeds'])}) | | | | | {v['pooled_spearman_median']:.2f} "
                          f"[{v['pooled_spearman_q05']:.2f}, {v['pooled_spearman_q95']:.2f}] |")

@@ -238,7 +238,8 @@ def sentence(rows: list[dict]) -> str:
     where = (f"has its null's tail {r['tail']:.1e} ({'a p-value' if r['scale'] == 'p' else 'a standard normal |z|'})"
              if r["scale"] in ("p", "z") else
              f"is {r['distance']:.2f} sds from the statistic's mean (normal tail {r['tail']:.1e})")
-    return f"Measured over {r['n']} seed offsets (tests/robustness.md): the nearest threshold, that of {label}, {where}."
+    return (f"Measured over {r['n']} seed offsets (tests/robustness.md): the nearest threshold, that of {label}, "
+            f"{where}.")
 
 
 def _function(test: str) -> str:
@@ -278,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path, nargs="+", help="report the runs of these --json files; run nothing")
     parser.add_argument("--junit", nargs="+", default=[], metavar="OFFSET=FILE",
                         help="JUnit reports of runs made elsewhere, each with its offset (e.g. a whole `make test` at "
-                             "BAYES_ATTN_TEST_SEED=OFFSET with PYTEST_ADDOPTS='--junitxml=FILE -o junit_family=xunit1'); "
-                             "run nothing")
+                             "BAYES_ATTN_TEST_SEED=OFFSET with "
+                             "PYTEST_ADDOPTS='--junitxml=FILE -o junit_family=xunit1'); run nothing")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     parser.add_argument("--docstrings", action="store_true",
                         help="rewrite each measured test's \"Measured over ...\" sentence from the table")

@@ -316,8 +316,8 @@ def test_headline_picks_the_verdict_and_is_checked(problem, corrected):
 
 def test_unreliable_correction_stands_beside_the_verdict(tmp_path):
     comp = Comparison(path_labels=["1-1"], width=1, U_theory=np.eye(1), U_sampled=np.eye(1), U_mcse=np.eye(1),
-                      mean_theory=np.array([0.1, -0.2]), mean_sampled=np.array([0.2, -0.1]), mean_mcse=np.ones(2), var_theory=np.ones(2),
-                      var_sampled=np.ones(2), var_mcse=np.ones(2), y_test=np.array([1.0, -1.0]),
+                      mean_theory=np.array([0.1, -0.2]), mean_sampled=np.array([0.2, -0.1]), mean_mcse=np.ones(2),
+                      var_theory=np.ones(2), var_sampled=np.ones(2), var_mcse=np.ones(2), y_test=np.array([1.0, -1.0]),
                       accuracy={"theory": 0.5}, correction="laplace",
                       theory_warnings=["the Laplace correction is unreliable: the widths are too small"])
     assert "**Warning:** the Laplace correction is unreliable" in comparison_report(comp)

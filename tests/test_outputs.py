@@ -195,7 +195,8 @@ def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
 def test_unwritable_output_fails_before_sampling(tmp_path, capsys, monkeypatch, where):
     path = _spec_file(tmp_path)
     (tmp_path / "a_file").write_text("x")
-    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub", "proc": "/proc/bayes_attn_out"}[where]
+    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub",
+           "proc": "/proc/bayes_attn_out"}[where]
     _forbid(monkeypatch, (ba.posterior, "sample_posterior"))
     for command in ("sample", "run"):
         assert cli.main([command, str(path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE

@@ -70,7 +70,8 @@ def test_scripts_and_tests_use_only_public_names(folder):
 
 def test_private_name_detector_can_fail(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\nba.theory._newton\n")
+    f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\n"
+                 "ba.theory._newton\n")
     assert len(_private_uses(f)) == 3
 
 
@@ -101,8 +102,8 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
 # The one-way flow (task → network → theory | posterior → compare → jobs → command): each group may
 # import only from the groups before it (and itself).
 LAYERS = [
-    {"_checks", "_io", "_markdown", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache", "fingerprints",
-     "interrupt"},
+    {"_checks", "_io", "_markdown", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache",
+     "fingerprints", "interrupt"},
     {"kernels", "network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},
     {"diagnostics", "posterior", "calibration"},
@@ -224,7 +225,8 @@ def test_no_import_circle():
 
 
 def test_import_circle_detector_can_fail():
-    assert _cycles({"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}) == [["a.py", "b.py", "c.py"]]
+    graph = {"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}
+    assert _cycles(graph) == [["a.py", "b.py", "c.py"]]
     graph = _import_graph()
     assert "bayes_attn/oneshot/model.py" in graph["bayes_attn/oneshot/training.py"]
 

@@ -4,37 +4,30 @@
 frozen value (:mod:`bayes_attn.oneshot.prune_result`) and the next takes it:
 
 1. images and episodes (:mod:`bayes_attn.oneshot.data`);
-2. :func:`train_model`: gradient descent on fresh episodes every epoch
-   (``model.npz``; parked until the run commits, reused when its settings
-   match) → :class:`TrainedModel` with its :class:`ModelMetrics`
-   (test and OOD accuracy, the pixel baseline);
-3. :func:`~bayes_attn.oneshot.scan.temperature_scan`: theory at every
-   width × temperature and the GP limit per temperature on the frozen
-   query/key, the temperature chosen on the *validation* episodes → ``Scan``;
-4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: the posterior
-   (``[sampler]``) at the chosen temperatures → :class:`SamplingVerdict`;
-   :func:`compare_at_widths`: the leading and the corrected theory against
-   it, as ``bayes-attn run`` compares them → :class:`WidthComparison` per width;
-5. :func:`~bayes_attn.oneshot.pruning.pruning_report`: head scores from the
-   theory's ``U`` at ``score_width``, ``score_temperature``; single-head drops
-   and cumulative pruning of the model on the test episodes → ``PruningResult``;
-6. :func:`spread`: class-bootstrap errors, the same removal in the theory (a
-   head's paths out of ``U``), the spread of the score–drop ρ over draws of
-   the ``P`` episodes × class bootstraps of the test episodes → :class:`Spread`;
+2. :func:`train_model`: gradient descent on fresh episodes every epoch (``model.npz``; parked until the run commits,
+   reused when its settings match) → :class:`TrainedModel` with its :class:`ModelMetrics` (test and OOD accuracy, the
+   pixel baseline);
+3. :func:`~bayes_attn.oneshot.scan.temperature_scan`: theory at every width × temperature and the GP limit per
+   temperature on the frozen query/key, the temperature chosen on the *validation* episodes → ``Scan``;
+4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: the posterior (``[sampler]``) at the chosen temperatures →
+   :class:`SamplingVerdict`; :func:`compare_at_widths`: the leading and the corrected theory against it, as
+   ``bayes-attn run`` compares them → :class:`WidthComparison` per width;
+5. :func:`~bayes_attn.oneshot.pruning.pruning_report`: head scores from the theory's ``U`` at ``score_width``,
+   ``score_temperature``; single-head drops and cumulative pruning of the model on the test episodes →
+   ``PruningResult``;
+6. :func:`spread`: class-bootstrap errors, the same removal in the theory (a head's paths out of ``U``), the spread of
+   the score–drop ρ over draws of the ``P`` episodes × class bootstraps of the test episodes → :class:`Spread`;
 7. :class:`PruneResult` → ``pruning.json``, ``oneshot.nc``, ``report.md``, figures.
 
-**Temperature choice.** The paper chose the temperature per width by *test* accuracy.
-Here it is chosen by accuracy on separate validation episodes drawn from a
-alphabet of its own (default Tagalog, :data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`),
-disjoint from the gradient-descent (and theory-training) and test classes,
-so that validation episodes are new classes like the test episodes, and the
-test accuracy at the chosen temperature is an honest estimate. Standard errors of
-test accuracies come from a bootstrap over the query's class
+**Temperature choice.** The paper chose the temperature per width by *test* accuracy. Here it is chosen by accuracy on
+separate validation episodes drawn from a alphabet of its own (default Tagalog,
+:data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`), disjoint from the gradient-descent (and theory-training) and test
+classes, so that validation episodes are new classes like the test episodes, and the test accuracy at the chosen
+temperature is an honest estimate. Standard errors of test accuracies come from a bootstrap over the query's class
 (:func:`~bayes_attn.oneshot.pruning.class_bootstrap`).
 
-Symbols (docs/theory.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
-training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
-``temperature`` the likelihood variance.
+Symbols (docs/theory.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P`` training episodes, ``N`` width, ``U``
+``[D, D]`` order parameter over paths, ``temperature`` the likelihood variance.
 """
 
 from __future__ import annotations
@@ -342,9 +335,9 @@ def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: S
         d = c0[i].mean() - rows[:, i].mean(axis=1)
         drop_rows.append(np.where(removable, d, np.nan))
     post = (posteriors or {}).get(th.score_width)
-    others = {"corrected": _spread_of(draws["corrected"], drop_rows), "ablation": _spread_of(draws["ablation"], drop_rows),
-              "posterior": None if post is None else _spread_of([_flat_scores(post.order_parameter(1), heads)],
-                                                                 drop_rows)}
+    others = {name: _spread_of(draws[name], drop_rows) for name in ("corrected", "ablation")}
+    others["posterior"] = (None if post is None
+                           else _spread_of([_flat_scores(post.order_parameter(1), heads)], drop_rows))
     return Spread(se_method=se_method, ablation=ablation, ablation_rho_score=rho_score, ablation_rho_drops=rho_drops,
                   rho=pruning.spearman_spread(draws["leading"], drop_rows),
                   score_draws=[s.tolist() for s in draws["leading"]],
@@ -456,8 +449,8 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
 
 def _temperatures(scan: Scan) -> Temperatures:
     d = scan.dataset
-    return Temperatures(d.attrs["temperature_choice"], {int(N): float(t) for N, t in
-                                                        zip(d["width"].values, d["best_temperature"].values, strict=True)},
+    best = zip(d["width"].values, d["best_temperature"].values, strict=True)
+    return Temperatures(d.attrs["temperature_choice"], {int(N): float(t) for N, t in best},
                         float(d["gp_best_temperature"]))
 
 

@@ -137,7 +137,8 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
 # ----- rank correlation -------------------------------------------------------
 @dataclass(frozen=True)
 class Spearman:
-    """A Spearman ρ with its permutation p-value (:func:`spearman`); ``rho``, ``p_value`` ``None`` for constant input."""
+    """A Spearman ρ with its permutation p-value (:func:`spearman`); ``rho``, ``p_value`` ``None`` for constant
+    input."""
 
     alternative: str
     n: int
@@ -163,7 +164,8 @@ def _flat(name: str, v) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int = 10_000, seed: int = 0, exact_max: int = 8) -> dict:
+def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int = 10_000, seed: int = 0,
+             exact_max: int = 8) -> dict:
     """Spearman rank correlation of ``scores`` and ``drops`` with a permutation p-value.
 
     Both may be flat or per-layer lists (flattened layer-major). ``alternative``:
@@ -267,7 +269,8 @@ def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequenc
 
 
 def ascending_order(scores: Sequence) -> list[tuple[int, int]]:
-    """All heads ``(layer, head)`` by ascending score (ties: layer-major); ``scores`` per layer as from :func:`head_scores`."""
+    """All heads ``(layer, head)`` by ascending score (ties: layer-major); ``scores`` per layer as from
+    :func:`head_scores`."""
     pairs = [((l, h), float(s)) for l, layer in enumerate(scores) for h, s in enumerate(np.ravel(layer))]
     return [p for p, _ in sorted(pairs, key=lambda t: t[1])]
 
@@ -351,7 +354,8 @@ def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TheoryAblation:
-    """The theory's test accuracy with all heads, and without each head's paths (per layer; ``None``: a layer's only head)."""
+    """The theory's test accuracy with all heads, and without each head's paths (per layer; ``None``: a layer's
+    only head)."""
 
     accuracy: float
     accuracy_without: list[list[float | None]]
@@ -452,7 +456,8 @@ def spearman_spread(score_draws, drop_resamples) -> SpearmanSpread:
     S = np.atleast_2d(np.asarray(score_draws, dtype=np.float64))
     Dr = np.atleast_2d(np.asarray(drop_resamples, dtype=np.float64))
     if S.shape[1] != Dr.shape[1]:
-        raise ValueError(f"score_draws and drop_resamples must have the same number of heads, got {S.shape[1]} and {Dr.shape[1]}")
+        raise ValueError("score_draws and drop_resamples must have the same number of heads, "
+                         f"got {S.shape[1]} and {Dr.shape[1]}")
     keep = np.all(np.isfinite(S), axis=0) & np.all(np.isfinite(Dr), axis=0)
     if keep.sum() < 2:
         raise ValueError("spearman_spread needs at least 2 heads with finite scores and drops")
@@ -461,4 +466,5 @@ def spearman_spread(score_draws, drop_resamples) -> SpearmanSpread:
     if finite.size == 0:
         raise ValueError("every pair of scores and drops has a constant side: no ρ")
     q05, med, q95 = (float(v) for v in np.quantile(finite, [0.05, 0.5, 0.95]))
-    return SpearmanSpread(finite.tolist(), med, q05, q95, int(S.shape[0]), int(Dr.shape[0]), int(rho.size - finite.size))
+    return SpearmanSpread(finite.tolist(), med, q05, q95, int(S.shape[0]), int(Dr.shape[0]),
+                          int(rho.size - finite.size))

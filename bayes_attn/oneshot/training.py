@@ -102,7 +102,8 @@ class TrainConfig:
                 raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (the :data:`OPTIONAL` fields only when set, so that settings without them keep their hash)."""
+        """JSON-ready dict (the :data:`OPTIONAL` fields only when set, so that settings without them keep their
+        hash)."""
         return {k: v for k, v in asdict(self).items() if not (k in self.OPTIONAL and v is None)}
 
     def optax(self) -> optax.GradientTransformation:
@@ -215,7 +216,8 @@ def train(
 
 
 def _checked(params_or_config, x, y, train_config, x_val, y_val, augment):
-    """:func:`train`'s arguments checked: ``(params, x, y, x_val, y_val)`` (``x, y`` ``None`` when ``augment`` supplies them)."""
+    """:func:`train`'s arguments checked: ``(params, x, y, x_val, y_val)`` (``x, y`` ``None`` when ``augment``
+    supplies them)."""
     if not isinstance(train_config, TrainConfig):
         raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     if augment is not None and not callable(augment):

@@ -141,7 +141,8 @@ class Sampler(NamedTuple):
         return (*args[:i], y, *args[i + 1 :])
 
 
-def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, temperature: float, dtype: str) -> SamplerInputs:
+def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, temperature: float,
+            dtype: str) -> SamplerInputs:
     """Path inputs and labels in ``dtype`` (call inside the matching precision context)."""
     jdt = jnp.dtype(dtype)
     xi = net.xi(x).astype(jdt)
@@ -268,7 +269,8 @@ def upper_weights(heads, widths, variances, dtype):
     V = []
     for l, H in enumerate(heads):
         sd = jnp.asarray(math.sqrt(variances[l + 1]), dtype)
-        V.append(numpyro.sample(f"V{l + 1}", dist.Normal(jnp.zeros((), dtype), sd, validate_args=False).expand([H, widths[l + 1], widths[l]])))
+        prior = dist.Normal(jnp.zeros((), dtype), sd, validate_args=False).expand([H, widths[l + 1], widths[l]])
+        V.append(numpyro.sample(f"V{l + 1}", prior))
     sa = jnp.asarray(math.sqrt(variances[-1]), dtype)
     a = numpyro.sample("a", dist.Normal(jnp.zeros((), dtype), sa, validate_args=False).expand([widths[-1]]))
     return tuple(V), a

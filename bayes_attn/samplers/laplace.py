@@ -9,12 +9,11 @@ defensive mixture
 
     q(θ) = (1 − m) N(θ; θ̂, H⁻¹) + m t_ν(θ; θ̂, H⁻¹),      m = PROPOSAL_MIX, ν = PROPOSAL_DF,
 
-(``θ = θ̂ + L⁻ᵀ ε · s``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``s = 1`` or ``sqrt(ν / g)``
-with ``g ~ χ²(ν)``): the normal where the expansion is right, the t's
-polynomial tails where the posterior's are heavier (chosen by measurement,
-docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
-(one ``S`` evaluation per draw: one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with
-``vmap``, :data:`~bayes_attn.samplers.base.BATCH_BYTES` at a time).
+(``θ = θ̂ + L⁻ᵀ ε · s``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``s = 1`` or ``sqrt(ν / g)`` with ``g ~ χ²(ν)``): the normal
+where the expansion is right, the t's polynomial tails where the posterior's are heavier (chosen by measurement,
+docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)`` (one ``S`` evaluation per draw:
+one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with ``vmap``,
+:data:`~bayes_attn.samplers.base.BATCH_BYTES` at a time).
 
 Before its draws, each sampler makes a pilot of :data:`PILOT_FRACTION` as many proposals and, where their
 importance-sampling ESS is low but their weighted moments can be trusted, moves the proposal's centre and scale to
@@ -163,7 +162,7 @@ PILOT_FRACTION = 0.125
 """Size of each pilot (:func:`adapt`) relative to the draws asked for, rounded up to whole batches; the pilots'
 draws are not kept."""
 ADAPT_BELOW = 0.5
-"""The proposal moves to the pilot's weighted moments where the pilot's importance-sampling ESS per draw is below this."""
+"""The proposal moves to the pilot's weighted moments where its importance-sampling ESS per draw is below this."""
 PILOT_MIN_ESS_PER_DIMENSION = 10
 """The pilot's weighted moments are used only where its importance-sampling ESS is at least this times ``dim θ``."""
 PILOT_RULES_OUT = 1.0
@@ -427,11 +426,11 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False,
                stop_above: float | None = None) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
-    chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in the proposals' order (module
-    docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
-    :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the batches of the pilots
-    and of the proposals on stderr; ``stop_above``: raise :class:`RuledOut` before the proposals where the last
-    pilot's ``k̂`` exceeds it (``sampler="auto"``: :data:`PILOT_RULES_OUT`)."""
+    chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in
+    the proposals' order (module docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal
+    (:func:`guide`, or a :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the
+    batches of the pilots and of the proposals on stderr; ``stop_above``: raise :class:`RuledOut` before the
+    proposals where the last pilot's ``k̂`` exceeds it (``sampler="auto"``: :data:`PILOT_RULES_OUT`)."""
     C, S = cfg.num_chains, cfg.guided_draws
     bar = "laplace-is" if progress_bar else None
     g, pilot = _pilot("laplace-is", guide_of(inputs), C * S, jax.random.fold_in(key, 5), inputs, progress_bar,

@@ -91,7 +91,8 @@ class TooBigError(ValueError):
 
 
 def check_memory(need: int, available: int | None, what: str) -> None:
-    """Raise :class:`TooBigError` (a ``ValueError``) when ``need`` bytes exceed :data:`HEADROOM` of ``available``; else log the estimate."""
+    """Raise :class:`TooBigError` (a ``ValueError``) when ``need`` bytes exceed :data:`HEADROOM` of ``available``;
+    else log the estimate."""
     log.info(f"{what}: about {need / 2**30:.3g} GiB" + ("" if available is None else
                                                        f" of {available / 2**30:.3g} GiB available"))
     if available is not None and need > HEADROOM * available:

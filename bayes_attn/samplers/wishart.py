@@ -213,7 +213,8 @@ def factor_sites(heads: Sequence[int], widths: Sequence[int], dtype) -> list[jax
     n_low = site_sizes(heads, widths)[1]
     z = None
     if n_low:
-        z = numpyro.sample("z", dist.Normal(jnp.zeros((), dtype), jnp.ones((), dtype), validate_args=False).expand([n_low]))
+        normal = dist.Normal(jnp.zeros((), dtype), jnp.ones((), dtype), validate_args=False)
+        z = numpyro.sample("z", normal.expand([n_low]))
     return factors_from_sites(t, z, heads, widths)
 
 

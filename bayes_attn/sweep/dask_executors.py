@@ -165,7 +165,8 @@ class DaskScheduler(_DaskRun):
                 pass
         except OSError as err:
             raise ValueError(f"scheduler {self.address!r} cannot be reached ({err.strerror or err}, after at most "
-                             f"{timeout:g} s): start it (dask scheduler) or check the address and the network") from None
+                             f"{timeout:g} s): start it (dask scheduler) or check the address and the "
+                             "network") from None
 
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:

@@ -31,7 +31,8 @@ from .objective import (
     vech_from_log_cholesky,
 )
 
-__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "SolveReport", "damped_newton", "newton_direction"]
+__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "SolveReport", "damped_newton",
+           "newton_direction"]
 
 COORDINATES = ("log_cholesky", "vech")
 

@@ -289,7 +289,8 @@ def data_derivatives(theta1: jax.Array, problem: Problem) -> tuple[jax.Array, ja
 
 
 def _xi_traces(Z: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``Ĉ_k z`` ``[n_1, P]``, ``tr Ĉ_k`` ``[n_1]`` and ``tr(Ĉ_k Ĉ_l)`` ``[n_1, n_1]`` from ``Z = Lg⁻¹ ξ`` ``[P, D, N0]``.
+    """``Ĉ_k z`` ``[n_1, P]``, ``tr Ĉ_k`` ``[n_1]`` and ``tr(Ĉ_k Ĉ_l)`` ``[n_1, n_1]`` from ``Z = Lg⁻¹ ξ``
+    ``[P, D, N0]``.
 
     For ``k = (i, j)``, ``Ĉ_k = s_k (Z_i Z_jᵀ + Z_j Z_iᵀ)`` with ``s_k = 1/2`` on
     the diagonal (``i = j``), else 1. With the blocks ``M_ab = Z_aᵀ Z_b``

@@ -26,7 +26,8 @@ __all__ = ["Correction", "Theory", "head_scores", "load_theory"]
 
 
 def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
-    """Head scores from ``U [D, D]`` (docs/theory.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over all heads = 1.
+    """Head scores from ``U [D, D]`` (docs/theory.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over
+    all heads = 1.
 
     View ``|U|`` as a tensor ``[H_1..H_L, H_1..H_L]``; for layer ``l`` let
     ``M[h, h']`` be its sum over all indices but the row's and the column's

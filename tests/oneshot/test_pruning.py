@@ -68,7 +68,8 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
         w = np.asarray(net.effective_weights(weights), dtype=np.float64)  # [D, N1]
         m = pruning.path_factors(SMALL.heads, removed)
         f_paths = np.asarray(forward_from_xi(jnp.asarray(np.asarray(net.xi(x)), jnp.float64),
-                                             jnp.asarray(np.asarray(weights.V0), jnp.float64), jnp.asarray(m[:, None] * w)))
+                                             jnp.asarray(np.asarray(weights.V0), jnp.float64),
+                                             jnp.asarray(m[:, None] * w)))
     np.testing.assert_allclose(f_gd, f_paths, rtol=1e-6, atol=1e-6 * np.abs(f_paths).max())
     # the paths through a removed head are exactly the zero factors (h1 slowest)
     gone = [any(p[l] == h for l, h in removed) for p in itertools.product(*[range(H) for H in SMALL.heads])]
@@ -169,7 +170,8 @@ def test_spearman_p_values():
     r = pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
     assert r.rho == pytest.approx(1.0) and r.method == "exact"
     assert r.p_value == pytest.approx(1 / 24)
-    assert pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided").p_value == pytest.approx(2 / 24)
+    two_sided = pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided")
+    assert two_sided.p_value == pytest.approx(2 / 24)
     assert pruning.spearman([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1]).p_value == pytest.approx(1.0)
     # per-layer lists are flattened; n = 9 > 8 uses seeded random permutations
     r = pruning.spearman([[1, 2, 3], [4, 5, 6, 7, 8, 9]], [[1, 2, 3], [4, 5, 6, 7, 8, 9]], n_permutations=2000)

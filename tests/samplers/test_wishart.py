@@ -58,7 +58,8 @@ REGULAR = dict(heads=(2, 2), widths=(5, 6, 7), variances=(0.9, 0.7, 1.3, 1.5))
 # ----------------------------------------------------------------------------
 @functools.cache
 def _factor_draws(heads, widths, variances, n=NDRAW, seed=1):
-    """``n`` independent prior draws ``(A_list, [U_1..U_L], Ua)``, each with a leading draw axis (cached per network)."""
+    """``n`` independent prior draws ``(A_list, [U_1..U_L], Ua)``, each with a leading draw axis (cached per
+    network)."""
 
     def one(key):
         A = prior_draw(key, heads, widths, variances)
@@ -323,7 +324,10 @@ def test_model_log_density_is_exact(cfg):
             inputs = prepare(net, x, y, None, T, dtype)
             model, args = get("wishart").build(inputs)
             params = [{"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {}) for t, z in sites]
-            values = lambda p, model=model, args=args: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}  # noqa: E731
+
+            def values(p, model=model, args=args):
+                return {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}
+
             dtypes = jax.eval_shape(values, params[0])
             assert {d.dtype for d in dtypes.values()} == {jnp.dtype(dtype)}, dtypes
             lp = jax.jit(lambda p, model=model, args=args: log_density(model, args, {}, p)[0])
@@ -399,7 +403,8 @@ def _means_and_mcse(post, names):
     "layers, width, variances",
     [
         ((("same_token", "random"), ("uniform", "random")), 4, 1.0),
-        ((("same_token", "random"), ("uniform", "random"), ("uniform", "random")), (3, 3, 2, 4), [1.0, 0.7, 1.3, 0.8, 1.5]),
+        ((("same_token", "random"), ("uniform", "random"), ("uniform", "random")), (3, 3, 2, 4),
+         [1.0, 0.7, 1.3, 0.8, 1.5]),
     ],
     ids=["2-layer", "3-layer-singular"],
 )

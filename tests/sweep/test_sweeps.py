@@ -73,7 +73,8 @@ def test_inconclusive_points_are_ringed_in_the_sweep_figure(tmp_path):
 
     ds = xr.Dataset(
         {"accuracy_theory": ("width", [0.8, 0.9]), "accuracy_sampled": ("sample_width", [0.7, 0.85]),
-         "accuracy_sampled_se": ("sample_width", [np.nan, 0.01]), "verdict": ("sample_width", ["inconclusive", "agree"]),
+         "accuracy_sampled_se": ("sample_width", [np.nan, 0.01]),
+         "verdict": ("sample_width", ["inconclusive", "agree"]),
          "accuracy_gp": ("gp_model", [0.7]),
          "U_theory": (("width", "path", "path_"), np.ones((2, 1, 1))),
          "U_sampled": (("sample_width", "path", "path_"), np.ones((2, 1, 1))),

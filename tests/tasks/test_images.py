@@ -278,7 +278,8 @@ def test_tokenizer_parts():
     # label part: same for all tokens of an image, different between labels 0/1/2
     lab = x0 - tok.position_code - ln
     for k in range(3):
-        np.testing.assert_allclose(lab[:, 16 * k:16 * (k + 1)], np.broadcast_to(lab[0, 16 * k], (4, 16, 192)), atol=1e-12)
+        np.testing.assert_allclose(lab[:, 16 * k:16 * (k + 1)], np.broadcast_to(lab[0, 16 * k], (4, 16, 192)),
+                                   atol=1e-12)
     e = tok.label_embedding
     assert not np.allclose(e[0], e[1]) and not np.allclose(e[0], e[2]) and not np.allclose(e[1], e[2])
     assert 0.5 < e.std() < 0.9

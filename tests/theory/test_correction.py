@@ -151,7 +151,8 @@ def test_singular_levels_use_bartlett_sites():
     for arr in (*sol.order_parameters, *sol.correction.order_parameter_sds, sol.Ua, sol.correction.Ua_sd):
         assert np.all(np.isfinite(arr))
     assert np.linalg.eigvalsh(sol.U)[0] > 0
-    x, y = _markov_problem(16, p=30, pinned=True)[1:]  # more data at the same widths: the next order overwhelms the first
+    # more data at the same widths: the next order overwhelms the first
+    x, y = _markov_problem(16, p=30, pinned=True)[1:]
     lead = th.solve_theory(net, x, y, temperature=0.05)
     with pytest.warns(RuntimeWarning, match="U_1 is not positive semi-definite"):
         sol = th.laplace_correction(lead)
@@ -376,7 +377,8 @@ def test_one_layer_one_head_prior_closed_form():
 def _one_head_quadrature(N1, Na, p, var, T, c):
     """Exact posterior mean and sd of ``U`` and mean of ``Ua`` by 2-d quadrature over ``(log χ²(N1), log χ²(Na))``:
     ``p`` examples with kernel ``U c δ_μν`` and labels ±1."""
-    grids = [np.linspace(math.log(n) - 14 * math.sqrt(2 / n), math.log(n) + 14 * math.sqrt(2 / n), 801) for n in (N1, Na)]
+    grids = [np.linspace(math.log(n) - 14 * math.sqrt(2 / n), math.log(n) + 14 * math.sqrt(2 / n), 801)
+             for n in (N1, Na)]
     u1, ua = np.meshgrid(*grids, indexing="ij")
     U = var[1] * var[2] * np.exp(u1 + ua) / (N1 * Na)
     G = U * c + T
@@ -503,7 +505,8 @@ def _shift_fraction(post, leading, corrected) -> tuple[float, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("N, tol, factor", [pytest.param(10, 0.02, 1 / 3, marks=FIG2C_10),
-                                            pytest.param(100, 0.008, 1 / 2, marks=pytest.mark.xdist_group("fig2c_100"))])
+                                            pytest.param(100, 0.008, 1 / 2,
+                                                         marks=pytest.mark.xdist_group("fig2c_100"))])
 @pytest.mark.stochastic
 def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
@@ -607,9 +610,9 @@ def test_three_layers_against_wishart(record_property, check):
     and the correction removes at least a fifth of it (with 2 × 2000 draws the ratio's log-sd over 10 offsets
     was 0.31, 3.0 sds from 0.8, most of it Monte-Carlo noise: the corrected distance was about 2 floors; with
     2 × 8000 the ratio was 0.21-0.33 at 6 offsets, log-sd 0.15, the leading order 10-16 floors off); the
-    predicted sds of the diagonals are right to ``O(1/N)``: within ``2.5/N`` for the first diagonal entry of each level (a product of one chi-square per
-    level), within ``5/N`` for the others (their Bartlett factors hold squared normal entries, whose spread
-    enters at the next order).
+    predicted sds of the diagonals are right to ``O(1/N)``: within ``2.5/N`` for the first diagonal entry of each level
+    (a product of one chi-square per level), within ``5/N`` for the others (their Bartlett factors hold squared normal
+    entries, whose spread enters at the next order).
 
     The expansion is not exact at these widths: its next order is a property of the data, resolved by the
     sampler at some seeds. Over offsets 20-31 (``tests/robustness.py``) the corrected means were 0.04-0.14

@@ -114,7 +114,8 @@ def test_kernel_form_follows_C_MAX_ENTRIES(monkeypatch):
 
 
 def _numpy_basis(net, x, form):
-    """``Problem.basis`` by hand in NumPy: softmax over keys of every query, paths as matrix products, ``C``, folding."""
+    """``Problem.basis`` by hand in NumPy: softmax over keys of every query, paths as matrix products, ``C``,
+    folding."""
     omegas = []
     for W in net.attention:
         score = np.einsum("psi,hij,ptj->phst", x, W, x)
@@ -142,7 +143,8 @@ def _numpy_basis(net, x, form):
 def test_problem_basis_matches_numpy(heads, readout, form):
     """The kernel basis (one compiled program: attention, ξ, C, folding) equals a NumPy computation to 1e-12."""
     rng = rng_of(7)
-    net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2], readout)
+    net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2],
+                  readout)
     x = rng.normal(size=(P, TOKENS, N0))
     y = np.where(rng.random(P) < 0.5, 1.0, -1.0)
     basis = np.asarray(th.make_problem(net, x, y, 0.1, form=form).basis)

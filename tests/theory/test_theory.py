@@ -398,7 +398,8 @@ print(json.dumps({k: {"dtype": str(v.dtype), "value": v.tolist()} for k, v in r.
         on = _small_results()
     for k, v in on.items():
         assert fresh[k]["dtype"] == "float64", k
-        np.testing.assert_allclose(np.asarray(fresh[k]["value"]), v, rtol=1e-10, atol=1e-10 * np.abs(v).max(), err_msg=k)
+        np.testing.assert_allclose(np.asarray(fresh[k]["value"]), v, rtol=1e-10, atol=1e-10 * np.abs(v).max(),
+                                   err_msg=k)
 
 
 # ----------------------------------------------------------------------------
