@@ -28,7 +28,8 @@ def level_names(L: int) -> list[str]:
 def factor_shapes(heads: Sequence[int], widths: Sequence[int]) -> list[tuple[int, int]]:
     """Shapes ``(m_k, r_k)`` of ``A_1, ..., A_L, A_a`` (the order of ``widths``)."""
     hs = (*heads, 1)  # H_1..H_L, H_a = 1
-    shapes, cols = [], 1  # cols(F_{L+2}) = 1
+    shapes: list[tuple[int, int]] = []
+    cols = 1  # cols(F_{L+2}) = 1
     for H, n in reversed(list(zip(hs, widths, strict=True))):  # k = a, L, ..., 1
         m = H * cols
         r = min(m, n)
@@ -101,7 +102,7 @@ def factor_chain(A_list: Sequence[jax.Array], heads: Sequence[int], widths: Sequ
     dtype = A_list[-1].dtype
     hs = (*heads, 1)
     F = jnp.ones((1, 1), dtype)  # F_{L+2}
-    Fs = []
+    Fs: list[jax.Array] = []
     for k in reversed(range(L + 1)):  # a, L, ..., 1
         A, H, n = A_list[k], hs[k], widths[k]
         rows, cols = F.shape
@@ -127,8 +128,9 @@ def sites_of_order_parameters(Us: Sequence[np.ndarray], Ua: float, heads: Sequen
     shapes = factor_shapes(heads, widths)
     hs = (*heads, 1)
     mats = [*(np.asarray(U, np.float64) for U in Us), np.array([[float(Ua)]])]
-    F = np.ones((1, 1))
-    logc, low = [None] * len(shapes), [None] * len(shapes)
+    F: np.ndarray = np.ones((1, 1))
+    logc: list[np.ndarray] = [np.empty(0)] * len(shapes)  # every entry set below
+    low: list[np.ndarray] = [np.empty(0)] * len(shapes)
     for k in reversed(range(len(shapes))):
         m, r = shapes[k]
         M = math.sqrt(var[k + 1] / widths[k]) * np.kron(np.eye(hs[k]), F)

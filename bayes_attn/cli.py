@@ -137,7 +137,7 @@ def configure_logging(level: int) -> None:
         logger.removeHandler(h)
     handler = _Stderr()
     handler.setFormatter(_Format("%(message)s"))
-    handler._bayes_attn = True
+    handler._bayes_attn = True  # type: ignore[attr-defined]  # marks the handler as this package's
     logger.addHandler(handler)
     logger.setLevel(level)
 

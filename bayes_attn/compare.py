@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import xarray as xr
@@ -174,7 +175,7 @@ class Comparison:
     sampler: str = ""
     checks: list[Check] = field(default_factory=list)
     diagnostics: dict[str, float] = field(default_factory=dict)
-    provenance: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, str | float] = field(default_factory=dict)
     correction: str = "none"
     alternative: Comparison | None = None
     U_sd_theory: np.ndarray | None = None
@@ -365,7 +366,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
     m_t, v_t = theory.predict(x_test)
     m_gp, _ = gp.predict(x_test)
 
-    f = tree["posterior"]["f_test"]
+    f = cast(xr.DataArray, tree["posterior"]["f_test"])  # xarray types a group's item as DataArray | DataTree
     mcse_mean = azs.mcse(tree, var_names=["f_test", "U"])
     mcse_sd = azs.mcse(tree, var_names=["f_test"], method="sd")
     m_s = f.mean(("chain", "draw")).values
@@ -376,7 +377,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
     v_se = 2 * sd_s * np.asarray(mcse_sd["f_test"].values)
 
     D = net.D
-    U_draws = tree["posterior"]["U"].values.reshape(*f.shape[:2], D * D)
+    U_draws = cast(xr.DataArray, tree["posterior"]["U"]).values.reshape(*f.shape[:2], D * D)
     f_draws = f.values
     n = f_draws.shape[0] * f_draws.shape[1]
     var_draws = (f_draws - m_s) ** 2 * (n / (n - 1))  # its mean is the unbiased sample variance

@@ -76,7 +76,7 @@ def xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
 # ----------------------------------------------------------------------------
 # the path kernel C and K(U) = sum U C (§3)
 # ----------------------------------------------------------------------------
-def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
+def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float | jax.Array) -> jax.Array:
     """``C`` of §3 from path inputs ``[P, D, N0]`` and ``[P2, D, N0]``: ``[D, D, P, P2]``."""
     D, N0 = xi1.shape[1], xi1.shape[2]
     return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
@@ -110,7 +110,7 @@ def cheapest_form(costs: Mapping[str, float], fits: Mapping[str, bool] | None = 
     allowed = {form: c for form, c in costs.items() if fits.get(form, True)}
     if not allowed:
         raise ValueError(f"no form of {list(costs)} fits in memory")
-    return min(allowed, key=allowed.get)
+    return min(allowed, key=allowed.__getitem__)
 
 
 # ----------------------------------------------------------------------------

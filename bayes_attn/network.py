@@ -28,16 +28,16 @@ from .kernels import kernel_from_xi, path_kernel_from_xi
 READOUTS = ("last", "first", "mean")
 
 
-class Weights(NamedTuple):
+class Weights[T](NamedTuple):
     """The learned weights of §1.
 
     V0: ``[N1, N0]``; V: one array per layer ``l``, ``[H_l, N_{l+1}, N_l]``
-    (``N_{L+1} = Na``); a: ``[Na]``.
+    (``N_{L+1} = Na``); a: ``[Na]``. ``T`` is ``jax.Array``, or a shape tuple (:meth:`Network.weight_shapes`).
     """
 
-    V0: jax.Array
-    V: tuple[jax.Array, ...]
-    a: jax.Array
+    V0: T
+    V: tuple[T, ...]
+    a: T
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +62,7 @@ class Network:
     def __init__(self, attention, widths, variances=1.0, readout: str = "last", head_names=None):
         if isinstance(attention, np.ndarray) or not isinstance(attention, Sequence) or len(attention) == 0:
             raise ValueError("attention must be a non-empty list over layers of arrays [H_l, N0, N0]")
-        att = []
+        att: list[np.ndarray] = []
         for l, w in enumerate(attention, start=1):
             arr = _checks.array(f"attention[{l - 1}]", w, ndim=3)
             if arr.shape[1] != arr.shape[2] or (att and arr.shape[1] != att[0].shape[1]):
@@ -224,7 +224,7 @@ class Network:
         return kernel_from_xi(U, xi1, xi2, self.variances[0])
 
     # ----- weights and forward pass -----------------------------------------
-    def weight_shapes(self) -> Weights:
+    def weight_shapes(self) -> Weights[tuple[int, ...]]:
         """Shapes of the weights, as a ``Weights`` of tuples."""
         n = (*self.widths,)
         V = tuple((h, n[l + 1], n[l]) for l, h in enumerate(self.heads))
@@ -267,7 +267,7 @@ def partial_effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequ
     so ``W_l`` is ``[H_l ... H_L, N_l]`` and ``W_1 = w`` of §2.
     """
     r = a[None, :] / math.sqrt(widths[-1])  # [paths h_{l+1}..h_L, N_{l+1}] scaled by 1/sqrt(N_{l+1})
-    out = []
+    out: list[jax.Array] = []
     for l in reversed(range(len(V))):
         Vl = V[l]  # [H_l, N_{l+1}, N_l]
         r = jnp.einsum("dj,hji->hdi", r, Vl).reshape(Vl.shape[0] * r.shape[0], Vl.shape[2])

@@ -475,7 +475,7 @@ def park(stage: Staging, names: Mapping[str, str], *, command: str | None = None
     _check_clashes(folder, parked, previous, what)
     old = [f for f in previous["files"] if _safe_name(f)] if previous else []
     base = previous or {"format": FORMAT, "command": command}
-    before = base.get("parked") if isinstance(base.get("parked"), dict) else {}
+    before = prior if isinstance(prior := base.get("parked"), dict) else {}
     _write_json(folder / MANIFEST, base | {"run_id": uuid.uuid4().hex, "files": sorted({*old, *parked}),
                                            "parked": before | parked})
     for name, staged in parked.items():

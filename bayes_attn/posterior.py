@@ -131,7 +131,7 @@ def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
             try:
                 smp = get(name)
                 _check_weights(smp, options)
-                if memory_check:
+                if inputs is not None:  # memory_check
                     memory.check_fits(smp, inputs, cfg.replace(name=name), options)
                 return cfg
             except ValueError as err:  # as _sample_auto: the next sampler, else the refusal
@@ -229,7 +229,8 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     its cost counts in that sampler's seconds), and shared by the others."""
     from .samplers.laplace import PILOT_RULES_OUT, GuideOnce, RuledOut
 
-    tried, guide_of = [], GuideOnce()
+    tried: list[dict] = []
+    guide_of = GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
             tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "

@@ -73,7 +73,7 @@ def power_law_slope(inv_width: np.ndarray, gap: np.ndarray, mcse: np.ndarray, no
     A = X.T @ (w[:, None] * X)
     coef = np.linalg.solve(A, X.T @ (w * np.log(gap[use])))
     resid = np.log(gap[use]) - X @ coef
-    dof = max(use.sum() - 2, 1)
+    dof = max(int(use.sum()) - 2, 1)
     scale = max(float(w @ resid**2) / dof, 1.0)  # inflate by the misfit when it exceeds the MC error
     return float(coef[1]), float(np.sqrt(scale * np.linalg.inv(A)[1, 1])), use
 

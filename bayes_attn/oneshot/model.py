@@ -260,6 +260,7 @@ def trained_order_parameters(params: Params, config: ModelConfig) -> TrainedOrde
     """``U[pi, pi'] = w_pi·w_pi' / N1`` with ``w_pi = a·V_L[h_L]···V_1[h_1] / sqrt(Na N_L···N_2)`` of the rescaled
     weights."""
     net, weights = to_network(params, config)
+    assert weights is not None  # the model's own width: its weights fit
     Us, Ua = order_parameters_from_weights(weights.V, weights.a, net.widths)
     Us = [np.asarray(u, dtype=np.float64) for u in Us]
     return TrainedOrderParameters(Us[0], Us, float(Ua))

@@ -113,8 +113,8 @@ def _saved_model(spec: OneShotSpec, folder: Path, names: tuple[str, str]):
         return None, None, f"{js.name} is not a readable model record ({type(err).__name__}: {err})", logging.WARNING
     if stored[0] != spec.training_hash():
         want = json.loads(json.dumps(spec.training_settings(), default=list))
-        diff = ", ".join(checkpoints.changed(stored[1], want)[:4])
-        return None, None, f"trained with other settings ({diff or 'the training hash'})", logging.INFO
+        changed = ", ".join(checkpoints.changed(stored[1], want)[:4])
+        return None, None, f"trained with other settings ({changed or 'the training hash'})", logging.INFO
     try:
         saved = checkpoints.load_model(npz)
     except ValueError as err:
@@ -199,7 +199,7 @@ def train_model(
     found = None if retrain else _reusable(spec, saved_in, progress_bar)
     saved = None if found is None else found[0]
     if found is not None:
-        meta, names = found[1:]
+        saved, meta, names = found
         if saved_in.resolve() != out.resolve():
             for name, to in zip(names, MODEL_FILES, strict=True):
                 shutil.copy2(saved_in / name, out / to)
@@ -285,7 +285,8 @@ def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: The
     ``xi_te``) ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
     th = spec.theory
     net_score = net.with_width(th.score_width)
-    rows, problems, first = {"leading": [], "corrected": [], "ablation": []}, [], None
+    rows: dict[str, list] = {"leading": [], "corrected": [], "ablation": []}
+    problems, first = [], None
     for k, d in enumerate(data.theory_draws(spec, sets, ev.theory_train)):
         t = score_theory if k == 0 else solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
         c, why = _corrected(t)
@@ -297,6 +298,7 @@ def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: The
         first = ab if k == 0 else first
         rows["ablation"].append(np.array([np.nan if v is None else v for layer in ab.drops for v in layer]))
         _log(progress_bar, f"theory draw {k}: head scores {np.round(rows['leading'][-1], 3).tolist()}")
+    assert first is not None  # draw 0 is always made
     return rows, first, problems
 
 
@@ -416,8 +418,7 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
     return SamplingVerdict(verdict, list(reasons))
 
 
-def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool,
-                 progress_bar: bool) -> PruneResult:
+def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool, progress_bar: bool) -> PruneResult:
     """:func:`run_oneshot` in the held folder ``stage``: a newly trained model is parked in the output folder as
     soon as training ends (:data:`PARKED_FILES`), and a later failure is
     :class:`~bayes_attn.outputs.FailedAfterComputing`."""

@@ -37,15 +37,15 @@ def _removal_sets(heads_removed, heads: Sequence[int]) -> list[set[int]]:
             pairs = [tuple(p) for p in heads_removed]
         except TypeError as err:
             raise ValueError("heads_removed must be a dict {layer: [heads]} or a list of (layer, head)") from err
-    sets = [set() for _ in heads]
+    sets: list[set[int]] = [set() for _ in heads]
     for p in pairs:
         if len(p) != 2:
             raise ValueError(f"heads_removed entries must be (layer, head) pairs, got {p!r}")
         l, h = p
         if isinstance(l, bool) or not isinstance(l, (int, np.integer)) or not 0 <= l < len(heads):
             raise ValueError(f"heads_removed: layer must be an int in [0, {len(heads)}), got {l!r}")
-        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < heads[l]:
-            raise ValueError(f"heads_removed: head of layer {l} must be an int in [0, {heads[l]}), got {h!r}")
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < heads[int(l)]:
+            raise ValueError(f"heads_removed: head of layer {l} must be an int in [0, {heads[int(l)]}), got {h!r}")
         if int(h) in sets[l]:
             raise ValueError(f"heads_removed lists head (layer={l}, head={h}) twice")
         sets[int(l)].add(int(h))
@@ -118,14 +118,18 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
     c0, rows = head_correctness(params, config, x, y)
     c0 = c0.astype(np.float64)
     n = c0.size
-    acc, drops, ses = [], [], []
+    acc: list[list[float | None]] = []
+    drops: list[list[float | None]] = []
+    ses: list[list[float | None]] = []
     k = 0
     for H in config.heads:
-        acc.append([]), drops.append([]), ses.append([])
+        for part in (acc, drops, ses):
+            part.append([])
         for _ in range(H):
             c, k = rows[k].astype(np.float64), k + 1
             if H == 1:  # the only head of a layer cannot be removed
-                acc[-1].append(None), drops[-1].append(None), ses[-1].append(None)
+                for part in (acc, drops, ses):
+                    part[-1].append(None)
                 continue
             diff = c0 - c
             acc[-1].append(float(c.mean()))
@@ -165,7 +169,7 @@ def _flat(name: str, v) -> np.ndarray:
 
 
 def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int = 10_000, seed: int = 0,
-             exact_max: int = 8) -> dict:
+             exact_max: int = 8) -> Spearman:
     """Spearman rank correlation of ``scores`` and ``drops`` with a permutation p-value.
 
     Both may be flat or per-layer lists (flattened layer-major). ``alternative``:
@@ -231,7 +235,7 @@ class RandomPruning:
     seed: int
 
 
-def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequence[tuple[int, int]]) -> Cumulative:
+def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequence[Sequence[int]]) -> Cumulative:
     """Remove heads one after another in ``order`` and measure accuracy after each removal.
 
     A removal that would leave a layer without heads is skipped (listed in
@@ -264,7 +268,8 @@ def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequenc
         left[l] -= 1
         removed.append([l, h])
         a, s = measure(removed)
-        accs.append(a), ses.append(s)
+        accs.append(a)
+        ses.append(s)
     return Cumulative(removed, skipped, accs, ses)
 
 
@@ -381,16 +386,20 @@ def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test,
         return float(np.mean(stats.sign(f) == y_test))
 
     base = acc(U)
-    without, drops = [], []
+    without: list[list[float | None]] = []
+    drops: list[list[float | None]] = []
     for l, H in enumerate(heads):
-        without.append([]), drops.append([])
+        without.append([])
+        drops.append([])
         for h in range(H):
             if H == 1:
-                without[-1].append(None), drops[-1].append(None)
+                without[-1].append(None)
+                drops[-1].append(None)
                 continue
             m = path_factors(heads, [(l, h)])
             a = acc(np.outer(m, m) * U)
-            without[-1].append(a), drops[-1].append(base - a)
+            without[-1].append(a)
+            drops[-1].append(base - a)
     return TheoryAblation(base, without, drops)
 
 

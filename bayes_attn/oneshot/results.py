@@ -88,7 +88,7 @@ def comparison_dataset(result: PruneResult) -> xr.Dataset:
     if not comps:
         return xr.Dataset()
     names = [k.name for k in comps[0].theories[comps[0].headline].checks]
-    data = {}
+    data: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
     for prefix, which in (("", 0), ("alternative_", 1)):
         if any(len(c.theories) <= which for c in comps):
             continue

@@ -40,6 +40,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import _checks, _io
 from .._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
@@ -135,7 +136,7 @@ class TaskSpec:
     patch: int = 8
     channels: int = 1
     label_scale: float = 1.0
-    split: dict[str, tuple[str, ...]] | None = None
+    split: dict[str, tuple[str, ...]] = None  # type: ignore[assignment]  # None: the kind's, set by __post_init__
     rotations: bool = False
     mirrors: bool = False
     within_alphabet: bool = False
@@ -149,7 +150,7 @@ class TaskSpec:
     ood: tuple[str, ...] = ("all_runs", "digits")
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _checks.choice("task.kind", self.kind, KINDS)
         for name in ("data_dir", "runs_file"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
@@ -364,7 +365,7 @@ class OneShotSpec:
         unknown = set(table) - {"name", *SECTIONS}
         if unknown:
             raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted({'name', *SECTIONS})}")
-        kwargs = {"name": check_name(check_type("name", table.get("name", cls.name), str))}
+        kwargs: dict[str, Any] = {"name": check_name(check_type("name", table.get("name", cls.name), str))}
         for key, table_cls in SECTIONS.items():
             sub = table.get(key, {})
             if key == "sampler" and isinstance(sub, dict):

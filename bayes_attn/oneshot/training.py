@@ -207,9 +207,10 @@ def train(
         if progress_bar:
             log.info(line + f"  ({history.seconds[-1]:.1f} s)")
         if stop is not None:
-            lr = stop.update(epoch, history.val_accuracy[-1], history.val_se[-1], params, lr)
-            if lr is None:
+            next_lr = stop.update(epoch, history.val_accuracy[-1], history.val_se[-1], params, lr)
+            if next_lr is None:
                 break
+            lr = next_lr
     if stop is not None and stop.best is not None:
         params, history.kept_epoch = stop.best[2], stop.best[1]
     return params, history
@@ -292,13 +293,14 @@ class _EarlyStopping:
 
     def __init__(self, config: TrainConfig, progress_bar: bool):
         self.config, self.progress_bar = config, progress_bar
-        self.best = None
+        self.best: tuple[float, int, Params] | None = None
         self.learning = False
         self.since_drop = 0  # epochs (counted once learning) since the best epoch or the last learning-rate drop
 
     def update(self, epoch: int, acc: float, se: float, params, lr: float) -> float | None:
         """The learning rate of the next epoch after ``epoch``'s validation ``acc ± se``; ``None``: stop."""
         c, patience = self.config, self.config.patience
+        assert patience is not None  # made for a config with patience (train)
         self.learning = self.learning or acc - 0.5 > LEARNING_SIGMAS * se
         if self.best is None or acc > self.best[0]:
             self.best, self.since_drop = (acc, epoch, params), 0
@@ -307,7 +309,7 @@ class _EarlyStopping:
                 log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
                          f"epochs; keeping epoch {self.best[1] + 1} ({self.best[0]:.3f})")
             return None
-        elif self.learning and c.lr_factor is not None:
+        elif self.learning and c.lr_factor is not None and c.lr_patience is not None:  # (given together)
             self.since_drop += 1
             if self.since_drop >= c.lr_patience:
                 lr, before, self.since_drop = max(lr * c.lr_factor, c.lr_min or 0.0), lr, 0

@@ -10,6 +10,7 @@ Every function takes results (``Comparison``, ``Theory`` or a sweep
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import xarray as xr
@@ -21,7 +22,7 @@ from ..stats import power_law_slope
 from ..theory import Theory
 
 
-def _subplots(*grid: int, figsize: tuple[float, float], layout: str | None = None):
+def _subplots(*grid: int, figsize: tuple[float, float], layout: Literal["constrained", "tight"] | None = None):
     fig = Figure(figsize=figsize, layout=layout)
     return fig, fig.subplots(*grid)
 

@@ -16,7 +16,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from ..theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
     from ..compare import Comparison
+    from ..diagnostics import Summary
     from ..posterior import Posterior
 
 
@@ -112,7 +113,7 @@ class SampleResult:
     """What :func:`sample_run` computed, and where it was written."""
 
     posterior: Posterior
-    summary: object  # bayes_attn.diagnostics.Summary
+    summary: Summary
     out: Path
 
 
@@ -147,7 +148,8 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
 
 def _spec_as_run(spec: Spec, net: Network, temperature: float, settings: dict | None = None) -> Spec:
     """The spec of the run as it was made: overrides applied, the chain method as resolved."""
-    changes = {"temperature": temperature, "network": dataclasses.replace(spec.network, width=net.widths[0])}
+    changes: dict[str, Any] = {"temperature": temperature,
+                               "network": dataclasses.replace(spec.network, width=net.widths[0])}
     if settings is not None:
         changes["sampler"] = spec.sampler.replace(**settings)
     return dataclasses.replace(spec, **changes)

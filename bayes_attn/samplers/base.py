@@ -38,7 +38,7 @@ import math
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -141,7 +141,7 @@ class Sampler(NamedTuple):
         return (*args[:i], y, *args[i + 1 :])
 
 
-def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, temperature: float,
+def prepare(net: Network, x: np.ndarray, y: np.ndarray | jax.Array, x_test: np.ndarray | None, temperature: float,
             dtype: str) -> SamplerInputs:
     """Path inputs and labels in ``dtype`` (call inside the matching precision context)."""
     jdt = jnp.dtype(dtype)
@@ -214,9 +214,9 @@ class GramNormal(dist.Distribution):
     differentiating the Cholesky factorisation). Draws: ``L ε`` with ``G = L Lᵀ``.
     """
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     support = constraints.real_vector
-    reparametrized_params = []
+    reparametrized_params: list[str] = []
     pytree_data_fields = ("G",)
 
     def __init__(self, G: jax.Array):
@@ -241,9 +241,9 @@ class FeatureNormal(dist.Distribution):
     :class:`GramNormal` of ``Φ Φᵀ + temperature I``. Draws: ``L ε``.
     """
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     support = constraints.real_vector
-    reparametrized_params = []
+    reparametrized_params: list[str] = []
     pytree_data_fields = ("phi", "temperature")
 
     def __init__(self, phi: jax.Array, temperature):
@@ -363,7 +363,7 @@ BATCH_BYTES = 256 * 2**20
 """Memory a vectorised batch of draws (:func:`batch_size`) may use at a time."""
 
 
-def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None) -> list[np.ndarray]:
+def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None) -> list[Any]:
     """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``; JAX, NumPy or JAX keys), in
     batches of ``size`` (the last one padded with copies of the last item, whose results are dropped): ``fn`` takes
     one batch of each array and returns a sequence of arrays ``[size, ...]``; returns them ``[count, ...]`` as

@@ -274,7 +274,7 @@ def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
 
 def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, count: int,
               batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX,
-              progress: str | None = None) -> list[jax.Array]:
+              progress: str | None = None) -> list[np.ndarray]:
     """``count`` draws ``θ`` ``[count, n]`` from the proposal centred at ``θ̂`` with scale ``H⁻¹`` (``H = L Lᵀ``,
     ``chol = L``), their log weights ``−S − log q(θ)`` ``[count]`` (``-inf`` where not finite; up to one
     constant) and what ``action`` draws with them, each ``[count, ...]``, in batches of ``batch`` (``vmap``):
@@ -335,7 +335,7 @@ class _Action:
     (``(xi_train, xi_test)`` or the first alone), an exact draw of ``f`` at them given ``U_1``, solved with the
     Cholesky factor of ``G`` that ``S`` computed (hashable: a static argument of :func:`proposals`)."""
 
-    shapes: tuple
+    shapes: tuple | None
     s0sq: float = 1.0
 
     def __call__(self, theta: jax.Array, key: jax.Array, problem: Problem, xis: tuple = ()) -> tuple:
@@ -346,7 +346,7 @@ class _Action:
 
 
 def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | None = None,
-            progress: str | None = None) -> list[jax.Array]:
+            progress: str | None = None) -> list[np.ndarray]:
     """``count`` proposals ``θ`` ``[count, n]`` and their exact log weights ``−S(θ) − log q(θ)`` ``[count]``;
     given ``inputs``, also an exact draw of ``f_train`` ``[count, P]`` (and ``f_test`` ``[count, P*]``) given
     each proposal's ``U_1``, with the factorisation ``S`` made (one ``P × P`` Cholesky per proposal).
@@ -361,7 +361,7 @@ def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | No
                      progress=progress)
 
 
-def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray, inputs: SamplerInputs,
+def _kept(guide: Guide, theta: np.ndarray, f: list[np.ndarray], index: np.ndarray, inputs: SamplerInputs,
           key: jax.Array) -> dict:
     """The observables of the kept draws: ``index`` ``[chains, kept]`` (nondecreasing along each chain) into each
     chain's proposals ``θ`` ``[chains · T, n]`` and their draws of ``f`` (each ``[chains · T, ...]``).
@@ -452,7 +452,7 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
 
 
 @jax.jit
-def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, ...]:
     """Independence Metropolis–Hastings over one chain's proposals ``log_w`` ``[T]`` (uniforms ``log_u`` ``[T]``),
     started at proposal 0: the state's index, whether the move was accepted, and its probability, per iteration."""
 
@@ -479,8 +479,8 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     g, pilot = _pilot("laplace-mh", guide_of(inputs), C * T, jax.random.fold_in(key, 5), inputs, progress_bar,
                       stop_above)
     k_prop, k_u = jax.random.split(key)
-    theta, log_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
-    log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
+    theta, raw_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
+    log_w = jnp.asarray(raw_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
     log_u = jnp.log(jax.random.uniform(k_u, (C, T), log_w.dtype))
     index, accepted, prob = (np.asarray(a) for a in jax.vmap(_independence_chain)(log_w, log_u))
     keep = slice(W + thin - 1, None, thin)

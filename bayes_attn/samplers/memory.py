@@ -113,6 +113,7 @@ def check_fits(smp: Sampler, inputs: SamplerInputs, cfg: SamplerSettings, option
                      f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
         return
     model, args = abstract_build(smp, inputs) if built is None else built
+    assert smp.observables is not None  # a NUTS sampler's (only guided samplers have none)
     latent, stored = latent_sizes(model, args, smp.observables, inputs, options)
     check_memory(estimate_bytes(latent, stored, inputs, cfg, options), available_bytes(),
                  f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")

@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -120,9 +121,9 @@ class StandardLogChi2(dist.Distribution):
     kept as a tuple).
     """
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     support = constraints.real
-    reparametrized_params = []
+    reparametrized_params: list[str] = []
     pytree_data_fields = ("_half", "_sigma", "_mu_s", "_mu", "_const")
     pytree_aux_fields = ("df", "_dtype")
 

@@ -193,7 +193,7 @@ class Progress:
 
     def update(self, running: int) -> None:
         self.running = running
-        if self.tty:
+        if self.tty and self.stream is not None:  # (a terminal is a stream)
             self.stream.write("\r" + self.text() + "\033[K")
             self.stream.flush()
             self.drawn = True
@@ -216,6 +216,6 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.tty and (self.drawn or self.done):
+        if self.tty and self.stream is not None and (self.drawn or self.done):
             self.stream.write("\n")
             self.stream.flush()

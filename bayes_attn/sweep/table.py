@@ -23,6 +23,7 @@ import time
 import tomllib
 import warnings
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import xarray as xr
@@ -130,7 +131,7 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
                    headline=headline_of(spec.compare.correction, theory))
     ds = comp.to_dataset()
-    chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
+    chain_means = cast(xr.DataArray, post.tree["posterior"]["f_test"]).mean("draw").values  # [chain, test]
     ds["accuracy_per_chain"] = ("chain", [accuracy(m, yt) for m in chain_means])
     ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0, sampler_settings=post.tree.attrs["settings"])
     return _io.save(ds, path)
@@ -222,7 +223,7 @@ def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Da
 
 def _slopes(ds: xr.Dataset) -> dict[str, float]:
     """Fitted power-law slopes of the noise-corrected gaps against 1/N (see :func:`power_law_slope`)."""
-    out = {}
+    out: dict[str, float] = {}
     inv = 1.0 / ds["sample_width"].values
     prefixes = [""] + (["alternative_"] if "alternative_check_gap" in ds else [])
     for prefix in prefixes:

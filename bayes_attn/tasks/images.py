@@ -416,7 +416,10 @@ def read_omniglot_runs(data_dir: str | Path, size: int = 32, file: str = OMNIGLO
         label_files = sorted(n for n in z.namelist() if re.fullmatch(r"run\d+/class_labels\.txt", n))
         if not label_files:
             raise ValueError(f"file {file!r} holds no runNN/class_labels.txt")
-        images, classes, names, sources = [], [], [], []
+        images: list[np.ndarray] = []
+        classes: list[int] = []
+        names: list[str] = []
+        sources: list[str] = []
         for lf in label_files:
             run = lf.split("/")[0]
             pairs: dict[str, str] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -153,12 +153,12 @@ class NewtonSolver:
         ``(f, g, H, vech g, vech H)``; to ``f``."""
         if self.coordinates == "vech":
 
-            def vgh(p):
+            def vgh_vech(p):
                 f, g, H = value_grad_hess(p, problem)
                 g, H = np.asarray(g), np.asarray(H)
                 return float(f), g, H, g, H
 
-            return pack(Us0), np.asarray, vgh, lambda p: float(value(p, problem))
+            return pack(Us0), np.asarray, vgh_vech, lambda p: float(value(p, problem))
 
         def vgh(p):
             f, g, H, gt, Ht = log_cholesky_value_grad_hess(p, problem)
@@ -195,7 +195,7 @@ class NewtonRun(NamedTuple):
     value: float
     grad: np.ndarray
     hess: np.ndarray
-    aux: object
+    aux: Any
     converged: bool
     iterations: int
     message: str

@@ -170,7 +170,7 @@ def gp_order_parameters(net: Network) -> tuple[list[np.ndarray], float]:
     """GP values: ``U_L = sL² sa² I``, ``U_l = s_l² I ⊗ U_{l+1}``, ``Ua = sa²``."""
     s2 = net.variances
     Ua = float(s2[-1])
-    Us = [s2[net.L] * Ua * np.eye(net.heads[-1])]
+    Us: list[np.ndarray] = [s2[net.L] * Ua * np.eye(net.heads[-1])]
     for l in reversed(range(net.L - 1)):  # 0-based layer index l (layer l+1)
         Us.insert(0, s2[l + 1] * np.kron(np.eye(net.heads[l]), Us[0]))
     return Us, Ua

@@ -6,6 +6,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def solve_theory(
         check_correction_fits(net, len(y))
     if solver is not None and not isinstance(solver, NewtonSolver):
         raise ValueError(f"solver must be a NewtonSolver, got {type(solver).__name__}")
-    changes = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
+    changes: dict[str, Any] = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
     solver = dataclasses.replace(solver or NewtonSolver(), **changes)  # checks tol and max_iter
     if isinstance(init, str):
         _checks.choice("init", init, ("gp",))
