@@ -3,6 +3,7 @@ document it ships."""
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -258,6 +259,28 @@ def test_size_check_can_fail():
     assert _oversized(f"def f():\n{body}\n", "m.py") == [f"m.py:1 f: {MAX_FUNCTION_LINES + 1} lines"]
     assert _oversized("\n" * (MAX_MODULE_LINES + 1), "m.py") == [f"m.py: {MAX_MODULE_LINES + 1} lines"]
     assert _oversized(f"def f():\n{body[: body.rindex(chr(10))]}\n", "m.py") == []
+
+
+TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?!\[[a-z-]+(,\s*[a-z-]+)*\])")
+"""A ``# type: ignore`` comment without its error codes (``# type: ignore[attr-defined]`` names one)."""
+
+
+def _untagged_type_ignores(source: str, name: str) -> list[str]:
+    """``name:line`` of each ``# type: ignore`` in ``source`` that names no error code."""
+    return [f"{name}:{i}" for i, line in enumerate(source.splitlines(), 1) if TYPE_IGNORE.search(line)]
+
+
+def test_every_type_ignore_names_its_code():
+    """mypy silences only the errors named: a bare ``# type: ignore`` would hide any other error on its line."""
+    found = [o for p in sorted((ROOT / "bayes_attn").rglob("*.py"))
+             for o in _untagged_type_ignores(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not found, found
+
+
+def test_type_ignore_check_can_fail():
+    source = ("x = 1  # type: ignore\ny = 2  # type:ignore  # why\nz = 3  # type: ignore[attr-defined]\n"
+              "w = 4  # type: ignore[arg-type, return-value]\n")
+    assert _untagged_type_ignores(source, "m.py") == ["m.py:1", "m.py:2"]
 
 
 def test_make_clean_removes_only_what_the_build_made():
