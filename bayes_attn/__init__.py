@@ -50,8 +50,8 @@ __all__ = sorted(set(_names) - _SUBMODULES)  # the names, and `samplers`; not ev
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from . import samplers, threads  # noqa: F401
     from .compare import Comparison, compare  # noqa: F401
-    from .network import Network, Weights  # noqa: F401
     from .diagnostics import Summary  # noqa: F401
+    from .network import Network, Weights  # noqa: F401
     from .posterior import Posterior, load_posterior, sample_posterior  # noqa: F401
     from .samplers import SAMPLERS, SamplerSettings  # noqa: F401
     from .spec import Spec, load_spec  # noqa: F401

@@ -25,7 +25,8 @@ def _out(p: argparse.ArgumentParser, command: str) -> None:
 
 
 def _common(p: argparse.ArgumentParser, command: str, width: bool = True) -> None:
-    p.add_argument("spec", nargs="?", help="TOML spec of task, network and sampler (default: embedded Fig. 2c Markov spec)")
+    p.add_argument("spec", nargs="?",
+                   help="TOML spec of task, network and sampler (default: embedded Fig. 2c Markov spec)")
     if width:
         p.add_argument("--width", type=int, help="set every hidden width N (default: the spec's)")
     else:
@@ -84,9 +85,11 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     _common(p, "sweep", width=False)
     _sampling(p)
     p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
-    p.add_argument("--sample-widths", type=int, nargs="*", help="widths to sample at (default: the spec's; none: theory only)")
+    p.add_argument("--sample-widths", type=int, nargs="*",
+                   help="widths to sample at (default: the spec's; none: theory only)")
     p.add_argument("--temperatures", type=float, nargs="+",
-                   help="a temperature grid instead of one temperature: the best per width is chosen on a validation set")
+                   help="a temperature grid instead of one temperature: the best per width is chosen on a "
+                   "validation set")
     p.add_argument("--executor", choices=["local", "dask"], default="local",
                    help="run the jobs in this process (local, the default) or on Dask: a local cluster of --workers "
                    "processes, the scheduler at --scheduler, or the spec's [cluster] (dask-jobqueue)")
@@ -96,7 +99,8 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 
 def _prune(p: argparse.ArgumentParser) -> None:
     """The ``prune`` subcommand's arguments."""
-    p.add_argument("spec", nargs="?", help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
+    p.add_argument("spec", nargs="?",
+                   help="one-shot TOML spec (default: the embedded CPU spec, models/omniglot_oneshot.toml)")
     p.add_argument("--data-dir", type=Path, help="folder with the Omniglot zip files (default: the spec's data_dir)")
     _out(p, "prune")
     p.add_argument("--retrain", action="store_true",

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
 NOT_REAL_KINDS = "cUSMm"
 """NumPy dtype kinds refused as arrays of real numbers: complex (its imaginary part would be dropped), strings
 (they would be parsed) and times; bool, int, float, bfloat16 (kind ``V``) and numbers in objects convert."""
@@ -32,7 +31,7 @@ def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | No
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {arr.shape}")
     if shape is not None:
         want = tuple("*" if s is None else s for s in shape)
-        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)):
             raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values")
@@ -167,7 +166,8 @@ def fits_in_memory(what: str, need: float, available: int | None = None, headroo
 
 
 def data_folder(name: str, folder, files: Sequence[str]) -> None:
-    """Check that ``folder`` is an existing folder holding every file of ``files``; one-line ``ValueError`` otherwise."""
+    """Check that ``folder`` is an existing folder holding every file of ``files``; a one-line ``ValueError``
+    otherwise."""
     import os
 
     path = os.fspath(folder)

@@ -199,7 +199,10 @@ def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
             _to_netcdf(obj, tmp, encoding)
             _add_checksum(tmp)
         except (OSError, RuntimeError) as err:
-            raise _no_space(tmp, err, _nbytes(obj)) or err
+            full = _no_space(tmp, err, _nbytes(obj))
+            if full is None:
+                raise
+            raise full from err
     return Path(path)
 
 
@@ -237,8 +240,8 @@ def _no_space(path: Path, err: Exception, need: int) -> OSError | None:
             return None
         if free > 2 * need + 2**20:  # the failure was not for want of space
             return None
-    return OSError(errno.ENOSPC, f"no space left to write into {str(path.parent)!r} ({free / 2**20:.1f} MiB free, about {need / 2**20:.1f} MiB needed): free some disk space or "
-                   "choose another output folder")
+    return OSError(errno.ENOSPC, f"no space left to write into {str(path.parent)!r} ({free / 2**20:.1f} MiB free, "
+                   f"about {need / 2**20:.1f} MiB needed): free some disk space or choose another output folder")
 
 
 def _existing(path: str | os.PathLike) -> Path:

@@ -56,8 +56,8 @@ def check_name(name: str) -> str:
 
 
 def _plain(v):
-    """``v`` as plain TOML values: NumPy scalars and arrays, tuples become numbers and lists; ``None`` entries are left out
-    (TOML has no null: a field left out takes its default, which is ``None`` for every optional field)."""
+    """``v`` as plain TOML values: NumPy scalars and arrays, tuples become numbers and lists; ``None`` entries are
+    left out (TOML has no null: a field left out takes its default, which is ``None`` for every optional field)."""
     if isinstance(v, dict):
         return {str(k): _plain(e) for k, e in v.items() if e is not None}
     if isinstance(v, (tuple, list, np.ndarray)):
@@ -85,7 +85,8 @@ def check_type(where: str, value, hint):
                 return check_type(where, value, option)
             except ValueError:
                 pass
-        raise ValueError(f"{where} must be {' or '.join(_describe(a) for a in args if a is not type(None))}, got {value!r}")
+        options = " or ".join(_describe(a) for a in args if a is not type(None))
+        raise ValueError(f"{where} must be {options}, got {value!r}")
     if hint is bool:
         if not isinstance(value, bool):
             raise ValueError(f"{where} must be true or false, got {value!r}")
@@ -109,11 +110,12 @@ def check_type(where: str, value, hint):
             return tuple(check_type(f"{where}[{i}]", v, args[0]) for i, v in enumerate(value))
         if len(value) != len(args):
             raise ValueError(f"{where} must be {_describe(hint)}, got {value!r}")
-        return tuple(check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(check_type(f"{where}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if origin is dict:
         if not isinstance(value, dict):
             raise ValueError(f"{where} must be a table, got {value!r}")
-        return {check_type(f"{where} key", k, args[0]): check_type(f"{where}[{k!r}]", v, args[1]) for k, v in value.items()}
+        return {check_type(f"{where} key", k, args[0]): check_type(f"{where}[{k!r}]", v, args[1])
+                for k, v in value.items()}
     raise TypeError(f"no check for the annotation {hint!r} of {where}")  # a field type this module does not know
 
 

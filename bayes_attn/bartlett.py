@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+
 def level_names(L: int) -> list[str]:
     """Level labels in the order of ``widths``: ``["1", ..., "L", "a"]``."""
     return [str(l) for l in range(1, L + 1)] + ["a"]
@@ -27,8 +28,9 @@ def level_names(L: int) -> list[str]:
 def factor_shapes(heads: Sequence[int], widths: Sequence[int]) -> list[tuple[int, int]]:
     """Shapes ``(m_k, r_k)`` of ``A_1, ..., A_L, A_a`` (the order of ``widths``)."""
     hs = (*heads, 1)  # H_1..H_L, H_a = 1
-    shapes, cols = [], 1  # cols(F_{L+2}) = 1
-    for H, n in reversed(list(zip(hs, widths))):  # k = a, L, ..., 1
+    shapes: list[tuple[int, int]] = []
+    cols = 1  # cols(F_{L+2}) = 1
+    for H, n in reversed(list(zip(hs, widths, strict=True))):  # k = a, L, ..., 1
         m = H * cols
         r = min(m, n)
         shapes.insert(0, (m, r))
@@ -100,7 +102,7 @@ def factor_chain(A_list: Sequence[jax.Array], heads: Sequence[int], widths: Sequ
     dtype = A_list[-1].dtype
     hs = (*heads, 1)
     F = jnp.ones((1, 1), dtype)  # F_{L+2}
-    Fs = []
+    Fs: list[jax.Array] = []
     for k in reversed(range(L + 1)):  # a, L, ..., 1
         A, H, n = A_list[k], hs[k], widths[k]
         rows, cols = F.shape
@@ -126,8 +128,9 @@ def sites_of_order_parameters(Us: Sequence[np.ndarray], Ua: float, heads: Sequen
     shapes = factor_shapes(heads, widths)
     hs = (*heads, 1)
     mats = [*(np.asarray(U, np.float64) for U in Us), np.array([[float(Ua)]])]
-    F = np.ones((1, 1))
-    logc, low = [None] * len(shapes), [None] * len(shapes)
+    F: np.ndarray = np.ones((1, 1))
+    logc: list[np.ndarray] = [np.empty(0)] * len(shapes)  # every entry set below
+    low: list[np.ndarray] = [np.empty(0)] * len(shapes)
     for k in reversed(range(len(shapes))):
         m, r = shapes[k]
         M = math.sqrt(var[k + 1] / widths[k]) * np.kron(np.eye(hs[k]), F)

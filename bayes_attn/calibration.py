@@ -70,7 +70,7 @@ from numpyro.infer.util import initialize_model
 from . import _checks
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
 from .precision import DTYPES, x64
-from .samplers import Storage, SamplerSettings, get, nuts, prepare
+from .samplers import SamplerSettings, Storage, get, nuts, prepare
 from .samplers.settings import STARTS
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
@@ -83,7 +83,8 @@ def random_problem(
     heads: tuple[int, ...] = (2, 2), *, width: int = 2, N0: int = 4, T: int = 3, P: int = 8, P_test: int = 1,
     seed: int = 0, variances=1.0,
 ) -> tuple[Network, np.ndarray, np.ndarray]:
-    """A small network with random bilinear attention, inputs ``x`` ``[P, T, N0]`` and ``x_test`` ``[P_test, T, N0]``."""
+    """A small network with random bilinear attention, inputs ``x`` ``[P, T, N0]`` and ``x_test``
+    ``[P_test, T, N0]``."""
     rng = np.random.default_rng(seed)
     net = Network([rng.normal(size=(h, N0, N0)) for h in heads], width, variances)
     return net, rng.normal(size=(P, T, N0)), rng.normal(size=(P_test, T, N0))
@@ -315,7 +316,8 @@ class SBCResult:
         return int(self.ranks.shape[0])
 
 
-def true_and_drawn(net: Network, truth: dict, draws: dict, n_train_obs: int = 1) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def true_and_drawn(net: Network, truth: dict, draws: dict,
+                   n_train_obs: int = 1) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Scalar observables compared by SBC: truth ``[R, Q]``, draws ``[R, S, Q]`` and labels ``[Q]``.
 
     The upper triangle of ``U`` and of every ``U_l`` the sampler stores, ``Ua``
@@ -330,7 +332,7 @@ def true_and_drawn(net: Network, truth: dict, draws: dict, n_train_obs: int = 1)
         iu = np.triu_indices(len(lab))
         true.append(np.asarray(truth[name])[:, iu[0], iu[1]])
         drawn.append(np.asarray(draws[name])[:, :, iu[0], iu[1]])
-        labels += [f"{name}[{lab[i]},{lab[j]}]" for i, j in zip(*iu)]
+        labels += [f"{name}[{lab[i]},{lab[j]}]" for i, j in zip(*iu, strict=True)]
     if "Ua" in draws:
         true.append(np.asarray(truth["Ua"])[:, None])
         drawn.append(np.asarray(draws["Ua"])[:, :, None])
@@ -398,7 +400,8 @@ def sbc_ranks(
     _checks.choice("start", start, STARTS)
     x, x_test = net.check_inputs(x), net.check_inputs(x_test, "x_test")
     temperature = _checks.positive("temperature", temperature)
-    Tl = temperature if likelihood_temperature is None else _checks.positive("likelihood_temperature", likelihood_temperature)
+    Tl = (temperature if likelihood_temperature is None
+          else _checks.positive("likelihood_temperature", likelihood_temperature))
     n_reps, num_warmup, num_draws, thinning, n_train_obs, batch_size = (
         _checks.positive_int(name, v, minimum=minimum) for name, v, minimum in (
             ("n_reps", n_reps, 1), ("num_warmup", num_warmup, 0), ("num_draws", num_draws, 1),
@@ -460,7 +463,7 @@ def uniformity(result: SBCResult, bins: int = 4) -> dict:
     return {
         "bins": bins,
         "counts": counts.tolist(),
-        "p_values": dict(zip(result.labels, p.tolist())),
+        "p_values": dict(zip(result.labels, p.tolist(), strict=True)),
         "p_min": float(p.min()),
         "p_pooled": float(min(1.0, len(p) * p.min())),
         "worst": result.labels[int(p.argmin())],

@@ -137,7 +137,7 @@ def configure_logging(level: int) -> None:
         logger.removeHandler(h)
     handler = _Stderr()
     handler.setFormatter(_Format("%(message)s"))
-    handler._bayes_attn = True
+    handler._bayes_attn = True  # type: ignore[attr-defined]  # marks the handler as this package's
     logger.addHandler(handler)
     logger.setLevel(level)
 
@@ -224,8 +224,10 @@ def cmd_theory(args) -> int:
         print("U (order parameter over paths):")
     print(table(t.U))
     print(f"Ua = {t.Ua:.6g}   S/N = {t.action:.8g}   max|dS/dU| = {t.max_gradient:.2g}   "
-          f"Hessian min eigenvalue = {t.hessian_min_eigenvalue:.3g}   converged = {t.converged} ({t.iterations} Newton steps)")
-    print(f"test accuracy: theory {res.accuracy:.4f}" + "".join(f"   GP ({k}) {v:.4f}" for k, v in res.gp_accuracies.items()))
+          f"Hessian min eigenvalue = {t.hessian_min_eigenvalue:.3g}   converged = {t.converged} "
+          f"({t.iterations} Newton steps)")
+    print(f"test accuracy: theory {res.accuracy:.4f}"
+          + "".join(f"   GP ({k}) {v:.4f}" for k, v in res.gp_accuracies.items()))
     print(f"wrote {res.path}")
     return _theory_status(t)
 
@@ -259,8 +261,8 @@ def cmd_sweep(args) -> int:
     spec, out, temperature = _setup(args)
     sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
     cfg = _settings(spec, args, samples=bool(sampled))
-    executor = executor_from_options(args.executor, args.workers, args.scheduler,
-                                     spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None)
+    cluster = spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None
+    executor = executor_from_options(args.executor, args.workers, args.scheduler, cluster)
     if isinstance(executor, DaskLocal) and not (args.no_compile_cache or disabled_by_env()):
         # workers share compiled programs across jobs and reruns, in the user's cache folder
         executor = dataclasses.replace(executor, compilation_cache=cache_dir(),
@@ -280,8 +282,9 @@ def cmd_sweep(args) -> int:
     for prefix, corr in (("", ds.attrs.get("correction")), ("alternative_", ds.attrs.get("alternative_correction"))):
         if f"{prefix}slope_U" in ds.attrs:
             slope, se, points = (ds.attrs[f"{prefix}slope_U{k}"] for k in ("", "_se", "_points"))
-            print(f"{corr or 'none'} theory: U gap ~ N^-slope, " + (
-                f"slope {slope:.2f} ± {se:.2f}" if math.isfinite(slope) and math.isfinite(se) else "slope not estimated")
+            estimated = math.isfinite(slope) and math.isfinite(se)
+            print(f"{corr or 'none'} theory: U gap ~ N^-slope, "
+                  + (f"slope {slope:.2f} ± {se:.2f}" if estimated else "slope not estimated")
                   + f" ({points} widths above the noise floor)")
     print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])

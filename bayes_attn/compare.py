@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import xarray as xr
@@ -40,8 +41,8 @@ from .diagnostics import (  # noqa: F401  (the verdict's thresholds, defined wit
     MIN_ESS,
     diagnostic_failures,
 )
-from .posterior import Posterior
 from .fingerprints import data_fingerprint, fingerprint
+from .posterior import Posterior
 from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
@@ -174,7 +175,7 @@ class Comparison:
     sampler: str = ""
     checks: list[Check] = field(default_factory=list)
     diagnostics: dict[str, float] = field(default_factory=dict)
-    provenance: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, str | float] = field(default_factory=dict)
     correction: str = "none"
     alternative: Comparison | None = None
     U_sd_theory: np.ndarray | None = None
@@ -185,7 +186,8 @@ class Comparison:
     @property
     def theories(self) -> dict[str, Comparison]:
         """This comparison and its :attr:`alternative` by correction (``"laplace"``, ``"none"``), headline first."""
-        return {self.correction: self} | ({} if self.alternative is None else {self.alternative.correction: self.alternative})
+        alternative = {} if self.alternative is None else {self.alternative.correction: self.alternative}
+        return {self.correction: self} | alternative
 
     @property
     def U_zscores(self) -> np.ndarray:
@@ -261,7 +263,8 @@ class Comparison:
                 "predictor": list(self.accuracy),
                 "check": [c.name for c in self.checks],
             },
-            attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction, "agree": int(self.agree), "sampler": self.sampler,
+            attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction,
+                   "agree": int(self.agree), "sampler": self.sampler,
                    "inconclusive_reasons": "; ".join(self.inconclusive_reasons),
                    "theory_warnings": "; ".join(self.theory_warnings), **self.diagnostics,
                    **self.provenance},
@@ -322,8 +325,9 @@ def compare(
     if headline == "laplace" and theory.correction is None:
         raise ValueError('headline="laplace" needs a theory solved with correction="laplace"')
     other = posterior.net
-    same_net = (net.widths, net.variances, net.readout, net.heads) == (other.widths, other.variances, other.readout, other.heads)
-    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention)):
+    same_net = ((net.widths, net.variances, net.readout, net.heads)
+                == (other.widths, other.variances, other.readout, other.heads))
+    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention, strict=True)):
         raise ValueError("theory and posterior must be of the same network (widths, variances, readout, attention)")
     if not (np.array_equal(theory.x_train, posterior.x_train) and np.array_equal(theory.y_train, posterior.y_train)):
         raise ValueError("theory and posterior must be of the same training data")
@@ -362,7 +366,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
     m_t, v_t = theory.predict(x_test)
     m_gp, _ = gp.predict(x_test)
 
-    f = tree["posterior"]["f_test"]
+    f = cast(xr.DataArray, tree["posterior"]["f_test"])  # xarray types a group's item as DataArray | DataTree
     mcse_mean = azs.mcse(tree, var_names=["f_test", "U"])
     mcse_sd = azs.mcse(tree, var_names=["f_test"], method="sd")
     m_s = f.mean(("chain", "draw")).values
@@ -373,7 +377,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
     v_se = 2 * sd_s * np.asarray(mcse_sd["f_test"].values)
 
     D = net.D
-    U_draws = tree["posterior"]["U"].values.reshape(*f.shape[:2], D * D)
+    U_draws = cast(xr.DataArray, tree["posterior"]["U"]).values.reshape(*f.shape[:2], D * D)
     f_draws = f.values
     n = f_draws.shape[0] * f_draws.shape[1]
     var_draws = (f_draws - m_s) ** 2 * (n / (n - 1))  # its mean is the unbiased sample variance

@@ -136,7 +136,7 @@ def _one_line_for_unreadable_entries(folder: Path) -> None:
                             "rebuild the cache)") + "; no further message for them in this run")
         return None
 
-    show._bayes_attn = True
+    show._bayes_attn = True  # type: ignore[attr-defined]  # marks the hook as this package's
     warnings.showwarning = show
 
 
@@ -276,7 +276,7 @@ def _export(flat: Callable, leaves: list, path: Path, key: str) -> tuple[Callabl
 _MAGIC = b"bayes_attn exported program 1"
 
 
-def _pack(key: str, program: bytes) -> bytes:
+def _pack(key: str, program: bytes | bytearray) -> bytes:
     """A program file: a magic line, a JSON line with the full key and the program's SHA-256, the program."""
     header = json.dumps({"key": key, "sha256": hashlib.sha256(program).hexdigest()}).encode()
     return _MAGIC + b"\n" + header + b"\n" + program
@@ -317,7 +317,7 @@ def _read_own(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         return None
-    except OSError as err:
+    except OSError:
         if os.path.islink(path):
             raise ValueError(f"{os.fspath(path)!r} is a symbolic link") from None
         raise

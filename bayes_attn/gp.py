@@ -38,7 +38,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from .kernels import kernel_from_xi
 
 
-def covariance(K: jax.Array, temperature: float) -> jax.Array:
+def covariance(K: jax.Array, temperature: float | jax.Array) -> jax.Array:
     """``G = K + temperature I`` ``[P, P]``, the covariance of the labels ``Y`` given the kernel ``K`` ``[P, P]``."""
     return K + temperature * jnp.eye(K.shape[0], dtype=K.dtype)
 
@@ -83,7 +83,7 @@ def _cholesky_by_halves(A: jax.Array) -> jax.Array:
     return _lower_blocks(L11, L21, _cholesky_by_halves(A[..., k:, k:] - L21 @ _T(L21)))
 
 
-def gram_cholesky(K: jax.Array, temperature: float) -> jax.Array:
+def gram_cholesky(K: jax.Array, temperature: float | jax.Array) -> jax.Array:
     """Lower Cholesky factor of ``G = K + temperature I`` (``K`` ``[P, P]``): ``[P, P]``."""
     return cholesky(covariance(K, temperature))
 

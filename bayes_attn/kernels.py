@@ -76,7 +76,7 @@ def xi(att: tuple[jax.Array, ...], x: jax.Array, readout: str) -> jax.Array:
 # ----------------------------------------------------------------------------
 # the path kernel C and K(U) = sum U C (§3)
 # ----------------------------------------------------------------------------
-def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float) -> jax.Array:
+def path_kernel_from_xi(xi1: jax.Array, xi2: jax.Array, s0sq: float | jax.Array) -> jax.Array:
     """``C`` of §3 from path inputs ``[P, D, N0]`` and ``[P2, D, N0]``: ``[D, D, P, P2]``."""
     D, N0 = xi1.shape[1], xi1.shape[2]
     return s0sq * jnp.einsum("adi,bei->deab", xi1, xi2) / (N0 * D)
@@ -110,7 +110,7 @@ def cheapest_form(costs: Mapping[str, float], fits: Mapping[str, bool] | None = 
     allowed = {form: c for form, c in costs.items() if fits.get(form, True)}
     if not allowed:
         raise ValueError(f"no form of {list(costs)} fits in memory")
-    return min(allowed, key=allowed.get)
+    return min(allowed, key=allowed.__getitem__)
 
 
 # ----------------------------------------------------------------------------
@@ -250,7 +250,8 @@ def make_basis(att: Sequence[np.ndarray], x: np.ndarray, readout: str, s0sq: flo
 
 @partial(jax.jit, static_argnames="readout")
 def folded_path_kernel(att: tuple[jax.Array, ...], x: jax.Array, s0sq: jax.Array, readout: str) -> jax.Array:
-    """The ``"C"`` basis: ``C`` ``[D, D, P, P]`` folded onto the vech entries of ``U_1``, ``[n_1, P, P]``, symmetrised."""
+    """The ``"C"`` basis: ``C`` ``[D, D, P, P]`` folded onto the vech entries of ``U_1``, ``[n_1, P, P]``,
+    symmetrised."""
     xi_ = xi(att, x, readout)
     C = path_kernel_from_xi(xi_, xi_, s0sq)  # [D, D, P, P]
     i, j = np.triu_indices(xi_.shape[1])

@@ -28,16 +28,16 @@ from .kernels import kernel_from_xi, path_kernel_from_xi
 READOUTS = ("last", "first", "mean")
 
 
-class Weights(NamedTuple):
+class Weights[T](NamedTuple):
     """The learned weights of §1.
 
     V0: ``[N1, N0]``; V: one array per layer ``l``, ``[H_l, N_{l+1}, N_l]``
-    (``N_{L+1} = Na``); a: ``[Na]``.
+    (``N_{L+1} = Na``); a: ``[Na]``. ``T`` is ``jax.Array``, or a shape tuple (:meth:`Network.weight_shapes`).
     """
 
-    V0: jax.Array
-    V: tuple[jax.Array, ...]
-    a: jax.Array
+    V0: T
+    V: tuple[T, ...]
+    a: T
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,12 +62,13 @@ class Network:
     def __init__(self, attention, widths, variances=1.0, readout: str = "last", head_names=None):
         if isinstance(attention, np.ndarray) or not isinstance(attention, Sequence) or len(attention) == 0:
             raise ValueError("attention must be a non-empty list over layers of arrays [H_l, N0, N0]")
-        att = []
+        att: list[np.ndarray] = []
         for l, w in enumerate(attention, start=1):
             arr = _checks.array(f"attention[{l - 1}]", w, ndim=3)
             if arr.shape[1] != arr.shape[2] or (att and arr.shape[1] != att[0].shape[1]):
                 raise ValueError(
-                    f"attention[{l - 1}] must have shape (H_{l}, N0, N0) with the same N0 in every layer, got {arr.shape}"
+                    f"attention[{l - 1}] must have shape (H_{l}, N0, N0) with the same N0 in every layer, "
+                    f"got {arr.shape}"
                 )
             if arr.shape[0] < 1:
                 raise ValueError(f"attention[{l - 1}] must hold at least one head, got shape {arr.shape}")
@@ -121,7 +122,7 @@ class Network:
         if len(queries) != len(keys):
             raise ValueError(f"queries and keys must have one entry per layer, got {len(queries)} and {len(keys)}")
         att = []
-        for l, (q, k) in enumerate(zip(queries, keys)):
+        for l, (q, k) in enumerate(zip(queries, keys, strict=True)):
             q = _checks.array(f"queries[{l}]", q, ndim=3)
             k = _checks.array(f"keys[{l}]", k, shape=q.shape)
             att.append(np.einsum("hdi,hdj->hij", k, q) / math.sqrt(q.shape[1]))
@@ -169,10 +170,10 @@ class Network:
 
     def with_paths_of(self, heads: Sequence[Sequence[int]]) -> Network:
         """The sub-network keeping, per layer, the 0-based heads listed."""
-        att = [a[list(h)] for a, h in zip(self.attention, heads)]
+        att = [a[list(h)] for a, h in zip(self.attention, heads, strict=True)]
         names = None
         if self.head_names is not None:
-            names = [[n[i] for i in h] for n, h in zip(self.head_names, heads)]
+            names = [[n[i] for i in h] for n, h in zip(self.head_names, heads, strict=True)]
         return Network(att, self.widths, self.variances, self.readout, names)
 
     # ----- attention and paths ----------------------------------------------
@@ -223,7 +224,7 @@ class Network:
         return kernel_from_xi(U, xi1, xi2, self.variances[0])
 
     # ----- weights and forward pass -----------------------------------------
-    def weight_shapes(self) -> Weights:
+    def weight_shapes(self) -> Weights[tuple[int, ...]]:
         """Shapes of the weights, as a ``Weights`` of tuples."""
         n = (*self.widths,)
         V = tuple((h, n[l + 1], n[l]) for l, h in enumerate(self.heads))
@@ -266,7 +267,7 @@ def partial_effective_weights(V: Sequence[jax.Array], a: jax.Array, widths: Sequ
     so ``W_l`` is ``[H_l ... H_L, N_l]`` and ``W_1 = w`` of §2.
     """
     r = a[None, :] / math.sqrt(widths[-1])  # [paths h_{l+1}..h_L, N_{l+1}] scaled by 1/sqrt(N_{l+1})
-    out = []
+    out: list[jax.Array] = []
     for l in reversed(range(len(V))):
         Vl = V[l]  # [H_l, N_{l+1}, N_l]
         r = jnp.einsum("dj,hji->hdi", r, Vl).reshape(Vl.shape[0] * r.shape[0], Vl.shape[2])
@@ -315,7 +316,7 @@ def forward_token(omegas: Sequence[jax.Array], x: jax.Array, weights: Weights, w
     """§1 over tokens, given the attention ``omegas`` of :meth:`Network.attention_matrices`: ``[P]``."""
     N0 = x.shape[2]
     z = jnp.einsum("ni,pti->pnt", weights.V0, x) / math.sqrt(N0)  # [P, N1, T]
-    for l, (Vl, omega) in enumerate(zip(weights.V, omegas)):
+    for Vl, omega in zip(weights.V, omegas, strict=True):
         H, Nl = Vl.shape[0], Vl.shape[2]
         if omega.ndim == 4:
             z = jnp.einsum("hji,pis,phst->pjt", Vl, z, omega) / math.sqrt(H * Nl)

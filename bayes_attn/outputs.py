@@ -26,7 +26,6 @@ written by :func:`save` and read by :func:`load_dataset`, which raises
 from __future__ import annotations
 
 import contextlib
-import re
 import datetime
 import errno
 import fcntl
@@ -35,6 +34,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import sys
@@ -44,7 +44,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json
+from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,8 @@ def _is_ours(folder: Path) -> bool:
 
 def _foreign_entries(folder: Path) -> list[str]:
     """Entries of ``folder`` other than this package's lock, marker, temporaries and staging folders."""
-    return sorted(p.name for p in folder.iterdir()
-                  if p.name not in (LOCK, MARKER) and not is_temporary(p.name) and not p.name.startswith(STAGING_PREFIX))
+    return sorted(p.name for p in folder.iterdir() if p.name not in (LOCK, MARKER)
+                  and not is_temporary(p.name) and not p.name.startswith(STAGING_PREFIX))
 
 
 def check_ours(folder: Path, what: str = "out", force: bool = False) -> None:
@@ -452,7 +452,7 @@ def park(stage: Staging, names: Mapping[str, str], *, command: str | None = None
     _check_clashes(folder, parked, previous, what)
     old = [f for f in previous["files"] if _safe_name(f)] if previous else []
     base = previous or {"format": FORMAT, "command": command}
-    before = base.get("parked") if isinstance(base.get("parked"), dict) else {}
+    before = prior if isinstance(prior := base.get("parked"), dict) else {}
     _write_json(folder / MANIFEST, base | {"run_id": uuid.uuid4().hex, "files": sorted({*old, *parked}),
                                            "parked": before | parked})
     for name, staged in parked.items():

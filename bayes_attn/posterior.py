@@ -32,14 +32,14 @@ import numpy as np
 import xarray as xr
 
 from . import _checks, _io, gp, threads
+from .diagnostics import EXTRA_FIELDS, Summary, sample_stats, summary_table
 from .fingerprints import fingerprint
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .precision import check_temperature, x64
-from .samplers import SAMPLERS, Storage, SamplerSettings, get, memory, nuts, prepare
+from .samplers import SAMPLERS, SamplerSettings, Storage, get, memory, nuts, prepare
 from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
-from .diagnostics import EXTRA_FIELDS, Summary, sample_stats, summary_table
 
 log = logging.getLogger(__name__)
 GUIDED = ("laplace-is", "laplace-mh")
@@ -131,7 +131,7 @@ def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
             try:
                 smp = get(name)
                 _check_weights(smp, options)
-                if memory_check:
+                if inputs is not None:  # memory_check
                     memory.check_fits(smp, inputs, cfg.replace(name=name), options)
                 return cfg
             except ValueError as err:  # as _sample_auto: the next sampler, else the refusal
@@ -229,7 +229,8 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
     its cost counts in that sampler's seconds), and shared by the others."""
     from .samplers.laplace import PILOT_RULES_OUT, GuideOnce, RuledOut
 
-    tried, guide_of = [], GuideOnce()
+    tried: list[dict] = []
+    guide_of = GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
             tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
@@ -387,7 +388,7 @@ class Posterior:
             for xs, valid in self.net.xi_batches(x, batch_size):
                 Cx = path_kernel_from_xi(xs, xi, s0sq)  # [D, D, Px, P]
                 Cxx = kernel_diag_from_xi(xs, s0sq)  # [D, D, Px]
-                m, v = map_batches(lambda u: _moments_of_draws(u, C, Cx, Cxx, y, temperature), (U,), 64)
+                m, v = map_batches(lambda u, Cx=Cx, Cxx=Cxx: _moments_of_draws(u, C, Cx, Cxx, y, temperature), (U,), 64)
                 means.append(np.asarray(m.mean(0))[:valid])
                 variances.append(np.asarray(v.mean(0) + m.var(0))[:valid])
         return np.concatenate(means), np.concatenate(variances)
@@ -441,7 +442,8 @@ class Posterior:
         for l, W in enumerate(net.attention, start=1):
             constant[f"attention_{l}"] = W
             dims[f"attention_{l}"] = [f"head_{l}", "feature", "feature_"]
-        groups = {"posterior": draws, "sample_stats": stats, "observed_data": {"y": np.asarray(y)}, "constant_data": constant}
+        groups = {"posterior": draws, "sample_stats": stats, "observed_data": {"y": np.asarray(y)},
+                  "constant_data": constant}
         tree = azb.from_dict(
             {k: v for k, v in groups.items() if v},
             dims=dims,

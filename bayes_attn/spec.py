@@ -31,11 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from . import _checks
-from .tasks.markov import FIG2C_LAYERS, MarkovTask
-from .network import Network
 from ._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
+from .network import Network
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
+from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .theory.correction import CORRECTIONS
 
 
@@ -117,7 +117,8 @@ class Spec:
 
     def data_bytes(self) -> int:
         """Bytes of the largest arrays a run holds (an estimate, float64): the tokens of the training, test and
-        validation sets (two copies), the heads' ``[N0, N0]`` matrices and the theory's ``[D, P, P + P_test]`` kernels."""
+        validation sets (two copies), the heads' ``[N0, N0]`` matrices and the theory's ``[D, P, P + P_test]``
+        kernels."""
         t = self.task
         n = t.n_train + 2 * t.n_test
         D = int(np.prod([len(layer) for layer in self.network.layers]))
@@ -160,7 +161,8 @@ def spec_from_dict(data: dict) -> Spec:
     check_keys(sampler, "[sampler]")  # renamed keys get their own message
     spec = Spec(
         name=check_name(check_type("name", data.get("name", Spec.name), str)),
-        temperature=_checks.positive("temperature", check_type("temperature", data.get("temperature", Spec.temperature), float)),
+        temperature=_checks.positive(
+            "temperature", check_type("temperature", data.get("temperature", Spec.temperature), float)),
         task=section(MarkovTask, "task", task),
         network=section(NetworkSpec, "network", data.get("network", {})),
         sampler=section(SamplerSettings, "sampler", sampler),

@@ -14,7 +14,8 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion", "sign"]
+__all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion",
+           "sign"]
 
 
 def sign(f) -> np.ndarray:
@@ -72,13 +73,14 @@ def power_law_slope(inv_width: np.ndarray, gap: np.ndarray, mcse: np.ndarray, no
     A = X.T @ (w[:, None] * X)
     coef = np.linalg.solve(A, X.T @ (w * np.log(gap[use])))
     resid = np.log(gap[use]) - X @ coef
-    dof = max(use.sum() - 2, 1)
+    dof = max(int(use.sum()) - 2, 1)
     scale = max(float(w @ resid**2) / dof, 1.0)  # inflate by the misfit when it exceeds the MC error
     return float(coef[1]), float(np.sqrt(scale * np.linalg.inv(A)[1, 1])), use
 
 
 def choose_temperature(accuracy, eligible=None) -> int:
-    """Index of the best validation ``accuracy`` ``[n_T]``; ties: the first (the lowest temperature of an ascending grid).
+    """Index of the best validation ``accuracy`` ``[n_T]``; ties: the first (the lowest temperature of an ascending
+    grid).
 
     ``eligible`` (bool ``[n_T]``, e.g. which theory solves converged): only these count, unless none is.
     """

@@ -38,10 +38,10 @@ print(f"Spearman rho(score, drop) = {rho:.2f} (paper: {PAPER_SPEARMAN_RHO}), "
 # %%
 # The score of each head against the accuracy lost without it, one colour per layer.
 fig, ax = plt.subplots(figsize=(4.5, 3.5), layout="constrained")
-for layer, marker in zip(range(scores.shape[0]), "os"):
+for layer, marker in zip(range(scores.shape[0]), "os", strict=False):  # the paper's two layers
     ax.errorbar(scores[layer], drops[layer], yerr=drop_se[layer], fmt=marker, capsize=2,
                 label=f"layer {layer + 1}")
-    for head, (s, d) in enumerate(zip(scores[layer], drops[layer])):
+    for head, (s, d) in enumerate(zip(scores[layer], drops[layer], strict=True)):
         ax.annotate(f"{layer + 1}.{head + 1}", (s, d), textcoords="offset points", xytext=(4, 3), fontsize=8)
 ax.set(xlabel="head score (theory)", ylabel="accuracy drop", title=f"Spearman ρ = {rho:.2f}")
 ax.legend()

@@ -48,7 +48,7 @@ print(f"GP limit: {np.mean(np.sign(gp.predict(x_test)[0]) == y_test):.3f}")
 # The order parameter ``U``: which paths the posterior weights up, and how they
 # combine, against the GP limit's.
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.5), layout="constrained")
-for ax, (title, U) in zip(axes, [("finite width N = 20", theory.U), ("GP limit", gp.U)]):
+for ax, (title, U) in zip(axes, [("finite width N = 20", theory.U), ("GP limit", gp.U)], strict=True):
     im = ax.imshow(U, cmap="RdBu_r", vmin=-np.abs(theory.U).max(), vmax=np.abs(theory.U).max())
     ax.set(title=title, xticks=range(len(net.path_labels)), yticks=range(len(net.path_labels)))
     ax.set_xticklabels(net.path_labels, rotation=90)

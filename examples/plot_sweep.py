@@ -12,12 +12,11 @@ with the ``laplace-is`` sampler.
 
 # %%
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import xarray as xr
-
-from dataclasses import replace
 
 import bayes_attn as ba
 from bayes_attn.sweep import sweep

@@ -15,7 +15,6 @@ import argparse
 from pathlib import Path
 
 
-
 def widths_for(alpha: float, max_p: int, min_p: int = 50) -> list[int]:
     """Widths whose P = alpha N runs from ``min_p`` to ``max_p`` in roughly even log steps."""
     ps = [p for p in (50, 100, 200, 500, 1000, 2000, 5000) if min_p <= p <= max_p]

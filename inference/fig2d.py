@@ -11,7 +11,6 @@ alignment.png and alignment.nc (both kernels' eigenvalues and cosines).
 import argparse
 from pathlib import Path
 
-
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--width", type=int, default=10)
@@ -29,7 +28,8 @@ if __name__ == "__main__":
     theory = solve_theory(net, x, y, temperature=spec.temperature)
     gp = gp_limit(net, x, y, temperature=spec.temperature)
     keep = ["alignment_eigenvalue", "alignment_cosine"]
-    ds = xr.concat([theory.to_dataset()[keep], gp.to_dataset()[keep]], dim=xr.DataArray(["finite_width", "gp"], dims="kernel"))
+    ds = xr.concat([theory.to_dataset()[keep], gp.to_dataset()[keep]],
+                   dim=xr.DataArray(["finite_width", "gp"], dims="kernel"))
     a.out.mkdir(parents=True, exist_ok=True)
     ds.to_netcdf(a.out / "alignment.nc")
     print(ds.isel(pc=slice(0, 8)).to_dataframe().unstack("kernel").to_string())

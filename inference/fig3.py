@@ -101,7 +101,7 @@ PREDICTORS = ("leading", "corrected", "posterior", "ablation")
 def _predictors(r: PruneResult) -> dict:
     """``{name: SpearmanSpread}`` of the :data:`PREDICTORS` the run has (runs written before some have fewer)."""
     o = r.spread.others
-    spreads = dict(zip(PREDICTORS, (r.spread.rho, o.corrected, o.posterior, o.ablation)))
+    spreads = dict(zip(PREDICTORS, (r.spread.rho, o.corrected, o.posterior, o.ablation), strict=True))
     return {name: x for name, x in spreads.items() if x is not None}
 
 
@@ -116,8 +116,9 @@ def markdown(summary: dict) -> str:
     for variant, v in summary["variants"].items():
         for seed, r in v["runs"].items():
             lines.append(f"| {variant} | {seed} | {r['base_accuracy']:.3f} ± {r['base_se']:.3f} "
-                         f"| {r['theory_accuracy']:.3f} ± {r['theory_se']:.3f} | {r['gp_accuracy']:.3f} ± {r['gp_se']:.3f} "
-                         f"| {r['rho_point']:.2f} | {r['spearman_median']:.2f} [{r['spearman_q05']:.2f}, {r['spearman_q95']:.2f}] |")
+                         f"| {r['theory_accuracy']:.3f} ± {r['theory_se']:.3f} "
+                         f"| {r['gp_accuracy']:.3f} ± {r['gp_se']:.3f} | {r['rho_point']:.2f} "
+                         f"| {r['spearman_median']:.2f} [{r['spearman_q05']:.2f}, {r['spearman_q95']:.2f}] |")
         if "pooled_n" in v:
             lines.append(f"| {variant} | pooled ({len(v['seeds'])}) | | | | | {v['pooled_spearman_median']:.2f} "
                          f"[{v['pooled_spearman_q05']:.2f}, {v['pooled_spearman_q95']:.2f}] |")

@@ -1,11 +1,11 @@
 """Fig. 3's training choices compared on the validation alphabet only (never on test).
 
-Every variant starts from ``models/omniglot_oneshot_plain.toml`` (the spec shipped before this choice), changes the fields listed in :data:`VARIANTS`, and
-trains the gradient-descent transformer with early stopping on the validation episodes
-(``training.patience``; ``training.epochs`` is then the most). Nothing here evaluates anything on the test episodes.
-The patience (default 16 epochs of 100 steps) outlasts the loss plateau at the start of training (~11 epochs
-at lr 2e-3, ``plateau.json``), during which the validation accuracy wanders around 0.5: a shorter one can stop
-there. Per variant, into ``OUT/choices.json`` (and a table on stdout):
+Every variant starts from ``models/omniglot_oneshot_plain.toml`` (the spec shipped before this choice), changes the
+fields listed in :data:`VARIANTS`, and trains the gradient-descent transformer with early stopping on the validation
+episodes (``training.patience``; ``training.epochs`` is then the most). Nothing here evaluates anything on the test
+episodes. The patience (default 16 epochs of 100 steps) outlasts the loss plateau at the start of training (~11 epochs
+at lr 2e-3, ``plateau.json``), during which the validation accuracy wanders around 0.5: a shorter one can stop there.
+Per variant, into ``OUT/choices.json`` (and a table on stdout):
 
 - the best validation accuracy with its binomial error, the epoch kept, the epochs run;
 - the mean validation accuracy over the ``patience`` epochs after the best one (the best of many noisy epochs

@@ -32,10 +32,10 @@ from pathlib import Path
 import xarray as xr
 
 from bayes_attn import stats
-from bayes_attn.compare import MAX_RHAT
 from bayes_attn.cli import configure_logging
-from bayes_attn.oneshot import model as gd_model
+from bayes_attn.compare import MAX_RHAT
 from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
+from bayes_attn.oneshot import model as gd_model
 from bayes_attn.oneshot.scan import Scan, sample_at_widths
 from bayes_attn.oneshot.spec import load_oneshot_spec
 from bayes_attn.samplers import SAMPLER_NAMES
@@ -58,10 +58,11 @@ def summary_markdown(folder: Path) -> str:
         a = ds.attrs
         met = float(ds["rhat_U"]) <= TARGETS["max_r_hat"] and float(ds["ess_U"]) >= TARGETS["min_ess_bulk"]
         lines.append(
-            f"| {int(ds['sample_width'])} | {float(ds['temperature_sampled']):g} | {a['num_chains']} × ({a['num_warmup']} + "
-            f"{a['num_samples']}), {a['max_tree_depth']} | {float(ds['rhat_U']):.3f} | {float(ds['ess_U']):.0f} "
-            f"| {int(ds['divergences'])} | {float(ds['mean_steps']):.1f} | {float(ds['accuracy_sampled']):.3f} ± "
-            f"{float(ds['accuracy_sampled_se']):.3f} | {float(ds['accuracy_theory']):.3f} ± {float(ds['accuracy_theory_se']):.3f} "
+            f"| {int(ds['sample_width'])} | {float(ds['temperature_sampled']):g} | {a['num_chains']} × "
+            f"({a['num_warmup']} + {a['num_samples']}), {a['max_tree_depth']} | {float(ds['rhat_U']):.3f} "
+            f"| {float(ds['ess_U']):.0f} | {int(ds['divergences'])} | {float(ds['mean_steps']):.1f} "
+            f"| {float(ds['accuracy_sampled']):.3f} ± {float(ds['accuracy_sampled_se']):.3f} "
+            f"| {float(ds['accuracy_theory']):.3f} ± {float(ds['accuracy_theory_se']):.3f} "
             f"| {float(ds['agreement']):.3f} | {float(ds['sampling_seconds']):.0f} | {'yes' if met else 'no'} |")
     return "\n".join(lines) + "\n"
 

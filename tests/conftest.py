@@ -240,7 +240,7 @@ def traced_programs():
     try:
         yield names
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)
             lg.setLevel(level)
 
@@ -395,7 +395,7 @@ def numpy_forward(params: Params, x, removed=None):
     out = []
     for xp in x:  # [T, N0]
         z = xp @ V0.T  # [T, d]
-        for l, (Q, K, V) in enumerate(zip(params.Q, params.K, params.V)):
+        for l, (Q, K, V) in enumerate(zip(params.Q, params.K, params.V, strict=True)):
             Q, K, V = map(np.asarray, (Q, K, V))
             H = V.shape[0]
             new = np.zeros((xp.shape[0], V.shape[1]))

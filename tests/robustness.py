@@ -36,9 +36,9 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
-import re
 import sys
 import tempfile
 import textwrap
@@ -197,9 +197,9 @@ def report(runs: list[dict], rows: list[dict] | None = None) -> int:
               _fmt(r["threshold"]) + (" (log)" if r["scale"] == "log" else " (p)" if r["scale"] == "p" else ""),
               _fmt(r["sd_margin"]), f"{r['distance']:.2f}", f"{r['tail']:.1e}", "FLAG" if r["flag"] else "")
              for r in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *table)]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *table, strict=True)]
     for line in [header, *table]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip())
+        print("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
     untracked = sorted(n for n in ran if ran[n] and not any(r["stats"].get(n) for r in runs))
     for name in untracked:
         print(f"NO STATISTIC {name}: the test records no checked statistic")
@@ -238,7 +238,8 @@ def sentence(rows: list[dict]) -> str:
     where = (f"has its null's tail {r['tail']:.1e} ({'a p-value' if r['scale'] == 'p' else 'a standard normal |z|'})"
              if r["scale"] in ("p", "z") else
              f"is {r['distance']:.2f} sds from the statistic's mean (normal tail {r['tail']:.1e})")
-    return f"Measured over {r['n']} seed offsets (tests/robustness.md): the nearest threshold, that of {label}, {where}."
+    return (f"Measured over {r['n']} seed offsets (tests/robustness.md): the nearest threshold, that of {label}, "
+            f"{where}.")
 
 
 def _function(test: str) -> str:
@@ -278,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", type=Path, nargs="+", help="report the runs of these --json files; run nothing")
     parser.add_argument("--junit", nargs="+", default=[], metavar="OFFSET=FILE",
                         help="JUnit reports of runs made elsewhere, each with its offset (e.g. a whole `make test` at "
-                             "BAYES_ATTN_TEST_SEED=OFFSET with PYTEST_ADDOPTS='--junitxml=FILE -o junit_family=xunit1'); "
-                             "run nothing")
+                             "BAYES_ATTN_TEST_SEED=OFFSET with "
+                             "PYTEST_ADDOPTS='--junitxml=FILE -o junit_family=xunit1'); run nothing")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown to this file")
     parser.add_argument("--docstrings", action="store_true",
                         help="rewrite each measured test's \"Measured over ...\" sentence from the table")

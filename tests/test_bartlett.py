@@ -60,7 +60,7 @@ def test_factors_of_sqrt_n_times_identity_give_the_product_of_the_variances():
     """``A_k = sqrt(n_k) I``: every ``A_k A_kᵀ / n_k`` is the identity, so ``Ua = sa²``, ``U_2 = s2² Ua I`` and
     ``U_1 = s1² (I_2 ⊗ U_2)``, the prior means of §7."""
     heads, widths, variances = (2, 3), (6, 3, 5), (1.0, 0.5, 2.0, 3.0)
-    A = [math.sqrt(n) * np.eye(m) for n, (m, _) in zip(widths, bartlett.factor_shapes(heads, widths))]
+    A = [math.sqrt(n) * np.eye(m) for n, (m, _) in zip(widths, bartlett.factor_shapes(heads, widths), strict=True)]
     (U1, U2), Ua = bartlett.order_parameters_from_factors([jnp.asarray(a) for a in A], heads, widths, variances)
     assert float(Ua) == pytest.approx(3.0, rel=1e-14)
     np.testing.assert_allclose(np.asarray(U2), 6.0 * np.eye(3), rtol=1e-14, atol=1e-14)
@@ -91,7 +91,7 @@ def test_order_parameters_match_the_recursion_with_explicit_blocks(cfg):
         np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
     Fs = bartlett.factor_chain([jnp.asarray(a) for a in A], heads, widths, variances)
     shapes = bartlett.factor_shapes(heads, widths)
-    for l, (F, U, (m, r)) in enumerate(zip(Fs, want, shapes)):
+    for l, (F, U, (_, r)) in enumerate(zip(Fs, want, shapes, strict=True)):
         assert F.shape == (math.prod((*heads, 1)[l:]), r)
         np.testing.assert_allclose(np.asarray(F @ F.T), U, rtol=1e-12, atol=1e-12 * np.abs(U).max())
         assert np.linalg.matrix_rank(U, tol=1e-10 * np.abs(U).max()) == r

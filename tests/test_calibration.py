@@ -60,14 +60,16 @@ def test_compared_observables_are_upper_triangles_then_Ua_f_test_and_f_train():
     draws = {k: rng.normal(size=(R, S, *v.shape[1:])) for k, v in truth.items()}
     true, drawn, labels = calibration.true_and_drawn(net, truth, draws, n_train_obs=2)
     paths = ["1-1", "1-2", "2-1", "2-2"]
-    entries = [("U", i, j) for i in range(4) for j in range(i, 4)] + [("U_2", i, j) for i in range(2) for j in range(i, 2)]
+    entries = ([("U", i, j) for i in range(4) for j in range(i, 4)]
+               + [("U_2", i, j) for i in range(2) for j in range(i, 2)])
     assert labels == ([f"U[{paths[i]},{paths[j]}]" for _, i, j in entries[:10]] + ["U_2[1,1]", "U_2[1,2]", "U_2[2,2]"]
                       + ["Ua", "f_test[0]", "f_test[1]", "f_train[0]", "f_train[1]"])
     assert true.shape == (R, 18) and drawn.shape == (R, S, 18)
     for q, (name, i, j) in enumerate(entries):
         np.testing.assert_array_equal(true[:, q], truth[name][:, i, j])
         np.testing.assert_array_equal(drawn[:, :, q], draws[name][:, :, i, j])
-    np.testing.assert_array_equal(true[:, 13:], np.column_stack([truth["Ua"], truth["f_test"], truth["f_train"][:, :2]]))
+    np.testing.assert_array_equal(true[:, 13:],
+                                  np.column_stack([truth["Ua"], truth["f_test"], truth["f_train"][:, :2]]))
     np.testing.assert_array_equal(drawn[:, :, 13], draws["Ua"])
     np.testing.assert_array_equal(drawn[:, :, 14:16], draws["f_test"])
     np.testing.assert_array_equal(drawn[:, :, 16:], draws["f_train"][:, :, :2])

@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 import xarray as xr
+from conftest import FAST, TINY, snapshot_tree
+from conftest import forbid_calls as _forbid
+from conftest import one_line as _one_line
+from conftest import spec_file as _spec_file
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.spec import spec_from_dict
-from conftest import FAST, TINY, forbid_calls as _forbid, one_line as _one_line, snapshot_tree, spec_file as _spec_file
 
 
 def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypatch):
@@ -36,7 +39,8 @@ def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypa
     for command, module in (("sample", pipeline), ("run", pipeline), ("sweep", table)):
         monkeypatch.setattr(module.outputs, "output_folder", record(command))
         assert cli.main([command, str(path), *FAST]) == cli.EXIT_USAGE
-    assert used == {"sample": Path("runs/tiny-N3-sample"), "run": Path("runs/tiny-N3"), "sweep": Path("runs/tiny-sweep")}
+    assert used == {"sample": Path("runs/tiny-N3-sample"), "run": Path("runs/tiny-N3"),
+                    "sweep": Path("runs/tiny-sweep")}
     assert snapshot_tree(theory) == before
 
 
@@ -65,7 +69,8 @@ def test_huge_task_is_refused_before_allocating(tmp_path, capsys, change):
 
 @pytest.mark.parametrize("argv, match", [(["theory", "--width", str(10**23)], "--width must be an integer between"),
                                          (["sample", "--seed", str(2**70)], "--seed must be an integer between"),
-                                         (["sweep", "--widths", "3", str(10**23)], "--widths must be an integer between")])
+                                         (["sweep", "--widths", "3", str(10**23)],
+                                          "--widths must be an integer between")])
 def test_huge_width_or_seed_is_a_usage_error(capsys, monkeypatch, argv, match):
     from bayes_attn import spec
 
@@ -242,7 +247,8 @@ def test_guided_sampler_header_names_its_own_settings(name):
     cfg = cli.SamplerSettings(name=name, num_chains=2, num_warmup=50, num_samples=50, guided_samples=200_000)
     line = cli.sampling_plan(cfg, 12)
     assert line.startswith(f"sampler={name}: ") and "batches of 1024" in line
-    proposals = {"laplace-is": "2 chains × 200000 proposals", "laplace-mh": "2 chains × (50 dropped + 200000) proposals"}
+    proposals = {"laplace-is": "2 chains × 200000 proposals",
+                 "laplace-mh": "2 chains × (50 dropped + 200000) proposals"}
     if name == "auto":
         assert all(f"{n} ({proposals[n]}" in line for n in proposals)
         assert line.endswith("else wishart (2 chains × (50 warm-up + 50) draws)")

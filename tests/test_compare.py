@@ -11,8 +11,8 @@ from conftest import random_data, random_network, record_check, rng_of, seed_of
 
 import bayes_attn as ba
 from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check, Comparison
-from bayes_attn.fingerprints import fingerprint
 from bayes_attn.diagnostics import sample_stats
+from bayes_attn.fingerprints import fingerprint
 from bayes_attn.posterior import Posterior
 from bayes_attn.run.report import comparison_report
 from bayes_attn.stats import accuracy
@@ -316,8 +316,8 @@ def test_headline_picks_the_verdict_and_is_checked(problem, corrected):
 
 def test_unreliable_correction_stands_beside_the_verdict(tmp_path):
     comp = Comparison(path_labels=["1-1"], width=1, U_theory=np.eye(1), U_sampled=np.eye(1), U_mcse=np.eye(1),
-                      mean_theory=np.array([0.1, -0.2]), mean_sampled=np.array([0.2, -0.1]), mean_mcse=np.ones(2), var_theory=np.ones(2),
-                      var_sampled=np.ones(2), var_mcse=np.ones(2), y_test=np.array([1.0, -1.0]),
+                      mean_theory=np.array([0.1, -0.2]), mean_sampled=np.array([0.2, -0.1]), mean_mcse=np.ones(2),
+                      var_theory=np.ones(2), var_sampled=np.ones(2), var_mcse=np.ones(2), y_test=np.array([1.0, -1.0]),
                       accuracy={"theory": 0.5}, correction="laplace",
                       theory_warnings=["the Laplace correction is unreliable: the widths are too small"])
     assert "**Warning:** the Laplace correction is unreliable" in comparison_report(comp)

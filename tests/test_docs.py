@@ -116,8 +116,9 @@ def test_shell_block(where, lang, body, before):
 
 def test_the_rules_catch_a_wrong_command():
     """The rules fail on what they are for: an unknown option, target or script, and a command without a rule."""
-    for bad in ("bayes-attn run --widht 3", "make tests", "python inference/fig9.py", "python inference/fig2c.py --nope",
-                "bayes-attn sweep m.toml --executor slurm", "pip install bayes_attn"):
+    for bad in ("bayes-attn run --widht 3", "make tests", "python inference/fig9.py",
+                "python inference/fig2c.py --nope", "bayes-attn sweep m.toml --executor slurm",
+                "pip install bayes_attn"):
         with pytest.raises((AssertionError, SystemExit)):
             check_command(bad)
 

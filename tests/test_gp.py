@@ -123,7 +123,7 @@ def test_feature_likelihood_equals_gram_likelihood_with_its_derivatives(P, m):
     np.testing.assert_allclose(ll(phi, T, y), scipy.stats.multivariate_normal(np.zeros(P), G).logpdf(y), rtol=1e-12)
     got = jax.jit(jax.grad(gp.log_likelihood_features, argnums=(0, 1, 2)))(phi, T, y)
     ref = jax.jit(jax.grad(_reference_features, argnums=(0, 1, 2)))(phi, T, y)
-    for g, r in zip(got, ref):
+    for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-11)
     dphi, dT, dy = jnp.asarray(rng.normal(size=(P, m))), jnp.asarray(0.7), jnp.asarray(rng.normal(size=P))
     _, tangent = jax.jit(lambda *a: jax.jvp(gp.log_likelihood_features, a[:3], a[3:]))(phi, T, y, dphi, dT, dy)

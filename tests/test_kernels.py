@@ -46,7 +46,8 @@ def test_kernel_forms_agree_in_float64(rank):
 
 
 def test_kernel_form_choice_by_shape():
-    """Few paths and examples: the stored tensor; 16 paths at P = 600, N0 = 64: the ξ product; rank · N0 < P: Woodbury."""
+    """Few paths and examples: the stored tensor; 16 paths at P = 600, N0 = 64: the ξ product; rank · N0 < P:
+    Woodbury."""
     from bayes_attn.kernels import choose_kernel_form, kernel_form_costs
 
     assert choose_kernel_form(4, 100, 231) == "tensor"  # Fig. 2c

@@ -8,21 +8,27 @@ import os
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import (
+    FAST,
+    THEORY_ONLY,
+    snapshot_tree,
+    users_folder,
+)
+from conftest import (
+    forbid_calls as _forbid,
+)
+from conftest import (
+    one_line as _one_line,
+)
+from conftest import (
+    spec_file as _spec_file,
+)
 
 import bayes_attn as ba
 from bayes_attn import cli, outputs
 from bayes_attn.run import pipeline
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
-from conftest import (
-    FAST,
-    THEORY_ONLY,
-    forbid_calls as _forbid,
-    one_line as _one_line,
-    snapshot_tree,
-    spec_file as _spec_file,
-    users_folder,
-)
 
 
 def _snapshot(folder):
@@ -189,7 +195,8 @@ def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
 def test_unwritable_output_fails_before_sampling(tmp_path, capsys, monkeypatch, where):
     path = _spec_file(tmp_path)
     (tmp_path / "a_file").write_text("x")
-    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub", "proc": "/proc/bayes_attn_out"}[where]
+    out = {"file": tmp_path / "a_file", "under_file": tmp_path / "a_file" / "sub",
+           "proc": "/proc/bayes_attn_out"}[where]
     _forbid(monkeypatch, (ba.posterior, "sample_posterior"))
     for command in ("sample", "run"):
         assert cli.main([command, str(path), "--out", str(out), "--no-progress"]) == cli.EXIT_USAGE

@@ -3,6 +3,7 @@ document it ships."""
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,8 @@ def test_scripts_and_tests_use_only_public_names(folder):
 
 def test_private_name_detector_can_fail(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\nba.theory._newton\n")
+    f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\n"
+                 "ba.theory._newton\n")
     assert len(_private_uses(f)) == 3
 
 
@@ -101,8 +103,8 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
 # The one-way flow (task → network → theory | posterior → compare → jobs → command): each group may
 # import only from the groups before it (and itself).
 LAYERS = [
-    {"_checks", "_io", "_markdown", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache", "fingerprints",
-     "interrupt"},
+    {"_checks", "_io", "_markdown", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache",
+     "fingerprints", "interrupt"},
     {"kernels", "network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},
     {"diagnostics", "posterior", "calibration"},
@@ -224,7 +226,8 @@ def test_no_import_circle():
 
 
 def test_import_circle_detector_can_fail():
-    assert _cycles({"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}) == [["a.py", "b.py", "c.py"]]
+    graph = {"a.py": {"b.py"}, "b.py": {"c.py"}, "c.py": {"a.py"}, "d.py": {"a.py"}}
+    assert _cycles(graph) == [["a.py", "b.py", "c.py"]]
     graph = _import_graph()
     assert "bayes_attn/oneshot/model.py" in graph["bayes_attn/oneshot/training.py"]
 
@@ -256,6 +259,28 @@ def test_size_check_can_fail():
     assert _oversized(f"def f():\n{body}\n", "m.py") == [f"m.py:1 f: {MAX_FUNCTION_LINES + 1} lines"]
     assert _oversized("\n" * (MAX_MODULE_LINES + 1), "m.py") == [f"m.py: {MAX_MODULE_LINES + 1} lines"]
     assert _oversized(f"def f():\n{body[: body.rindex(chr(10))]}\n", "m.py") == []
+
+
+TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?!\[[a-z-]+(,\s*[a-z-]+)*\])")
+"""A ``# type: ignore`` comment without its error codes (``# type: ignore[attr-defined]`` names one)."""
+
+
+def _untagged_type_ignores(source: str, name: str) -> list[str]:
+    """``name:line`` of each ``# type: ignore`` in ``source`` that names no error code."""
+    return [f"{name}:{i}" for i, line in enumerate(source.splitlines(), 1) if TYPE_IGNORE.search(line)]
+
+
+def test_every_type_ignore_names_its_code():
+    """mypy silences only the errors named: a bare ``# type: ignore`` would hide any other error on its line."""
+    found = [o for p in sorted((ROOT / "bayes_attn").rglob("*.py"))
+             for o in _untagged_type_ignores(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not found, found
+
+
+def test_type_ignore_check_can_fail():
+    source = ("x = 1  # type: ignore\ny = 2  # type:ignore  # why\nz = 3  # type: ignore[attr-defined]\n"
+              "w = 4  # type: ignore[arg-type, return-value]\n")
+    assert _untagged_type_ignores(source, "m.py") == ["m.py:1", "m.py:2"]
 
 
 def test_make_clean_removes_only_what_the_build_made():

@@ -26,7 +26,6 @@ from bayes_attn import posterior as bp
 from bayes_attn.samplers import memory, nuts
 from bayes_attn.spec import spec_from_dict
 
-
 Z = (7, MIN_ESS)  # 7 test inputs, MCSEs estimated -> false failures <= 1e-3 per comparison (check_max_abs_z)
 
 
@@ -141,7 +140,8 @@ def test_settings_are_typed_and_survive_saving(tiny_full, tmp_path):
     """``Posterior.settings`` is the SamplerSettings the draws were made with (the chain method as it ran)."""
     net, x, y, xt, post = tiny_full
     expected = ba.samplers.SamplerSettings(name="full", num_warmup=300, num_samples=300, num_chains=2,
-                                           seed=seed_of(3), target_accept=0.9, chain_method=bp.resolve_chain_method("auto", 2))
+                                           seed=seed_of(3), target_accept=0.9,
+                                           chain_method=bp.resolve_chain_method("auto", 2))
     assert post.settings == expected
     assert ba.load_posterior(post.save(tmp_path / "post.nc")).settings == expected
 
@@ -217,7 +217,8 @@ def test_conditional_draws_of_V0_are_exact(check):
     W = net.sample_prior(key_of(7))
     w = np.asarray(net.effective_weights(W))
     U = w @ w.T / w.shape[1]
-    draws = {"V1": jnp.broadcast_to(W.V[0], (1, M, *W.V[0].shape)), "V2": jnp.broadcast_to(W.V[1], (1, M, *W.V[1].shape)),
+    draws = {"V1": jnp.broadcast_to(W.V[0], (1, M, *W.V[0].shape)),
+             "V2": jnp.broadcast_to(W.V[1], (1, M, *W.V[1].shape)),
              "a": jnp.broadcast_to(W.a, (1, M, *W.a.shape))}
     inputs = ba.samplers.prepare(net, x, y, xt, T, "float64")
     V0 = np.asarray(ba.samplers.collapsed.conditional_V0(draws, key_of(1), inputs))[0]  # [M, N1, N0]
@@ -260,7 +261,8 @@ def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
                                sampler="collapsed", keep_weights=True, progress_bar=False)
     p = post.tree["posterior"]
     assert p["V0"].shape == (1, 20, 4, 6)
-    w = net.effective_weights(ba.Weights(p["V0"].values[0, 5], (p["V1"].values[0, 5], p["V2"].values[0, 5]), p["a"].values[0, 5]))
+    w = net.effective_weights(ba.Weights(p["V0"].values[0, 5], (p["V1"].values[0, 5], p["V2"].values[0, 5]),
+                                         p["a"].values[0, 5]))
     f = np.asarray(ba.network.forward_from_xi(net.xi(xt), jnp.asarray(p["V0"].values[0, 5]), w))
     np.testing.assert_allclose(p["f_test"].values[0, 5], f, rtol=1e-10)
 

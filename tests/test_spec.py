@@ -1,9 +1,9 @@
 """Specs (bayes_attn.spec): type errors name the field."""
 
 import pytest
+from conftest import TINY
 
 from bayes_attn.spec import load_spec, spec_from_dict
-from conftest import TINY
 
 
 @pytest.mark.parametrize("change, match", [

@@ -183,7 +183,8 @@ def test_exported_programs_are_loaded_not_traced_and_equal_the_traced(monkeypatc
     x, y = random_data(7)
     psi = np.zeros(11)
     keys = {compile_cache.program_key(objective.log_cholesky_value_grad_hess, psi,
-                                      objective.make_problem(random_network(h), x, y, 0.1)) for h in ((2, 2), (4, 1), (2, 2))}
+                                      objective.make_problem(random_network(h), x, y, 0.1))
+            for h in ((2, 2), (4, 1), (2, 2))}
     assert len(keys) == 2  # the head structure is part of the key
 
 
@@ -371,9 +372,9 @@ def test_a_read_only_cache_is_one_warning_and_off(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
-    """Truncated entries of the compile cache: one warning line for the run (JAX wrote one per program, 16 for the
-    tiny theory) beside the run's own messages, each compiled afresh and written again (JAX keeps an existing file, so they are removed first),
-    the same result; the next run reads them without a message (issue 53 row 9)."""
+    """Truncated entries of the compile cache: one warning line for the run (JAX wrote one per program, 16 for the tiny
+    theory) beside the run's own messages, each compiled afresh and written again (JAX keeps an existing file, so they
+    are removed first), the same result; the next run reads them without a message (issue 53 row 9)."""
     import subprocess
     import sys
 

@@ -20,6 +20,6 @@ from .spec import OneShotSpec, load_oneshot_spec
 
 __all__ = [
     "EpisodeSet", "Evaluation", "ImageSets", "OneShotSpec", "PruneResult", "Scan", "TrainedModel", "datasets",
-    "evaluation_episodes", "gd_episodes", "load_oneshot_spec", "load_pruning", "predictor_mean", "run_oneshot", "sample_at_widths",
-    "temperature_scan", "theory_draws", "tokenizer", "train_model",
+    "evaluation_episodes", "gd_episodes", "load_oneshot_spec", "load_pruning", "predictor_mean", "run_oneshot",
+    "sample_at_widths", "temperature_scan", "theory_draws", "tokenizer", "train_model",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -58,7 +58,8 @@ def save_model(path, params: Params, config: ModelConfig, train_config: TrainCon
         "history": None if history is None else history.to_dict(),
         "dtype": str(params.V0.dtype),
     } | ({} if training_hash is None else {"training_hash": training_hash})
-    arrays = {"V0": np.asarray(params.V0), "a": np.asarray(params.a), "meta": np.array(json.dumps(meta))}
+    arrays: dict[str, Any] = {"V0": np.asarray(params.V0), "a": np.asarray(params.a),
+                              "meta": np.array(json.dumps(meta))}
     for l in range(config.L):
         arrays[f"Q{l + 1}"] = np.asarray(params.Q[l])
         arrays[f"K{l + 1}"] = np.asarray(params.K[l])

@@ -23,7 +23,16 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import _checks
-from ..tasks import Episodes, ImageSet, Tokenizer, make_episodes, read_digits, read_omniglot, read_omniglot_runs, split_by_group
+from ..tasks import (
+    Episodes,
+    ImageSet,
+    Tokenizer,
+    make_episodes,
+    read_digits,
+    read_omniglot,
+    read_omniglot_runs,
+    split_by_group,
+)
 from .spec import OneShotSpec
 
 __all__ = ["EpisodeSet", "Evaluation", "ImageSets", "check_data", "check_spec", "datasets", "episode_seed",
@@ -83,7 +92,8 @@ def datasets(spec: OneShotSpec, data_dir: str | os.PathLike | None = None) -> Im
     gd = gd.with_mirrors() if task.mirrors else gd
     ood = {}
     for name in task.ood:
-        ood[name] = read_omniglot_runs(folder, task.size, task.runs_file) if name == "all_runs" else read_digits(task.size)
+        ood[name] = (read_omniglot_runs(folder, task.size, task.runs_file) if name == "all_runs"
+                     else read_digits(task.size))
     return ImageSets(gd, parts[task.theory_part], parts["validation"], parts["test"], ood)
 
 
@@ -138,7 +148,8 @@ def evaluation_episodes(spec: OneShotSpec, sets: ImageSets) -> Evaluation:
 
 
 def theory_draws(spec: OneShotSpec, sets: ImageSets, first: EpisodeSet | None = None) -> list[EpisodeSet]:
-    """``task.n_theory_draws`` draws of the ``P`` theory-training episodes; draw 0 is ``evaluation_episodes``' (``first``)."""
+    """``task.n_theory_draws`` draws of the ``P`` theory-training episodes; draw 0 is ``evaluation_episodes``'
+    (``first``)."""
     t = check_spec(spec).task
     first = _episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train") if first is None else first
     return [first] + [_episode_set(spec, sets.theory_train, t.n_theory_train, "theory_train", k)

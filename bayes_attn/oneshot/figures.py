@@ -91,7 +91,7 @@ def score_vs_drop(result: PruneResult, path) -> Path:
         idx = [i for i, v in enumerate(layer) if v == l]
         ax.errorbar([scores[i] for i in idx], [drops[i] for i in idx], yerr=[ses[i] for i in idx], fmt="o",
                     color=colors[l % 4], capsize=3, label=f"layer {l + 1}")
-    for s, d, lab in zip(scores, drops, labels):
+    for s, d, lab in zip(scores, drops, labels, strict=True):
         ax.annotate(lab, (s, d), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axhline(0, color="k", lw=0.5)
     sp = p.spearman
@@ -145,7 +145,7 @@ def order_parameters(matrices: Mapping[str, np.ndarray], labels: Sequence[str], 
     n = len(matrices)
     fig, axes = _subplots(1, n, figsize=(5.2 * n, 4.6))
     big = len(labels) > 8
-    for ax, (name, U) in zip(axes[0], matrices.items()):
+    for ax, (name, U) in zip(axes[0], matrices.items(), strict=True):
         U = np.asarray(U, dtype=np.float64)
         vmax = float(np.max(np.abs(U))) or 1.0
         im = ax.imshow(U, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
@@ -210,7 +210,7 @@ def path_kernels(theory: Theory, gp: Theory, paths: Sequence[str | int], path, *
             panels.append((name, K_of(t.U)))
     fig, axes = _subplots(1, len(panels), figsize=(3.6 * len(panels), 3.6))
     n_plus = int(np.sum(y > 0))
-    for ax, (name, K) in zip(axes[0], panels):
+    for ax, (name, K) in zip(axes[0], panels, strict=True):
         Kc = _centred(K)
         lim = float(np.percentile(np.abs(Kc), 99)) or 1.0
         ax.imshow(Kc, cmap="RdBu_r", vmin=-lim, vmax=lim)

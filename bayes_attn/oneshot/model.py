@@ -128,10 +128,11 @@ def check_params(params: Params, config: ModelConfig | None = None) -> Params:
         raise ValueError("params.Q, params.K and params.V must have one array per layer")
     d, N0 = params.V0.shape
     dqk = params.Q[0].shape[1]
-    for l, (q, k, v) in enumerate(zip(params.Q, params.K, params.V)):
+    for l, (q, k, v) in enumerate(zip(params.Q, params.K, params.V, strict=True)):
         H = q.shape[0]
         if q.shape != (H, dqk, N0) or k.shape != (H, dqk, N0):
-            raise ValueError(f"params.Q[{l}] and params.K[{l}] must be [H, d_qk={dqk}, N0={N0}], got {q.shape}, {k.shape}")
+            raise ValueError(f"params.Q[{l}] and params.K[{l}] must be [H, d_qk={dqk}, N0={N0}], "
+                             f"got {q.shape}, {k.shape}")
         if v.shape != (H, d, d):
             raise ValueError(f"params.V[{l}] must be [H={H}, d={d}, d={d}], got {v.shape}")
     if params.a.shape != (d,):
@@ -145,7 +146,8 @@ def check_params(params: Params, config: ModelConfig | None = None) -> Params:
 
 
 def attention(Q: jax.Array, K: jax.Array, x: jax.Array) -> jax.Array:
-    """``Omega[p, h, s, t]`` (key s, query t), softmax over keys: ``[P, H, T, T]`` from ``Q, K [H, d_qk, N0]``, ``x [P, T, N0]``."""
+    """``Omega[p, h, s, t]`` (key s, query t), softmax over keys: ``[P, H, T, T]`` from ``Q, K [H, d_qk, N0]``,
+    ``x [P, T, N0]``."""
     q = jnp.einsum("hkn,ptn->phtk", Q, x)
     k = jnp.einsum("hkn,psn->phsk", K, x)
     score = jnp.einsum("phtk,phsk->phst", q, k) / math.sqrt(Q.shape[1])
@@ -156,7 +158,7 @@ def forward(params: Params, x) -> jax.Array:
     """Model output ``f(x)``: ``[P]`` from ``x [P, T, N0]``."""
     x = jnp.asarray(x, dtype=params.V0.dtype)
     z = jnp.einsum("dn,ptn->ptd", params.V0, x)  # [P, T, d]
-    for Q, K, V in zip(params.Q, params.K, params.V):
+    for Q, K, V in zip(params.Q, params.K, params.V, strict=True):
         omega = attention(Q, K, x)
         mixed = jnp.einsum("psi,phst->phti", z, omega)  # tokens mixed per head
         z = jnp.einsum("hji,phti->ptj", V, mixed) / math.sqrt(V.shape[0])
@@ -184,7 +186,8 @@ def predict(params: Params, x, chunk: int = 512) -> np.ndarray:
 
 
 def accuracy(params: Params, x, y) -> tuple[float, float]:
-    """``(accuracy, se)`` of the model's sign on ``x [P, T, N0]`` with labels ``y [P]`` ±1; ``se = sqrt(acc(1-acc)/P)``."""
+    """``(accuracy, se)`` of the model's sign on ``x [P, T, N0]`` with labels ``y [P]`` ±1;
+    ``se = sqrt(acc(1-acc)/P)``."""
     x = _checks.inputs("x", x, int(params.V0.shape[1]))
     y = _check_pm1("y", y, x.shape[0])
     return stats.accuracy_se(predict(params, x), y)
@@ -205,7 +208,8 @@ def _check_pm1(name: str, y, P: int) -> np.ndarray:
 
 
 # ----- the same network in bayes_attn.network terms ---------------------------
-def to_network(params: Params, config: ModelConfig, *, width: int | None = None, variances=1.0) -> tuple[Network, Weights | None]:
+def to_network(params: Params, config: ModelConfig, *, width: int | None = None,
+               variances=1.0) -> tuple[Network, Weights | None]:
     """The model as a :class:`Network` (readout ``"mean"``, ``W = K^T Q / sqrt(d_qk)``) and its :class:`Weights`.
 
     ``Network.forward(weights, x)`` (either form) equals :func:`forward`. The
@@ -253,8 +257,10 @@ class TrainedOrderParameters(NamedTuple):
 
 
 def trained_order_parameters(params: Params, config: ModelConfig) -> TrainedOrderParameters:
-    """``U[pi, pi'] = w_pi·w_pi' / N1`` with ``w_pi = a·V_L[h_L]···V_1[h_1] / sqrt(Na N_L···N_2)`` of the rescaled weights."""
+    """``U[pi, pi'] = w_pi·w_pi' / N1`` with ``w_pi = a·V_L[h_L]···V_1[h_1] / sqrt(Na N_L···N_2)`` of the rescaled
+    weights."""
     net, weights = to_network(params, config)
+    assert weights is not None  # the model's own width: its weights fit
     Us, Ua = order_parameters_from_weights(weights.V, weights.a, net.widths)
     Us = [np.asarray(u, dtype=np.float64) for u in Us]
     return TrainedOrderParameters(Us[0], Us, float(Ua))

@@ -4,37 +4,30 @@
 frozen value (:mod:`bayes_attn.oneshot.prune_result`) and the next takes it:
 
 1. images and episodes (:mod:`bayes_attn.oneshot.data`);
-2. :func:`train_model`: gradient descent on fresh episodes every epoch
-   (``model.npz``; parked until the run commits, reused when its settings
-   match) → :class:`TrainedModel` with its :class:`ModelMetrics`
-   (test and OOD accuracy, the pixel baseline);
-3. :func:`~bayes_attn.oneshot.scan.temperature_scan`: theory at every
-   width × temperature and the GP limit per temperature on the frozen
-   query/key, the temperature chosen on the *validation* episodes → ``Scan``;
-4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: the posterior
-   (``[sampler]``) at the chosen temperatures → :class:`SamplingVerdict`;
-   :func:`compare_at_widths`: the leading and the corrected theory against
-   it, as ``bayes-attn run`` compares them → :class:`WidthComparison` per width;
-5. :func:`~bayes_attn.oneshot.pruning.pruning_report`: head scores from the
-   theory's ``U`` at ``score_width``, ``score_temperature``; single-head drops
-   and cumulative pruning of the model on the test episodes → ``PruningResult``;
-6. :func:`spread`: class-bootstrap errors, the same removal in the theory (a
-   head's paths out of ``U``), the spread of the score–drop ρ over draws of
-   the ``P`` episodes × class bootstraps of the test episodes → :class:`Spread`;
+2. :func:`train_model`: gradient descent on fresh episodes every epoch (``model.npz``; parked until the run commits,
+   reused when its settings match) → :class:`TrainedModel` with its :class:`ModelMetrics` (test and OOD accuracy, the
+   pixel baseline);
+3. :func:`~bayes_attn.oneshot.scan.temperature_scan`: theory at every width × temperature and the GP limit per
+   temperature on the frozen query/key, the temperature chosen on the *validation* episodes → ``Scan``;
+4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: the posterior (``[sampler]``) at the chosen temperatures →
+   :class:`SamplingVerdict`; :func:`compare_at_widths`: the leading and the corrected theory against it, as
+   ``bayes-attn run`` compares them → :class:`WidthComparison` per width;
+5. :func:`~bayes_attn.oneshot.pruning.pruning_report`: head scores from the theory's ``U`` at ``score_width``,
+   ``score_temperature``; single-head drops and cumulative pruning of the model on the test episodes →
+   ``PruningResult``;
+6. :func:`spread`: class-bootstrap errors, the same removal in the theory (a head's paths out of ``U``), the spread of
+   the score–drop ρ over draws of the ``P`` episodes × class bootstraps of the test episodes → :class:`Spread`;
 7. :class:`PruneResult` → ``pruning.json``, ``oneshot.nc``, ``report.md``, figures.
 
-**Temperature choice.** The paper chose the temperature per width by *test* accuracy.
-Here it is chosen by accuracy on separate validation episodes drawn from a
-alphabet of its own (default Tagalog, :data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`),
-disjoint from the gradient-descent (and theory-training) and test classes,
-so that validation episodes are new classes like the test episodes, and the
-test accuracy at the chosen temperature is an honest estimate. Standard errors of
-test accuracies come from a bootstrap over the query's class
+**Temperature choice.** The paper chose the temperature per width by *test* accuracy. Here it is chosen by accuracy on
+separate validation episodes drawn from a alphabet of its own (default Tagalog,
+:data:`~bayes_attn.oneshot.spec.ONESHOT_SPLIT`), disjoint from the gradient-descent (and theory-training) and test
+classes, so that validation episodes are new classes like the test episodes, and the test accuracy at the chosen
+temperature is an honest estimate. Standard errors of test accuracies come from a bootstrap over the query's class
 (:func:`~bayes_attn.oneshot.pruning.class_bootstrap`).
 
-Symbols (docs/theory.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P``
-training episodes, ``N`` width, ``U`` ``[D, D]`` order parameter over paths,
-``temperature`` the likelihood variance.
+Symbols (docs/theory.md): ``x0`` tokens ``[n, T, N0]``, labels ``y`` ±1, ``P`` training episodes, ``N`` width, ``U``
+``[D, D]`` order parameter over paths, ``temperature`` the likelihood variance.
 """
 
 from __future__ import annotations
@@ -56,11 +49,23 @@ import xarray as xr
 from .. import _io, outputs, stats
 from ..compare import compare, diagnostics_verdict
 from ..theory import Theory, gp_limit, head_scores, laplace_correction, solve_theory
-from . import checkpoints, data, figures, model as gd_model, pruning, results, training
+from . import checkpoints, data, figures, pruning, results, training
+from . import model as gd_model
 from .data import EpisodeSet, Evaluation, ImageSets
 from .model import ModelConfig, Params
-from .prune_result import (Accuracy, ModelMetrics, OodAccuracy, PruneResult, SamplingVerdict, ScoreSpreads, Spread,
-                           Temperatures, WidthComparison, width_comparison, write)
+from .prune_result import (
+    Accuracy,
+    ModelMetrics,
+    OodAccuracy,
+    PruneResult,
+    SamplingVerdict,
+    ScoreSpreads,
+    Spread,
+    Temperatures,
+    WidthComparison,
+    width_comparison,
+    write,
+)
 from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations
 
@@ -108,8 +113,8 @@ def _saved_model(spec: OneShotSpec, folder: Path, names: tuple[str, str]):
         return None, None, f"{js.name} is not a readable model record ({type(err).__name__}: {err})", logging.WARNING
     if stored[0] != spec.training_hash():
         want = json.loads(json.dumps(spec.training_settings(), default=list))
-        diff = ", ".join(checkpoints.changed(stored[1], want)[:4])
-        return None, None, f"trained with other settings ({diff or 'the training hash'})", logging.INFO
+        changed = ", ".join(checkpoints.changed(stored[1], want)[:4])
+        return None, None, f"trained with other settings ({changed or 'the training hash'})", logging.INFO
     try:
         saved = checkpoints.load_model(npz)
     except ValueError as err:
@@ -194,9 +199,9 @@ def train_model(
     found = None if retrain else _reusable(spec, saved_in, progress_bar)
     saved = None if found is None else found[0]
     if found is not None:
-        meta, names = found[1:]
+        saved, meta, names = found
         if saved_in.resolve() != out.resolve():
-            for name, to in zip(names, MODEL_FILES):
+            for name, to in zip(names, MODEL_FILES, strict=True):
                 shutil.copy2(saved_in / name, out / to)
         params, history, seconds = saved.params, saved.history, float(meta.get("train_seconds", float("nan")))
         _log(progress_bar, f"reusing {saved_in / names[0]} (same training settings)")
@@ -280,7 +285,8 @@ def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: The
     ``xi_te``) ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
     th = spec.theory
     net_score = net.with_width(th.score_width)
-    rows, problems, first = {"leading": [], "corrected": [], "ablation": []}, [], None
+    rows: dict[str, list] = {"leading": [], "corrected": [], "ablation": []}
+    problems, first = [], None
     for k, d in enumerate(data.theory_draws(spec, sets, ev.theory_train)):
         t = score_theory if k == 0 else solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
         c, why = _corrected(t)
@@ -292,6 +298,7 @@ def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: The
         first = ab if k == 0 else first
         rows["ablation"].append(np.array([np.nan if v is None else v for layer in ab.drops for v in layer]))
         _log(progress_bar, f"theory draw {k}: head scores {np.round(rows['leading'][-1], 3).tolist()}")
+    assert first is not None  # draw 0 is always made
     return rows, first, problems
 
 
@@ -330,9 +337,9 @@ def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: S
         d = c0[i].mean() - rows[:, i].mean(axis=1)
         drop_rows.append(np.where(removable, d, np.nan))
     post = (posteriors or {}).get(th.score_width)
-    others = {"corrected": _spread_of(draws["corrected"], drop_rows), "ablation": _spread_of(draws["ablation"], drop_rows),
-              "posterior": None if post is None else _spread_of([_flat_scores(post.order_parameter(1), heads)],
-                                                                 drop_rows)}
+    others = {name: _spread_of(draws[name], drop_rows) for name in ("corrected", "ablation")}
+    others["posterior"] = (None if post is None
+                           else _spread_of([_flat_scores(post.order_parameter(1), heads)], drop_rows))
     return Spread(se_method=se_method, ablation=ablation, ablation_rho_score=rho_score, ablation_rho_drops=rho_drops,
                   rho=pruning.spearman_spread(draws["leading"], drop_rows),
                   score_draws=[s.tolist() for s in draws["leading"]],
@@ -411,8 +418,7 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
     return SamplingVerdict(verdict, list(reasons))
 
 
-def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool,
-                 progress_bar: bool) -> PruneResult:
+def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool, progress_bar: bool) -> PruneResult:
     """:func:`run_oneshot` in the held folder ``stage``: a newly trained model is parked in the output folder as
     soon as training ends (:data:`PARKED_FILES`), and a later failure is
     :class:`~bayes_attn.outputs.FailedAfterComputing`."""
@@ -432,7 +438,7 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
                         saved_in=stage.folder)
     lap("training" + (" (reused model)" if model.metrics.reused else ""))
     if not model.metrics.reused:
-        outputs.park(stage, dict(zip(MODEL_FILES, PARKED_FILES)), command="prune")
+        outputs.park(stage, dict(zip(MODEL_FILES, PARKED_FILES, strict=True)), command="prune")
     try:
         return _after_training(spec, out, sets, ev, model, lap, seconds, progress_bar)
     except (MemoryError, OSError):  # the command's own messages (a full disk names the model kept: run_oneshot)
@@ -444,8 +450,8 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
 
 def _temperatures(scan: Scan) -> Temperatures:
     d = scan.dataset
-    return Temperatures(d.attrs["temperature_choice"], {int(N): float(t) for N, t in
-                                                        zip(d["width"].values, d["best_temperature"].values)},
+    best = zip(d["width"].values, d["best_temperature"].values, strict=True)
+    return Temperatures(d.attrs["temperature_choice"], {int(N): float(t) for N, t in best},
                         float(d["gp_best_temperature"]))
 
 

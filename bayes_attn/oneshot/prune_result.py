@@ -125,8 +125,8 @@ class WidthComparison:
 def width_comparison(comp: Comparison, temperature: float, problems: list[str]) -> WidthComparison:
     """The typed value of a :class:`~bayes_attn.compare.Comparison` at its width (``problems``: of the
     correction, besides the comparison's own warnings)."""
-    theories = {name: TheoryVerdict(c.verdict, list(c.inconclusive_reasons), list(c.checks), float(c.accuracy["theory"]))
-                for name, c in comp.theories.items()}
+    theories = {name: TheoryVerdict(c.verdict, list(c.inconclusive_reasons), list(c.checks),
+                                    float(c.accuracy["theory"])) for name, c in comp.theories.items()}
     return WidthComparison(int(comp.width), float(temperature), theories, float(comp.accuracy["sampled"]),
                            [*problems, *comp.theory_warnings])
 

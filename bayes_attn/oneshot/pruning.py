@@ -37,15 +37,15 @@ def _removal_sets(heads_removed, heads: Sequence[int]) -> list[set[int]]:
             pairs = [tuple(p) for p in heads_removed]
         except TypeError as err:
             raise ValueError("heads_removed must be a dict {layer: [heads]} or a list of (layer, head)") from err
-    sets = [set() for _ in heads]
+    sets: list[set[int]] = [set() for _ in heads]
     for p in pairs:
         if len(p) != 2:
             raise ValueError(f"heads_removed entries must be (layer, head) pairs, got {p!r}")
         l, h = p
         if isinstance(l, bool) or not isinstance(l, (int, np.integer)) or not 0 <= l < len(heads):
             raise ValueError(f"heads_removed: layer must be an int in [0, {len(heads)}), got {l!r}")
-        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < heads[l]:
-            raise ValueError(f"heads_removed: head of layer {l} must be an int in [0, {heads[l]}), got {h!r}")
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 0 <= h < heads[int(l)]:
+            raise ValueError(f"heads_removed: head of layer {l} must be an int in [0, {heads[int(l)]}), got {h!r}")
         if int(h) in sets[l]:
             raise ValueError(f"heads_removed lists head (layer={l}, head={h}) twice")
         sets[int(l)].add(int(h))
@@ -118,14 +118,18 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
     c0, rows = head_correctness(params, config, x, y)
     c0 = c0.astype(np.float64)
     n = c0.size
-    acc, drops, ses = [], [], []
+    acc: list[list[float | None]] = []
+    drops: list[list[float | None]] = []
+    ses: list[list[float | None]] = []
     k = 0
-    for l, H in enumerate(config.heads):
-        acc.append([]), drops.append([]), ses.append([])
-        for h in range(H):
+    for H in config.heads:
+        for part in (acc, drops, ses):
+            part.append([])
+        for _ in range(H):
             c, k = rows[k].astype(np.float64), k + 1
             if H == 1:  # the only head of a layer cannot be removed
-                acc[-1].append(None), drops[-1].append(None), ses[-1].append(None)
+                for part in (acc, drops, ses):
+                    part[-1].append(None)
                 continue
             diff = c0 - c
             acc[-1].append(float(c.mean()))
@@ -137,7 +141,8 @@ def single_head_drops(params: Params, config: ModelConfig, x, y) -> HeadDrops:
 # ----- rank correlation -------------------------------------------------------
 @dataclass(frozen=True)
 class Spearman:
-    """A Spearman ρ with its permutation p-value (:func:`spearman`); ``rho``, ``p_value`` ``None`` for constant input."""
+    """A Spearman ρ with its permutation p-value (:func:`spearman`); ``rho``, ``p_value`` ``None`` for constant
+    input."""
 
     alternative: str
     n: int
@@ -163,7 +168,8 @@ def _flat(name: str, v) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int = 10_000, seed: int = 0, exact_max: int = 8) -> dict:
+def spearman(scores, drops, *, alternative: str = "greater", n_permutations: int = 10_000, seed: int = 0,
+             exact_max: int = 8) -> Spearman:
     """Spearman rank correlation of ``scores`` and ``drops`` with a permutation p-value.
 
     Both may be flat or per-layer lists (flattened layer-major). ``alternative``:
@@ -229,7 +235,7 @@ class RandomPruning:
     seed: int
 
 
-def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequence[tuple[int, int]]) -> Cumulative:
+def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequence[Sequence[int]]) -> Cumulative:
     """Remove heads one after another in ``order`` and measure accuracy after each removal.
 
     A removal that would leave a layer without heads is skipped (listed in
@@ -262,12 +268,14 @@ def cumulative_pruning(params: Params, config: ModelConfig, x, y, order: Sequenc
         left[l] -= 1
         removed.append([l, h])
         a, s = measure(removed)
-        accs.append(a), ses.append(s)
+        accs.append(a)
+        ses.append(s)
     return Cumulative(removed, skipped, accs, ses)
 
 
 def ascending_order(scores: Sequence) -> list[tuple[int, int]]:
-    """All heads ``(layer, head)`` by ascending score (ties: layer-major); ``scores`` per layer as from :func:`head_scores`."""
+    """All heads ``(layer, head)`` by ascending score (ties: layer-major); ``scores`` per layer as from
+    :func:`head_scores`."""
     pairs = [((l, h), float(s)) for l, layer in enumerate(scores) for h, s in enumerate(np.ravel(layer))]
     return [p for p, _ in sorted(pairs, key=lambda t: t[1])]
 
@@ -342,7 +350,7 @@ def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
     heads = [int(H) for H in heads]
     sets = _removal_sets(heads_removed, heads)
     out = np.ones(1)
-    for H, s in zip(heads, sets):
+    for H, s in zip(heads, sets, strict=True):
         f = np.full(H, math.sqrt(H / (H - len(s))))
         f[list(s)] = 0.0
         out = np.outer(out, f).ravel()
@@ -351,7 +359,8 @@ def path_factors(heads: Sequence[int], heads_removed) -> np.ndarray:
 
 @dataclass(frozen=True)
 class TheoryAblation:
-    """The theory's test accuracy with all heads, and without each head's paths (per layer; ``None``: a layer's only head)."""
+    """The theory's test accuracy with all heads, and without each head's paths (per layer; ``None``: a layer's
+    only head)."""
 
     accuracy: float
     accuracy_without: list[list[float | None]]
@@ -377,16 +386,20 @@ def theory_head_drops(U, temperature: float, xi_train, y_train, xi_test, y_test,
         return float(np.mean(stats.sign(f) == y_test))
 
     base = acc(U)
-    without, drops = [], []
+    without: list[list[float | None]] = []
+    drops: list[list[float | None]] = []
     for l, H in enumerate(heads):
-        without.append([]), drops.append([])
+        without.append([])
+        drops.append([])
         for h in range(H):
             if H == 1:
-                without[-1].append(None), drops[-1].append(None)
+                without[-1].append(None)
+                drops[-1].append(None)
                 continue
             m = path_factors(heads, [(l, h)])
             a = acc(np.outer(m, m) * U)
-            without[-1].append(a), drops[-1].append(base - a)
+            without[-1].append(a)
+            drops[-1].append(base - a)
     return TheoryAblation(base, without, drops)
 
 
@@ -452,7 +465,8 @@ def spearman_spread(score_draws, drop_resamples) -> SpearmanSpread:
     S = np.atleast_2d(np.asarray(score_draws, dtype=np.float64))
     Dr = np.atleast_2d(np.asarray(drop_resamples, dtype=np.float64))
     if S.shape[1] != Dr.shape[1]:
-        raise ValueError(f"score_draws and drop_resamples must have the same number of heads, got {S.shape[1]} and {Dr.shape[1]}")
+        raise ValueError("score_draws and drop_resamples must have the same number of heads, "
+                         f"got {S.shape[1]} and {Dr.shape[1]}")
     keep = np.all(np.isfinite(S), axis=0) & np.all(np.isfinite(Dr), axis=0)
     if keep.sum() < 2:
         raise ValueError("spearman_spread needs at least 2 heads with finite scores and drops")
@@ -461,4 +475,5 @@ def spearman_spread(score_draws, drop_resamples) -> SpearmanSpread:
     if finite.size == 0:
         raise ValueError("every pair of scores and drops has a constant side: no ρ")
     q05, med, q95 = (float(v) for v in np.quantile(finite, [0.05, 0.5, 0.95]))
-    return SpearmanSpread(finite.tolist(), med, q05, q95, int(S.shape[0]), int(Dr.shape[0]), int(rho.size - finite.size))
+    return SpearmanSpread(finite.tolist(), med, q05, q95, int(S.shape[0]), int(Dr.shape[0]),
+                          int(rho.size - finite.size))

@@ -15,8 +15,8 @@ import xarray as xr
 
 from .. import _io, _markdown
 from ..compare import THEORY_NAMES
-from ..run import figures as run_figures
 from ..network import head_labels
+from ..run import figures as run_figures
 from . import figures
 from .prune_result import NOT_COMPARED, PAPER_SPEARMAN_RHO, PruneResult, load_pruning
 
@@ -88,7 +88,7 @@ def comparison_dataset(result: PruneResult) -> xr.Dataset:
     if not comps:
         return xr.Dataset()
     names = [k.name for k in comps[0].theories[comps[0].headline].checks]
-    data = {}
+    data: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
     for prefix, which in (("", 0), ("alternative_", 1)):
         if any(len(c.theories) <= which for c in comps):
             continue
@@ -284,7 +284,7 @@ def _predictors_section(r: PruneResult) -> list[str]:
 def _pruning_section(r: PruneResult) -> list[str]:
     p = r.pruning
     rows = [(k, f"{a:.3f}", f"{d:.3f}", f"{p.random.accuracy_mean[k]:.3f} ± {p.random.accuracy_std[k]:.3f}")
-            for k, (a, d) in enumerate(zip(p.ascending.accuracy, p.descending.accuracy))]
+            for k, (a, d) in enumerate(zip(p.ascending.accuracy, p.descending.accuracy, strict=True))]
     return ["", "Cumulative pruning, accuracy after k heads removed:", "",
             *_markdown.table(("k", "ascending", "descending", "random mean ± sd"), rows)]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,10 +26,10 @@ import xarray as xr
 
 from .. import _checks, gp, stats
 from ..network import Network
-from .spec import OneShotSpec
 from ..posterior import Posterior, sample_posterior
 from ..precision import float64
 from ..theory import Theory, kernel_basis, solve_theory
+from .spec import OneShotSpec
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,8 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     theories: dict[tuple[int, float], Theory] = {}
     basis = kernel_basis(net, x)  # one basis for every width and temperature
     for i, N in enumerate(widths):
-        net_N, init = net.with_width(N), "gp"
+        net_N = net.with_width(N)
+        init: str | list[np.ndarray] = "gp"
         for j in reversed(range(nT)):
             temp = temps[j]
             with warnings.catch_warnings():
@@ -193,7 +194,8 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
     x_test = net.check_inputs(x_test, "x_test")
     y_test = _checks.signs("y_test", y_test, x_test.shape[0])
     xi, xi_test = path_inputs(net, x), path_inputs(net, x_test)
-    rows, posteriors = [], {}
+    rows: list[dict[str, Any]] = []
+    posteriors: dict[int, Posterior] = {}
     for N in spec.theory.sample_widths:
         temperature = scan.best_temperature(N)
         t0 = time.perf_counter()
@@ -230,7 +232,8 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
             "accuracy_sampled": (("sample_width",), np.array([r["accuracy_sampled"][0] for r in rows], float)),
             "accuracy_sampled_se": (("sample_width",), np.array([r["accuracy_sampled"][1] for r in rows], float)),
             "agreement": (("sample_width",), np.array([r["agreement"] for r in rows], float)),
-            "U_sampled": (("sample_width", "path", "path_"), np.array([r["U_sampled"] for r in rows]).reshape(-1, D, D)),
+            "U_sampled": (("sample_width", "path", "path_"),
+                          np.array([r["U_sampled"] for r in rows]).reshape(-1, D, D)),
             "U_theory": (("sample_width", "path", "path_"), np.array([r["U_theory"] for r in rows]).reshape(-1, D, D)),
             "rhat_U": (("sample_width",), np.array([r["rhat_U"] for r in rows], float)),
             "ess_U": (("sample_width",), np.array([r["ess_U"] for r in rows], float)),

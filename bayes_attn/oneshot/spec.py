@@ -40,12 +40,13 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import _checks, _io
 from .._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
-from ..tasks import DEFAULT_SPLIT, OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
+from ..tasks import OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
 from .model import ModelConfig
 from .training import TrainConfig
 
@@ -135,7 +136,7 @@ class TaskSpec:
     patch: int = 8
     channels: int = 1
     label_scale: float = 1.0
-    split: dict[str, tuple[str, ...]] | None = None
+    split: dict[str, tuple[str, ...]] = None  # type: ignore[assignment]  # None: the kind's, set by __post_init__
     rotations: bool = False
     mirrors: bool = False
     within_alphabet: bool = False
@@ -149,7 +150,7 @@ class TaskSpec:
     ood: tuple[str, ...] = ("all_runs", "digits")
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _checks.choice("task.kind", self.kind, KINDS)
         for name in ("data_dir", "runs_file"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
@@ -190,7 +191,8 @@ class TaskSpec:
                 raise ValueError(f"task.split.{part} must be a non-empty list of names, got {names!r}")
             for n in names:
                 if n in seen:
-                    raise ValueError(f"task.split: {n!r} is in both {seen[n]!r} and {part!r}; the parts must be disjoint")
+                    raise ValueError(f"task.split: {n!r} is in both {seen[n]!r} and {part!r}; "
+                                     "the parts must be disjoint")
                 seen[n] = part
         object.__setattr__(self, "split", {p: tuple(split[p]) for p in parts})
 
@@ -201,7 +203,8 @@ class TaskSpec:
 
     @property
     def theory_part(self) -> str:
-        """The part whose classes the theory's ``P`` episodes come from (``gd_train`` unless the split names ``theory_train``)."""
+        """The part whose classes the theory's ``P`` episodes come from (``gd_train`` unless the split names
+        ``theory_train``)."""
         return "theory_train" if "theory_train" in self.split else "gd_train"
 
 
@@ -250,18 +253,22 @@ class TheorySpec:
 
     def __post_init__(self):
         object.__setattr__(self, "widths", _positive_ints("theory.widths", self.widths))
-        object.__setattr__(self, "sample_widths", tuple(self.sample_widths) and _positive_ints("theory.sample_widths", self.sample_widths))
+        sample_widths = tuple(self.sample_widths) and _positive_ints("theory.sample_widths", self.sample_widths)
+        object.__setattr__(self, "sample_widths", sample_widths)
         if isinstance(self.temperatures, (str, int, float)) or not self.temperatures:
-            raise ValueError(f"theory.temperatures must be a non-empty list of positive numbers, got {self.temperatures!r}")
+            raise ValueError("theory.temperatures must be a non-empty list of positive numbers, "
+                             f"got {self.temperatures!r}")
         temps = tuple(_checks.positive(f"theory.temperatures[{i}]", t) for i, t in enumerate(self.temperatures))
         if len(set(temps)) != len(temps):
             raise ValueError(f"theory.temperatures repeats a value: {list(temps)}")
         object.__setattr__(self, "temperatures", temps)
         _checks.positive_int("theory.score_width", self.score_width)
-        object.__setattr__(self, "score_temperature", _checks.positive("theory.score_temperature", self.score_temperature))
+        score_temperature = _checks.positive("theory.score_temperature", self.score_temperature)
+        object.__setattr__(self, "score_temperature", score_temperature)
         object.__setattr__(self, "variances", _checks.positive("theory.variances", self.variances))
         if self.score_width not in self.widths:
-            raise ValueError(f"theory.score_width must be among theory.widths {list(self.widths)}, got {self.score_width}")
+            raise ValueError(f"theory.score_width must be among theory.widths {list(self.widths)}, "
+                             f"got {self.score_width}")
         missing = [w for w in self.sample_widths if w not in self.widths]
         if missing:
             raise ValueError(f"theory.sample_widths must be among theory.widths {list(self.widths)}, got {missing}")
@@ -306,10 +313,12 @@ class OneShotSpec:
     model: ModelSpec = field(default_factory=ModelSpec)
     training: TrainConfig = field(default_factory=TrainConfig)
     theory: TheorySpec = field(default_factory=TheorySpec)
-    sampler: SamplerSettings = field(default_factory=lambda: SamplerSettings(num_chains=2, num_warmup=200, num_samples=200))
+    sampler: SamplerSettings = field(
+        default_factory=lambda: SamplerSettings(num_chains=2, num_warmup=200, num_samples=200))
     pruning: PruningSpec = field(default_factory=PruningSpec)
     source: str | None = field(default=None, compare=False, repr=False)
-    """The spec file it was read from (``None`` when built in code); relative ``data_dir`` resolve against its folder."""
+    """The spec file it was read from (``None`` when built in code); relative ``data_dir`` resolve against its
+    folder."""
 
     def __post_init__(self):
         check_name(self.name)
@@ -318,7 +327,8 @@ class OneShotSpec:
                 raise ValueError(f"{key} must be a {cls.__name__}, got {type(getattr(self, key)).__name__}")
 
     def data_path(self, data_dir: str | os.PathLike | None = None) -> Path:
-        """The data folder: ``data_dir`` when given (as is), else ``task.data_dir`` resolved against the spec file's folder."""
+        """The data folder: ``data_dir`` when given (as is), else ``task.data_dir`` resolved against the spec file's
+        folder."""
         if data_dir is not None:
             return Path(data_dir).expanduser()
         path = Path(self.task.data_dir).expanduser()
@@ -355,7 +365,7 @@ class OneShotSpec:
         unknown = set(table) - {"name", *SECTIONS}
         if unknown:
             raise ValueError(f"spec has unknown keys {sorted(unknown)}; expected some of {sorted({'name', *SECTIONS})}")
-        kwargs = {"name": check_name(check_type("name", table.get("name", cls.name), str))}
+        kwargs: dict[str, Any] = {"name": check_name(check_type("name", table.get("name", cls.name), str))}
         for key, table_cls in SECTIONS.items():
             sub = table.get(key, {})
             if key == "sampler" and isinstance(sub, dict):

@@ -102,7 +102,8 @@ class TrainConfig:
                 raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr ({self.lr})")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (the :data:`OPTIONAL` fields only when set, so that settings without them keep their hash)."""
+        """JSON-ready dict (the :data:`OPTIONAL` fields only when set, so that settings without them keep their
+        hash)."""
         return {k: v for k, v in asdict(self).items() if not (k in self.OPTIONAL and v is None)}
 
     def optax(self) -> optax.GradientTransformation:
@@ -206,16 +207,18 @@ def train(
         if progress_bar:
             log.info(line + f"  ({history.seconds[-1]:.1f} s)")
         if stop is not None:
-            lr = stop.update(epoch, history.val_accuracy[-1], history.val_se[-1], params, lr)
-            if lr is None:
+            next_lr = stop.update(epoch, history.val_accuracy[-1], history.val_se[-1], params, lr)
+            if next_lr is None:
                 break
+            lr = next_lr
     if stop is not None and stop.best is not None:
         params, history.kept_epoch = stop.best[2], stop.best[1]
     return params, history
 
 
 def _checked(params_or_config, x, y, train_config, x_val, y_val, augment):
-    """:func:`train`'s arguments checked: ``(params, x, y, x_val, y_val)`` (``x, y`` ``None`` when ``augment`` supplies them)."""
+    """:func:`train`'s arguments checked: ``(params, x, y, x_val, y_val)`` (``x, y`` ``None`` when ``augment``
+    supplies them)."""
     if not isinstance(train_config, TrainConfig):
         raise ValueError(f"train_config must be a TrainConfig, got {type(train_config).__name__}")
     if augment is not None and not callable(augment):
@@ -290,13 +293,14 @@ class _EarlyStopping:
 
     def __init__(self, config: TrainConfig, progress_bar: bool):
         self.config, self.progress_bar = config, progress_bar
-        self.best = None
+        self.best: tuple[float, int, Params] | None = None
         self.learning = False
         self.since_drop = 0  # epochs (counted once learning) since the best epoch or the last learning-rate drop
 
     def update(self, epoch: int, acc: float, se: float, params, lr: float) -> float | None:
         """The learning rate of the next epoch after ``epoch``'s validation ``acc ± se``; ``None``: stop."""
         c, patience = self.config, self.config.patience
+        assert patience is not None  # made for a config with patience (train)
         self.learning = self.learning or acc - 0.5 > LEARNING_SIGMAS * se
         if self.best is None or acc > self.best[0]:
             self.best, self.since_drop = (acc, epoch, params), 0
@@ -305,7 +309,7 @@ class _EarlyStopping:
                 log.info(f"early stop after epoch {epoch + 1}: no better validation accuracy for {patience} "
                          f"epochs; keeping epoch {self.best[1] + 1} ({self.best[0]:.3f})")
             return None
-        elif self.learning and c.lr_factor is not None:
+        elif self.learning and c.lr_factor is not None and c.lr_patience is not None:  # (given together)
             self.since_drop += 1
             if self.since_drop >= c.lr_patience:
                 lr, before, self.since_drop = max(lr * c.lr_factor, c.lr_min or 0.0), lr, 0

@@ -10,6 +10,7 @@ Every function takes results (``Comparison``, ``Theory`` or a sweep
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import xarray as xr
@@ -21,7 +22,7 @@ from ..stats import power_law_slope
 from ..theory import Theory
 
 
-def _subplots(*grid: int, figsize: tuple[float, float], layout: str | None = None):
+def _subplots(*grid: int, figsize: tuple[float, float], layout: Literal["constrained", "tight"] | None = None):
     fig = Figure(figsize=figsize, layout=layout)
     return fig, fig.subplots(*grid)
 
@@ -115,7 +116,8 @@ def predictor(c: Comparison, path) -> Path:
 def alignment(theory: Theory, gp: Theory, path, n_pcs: int = 20) -> Path:
     """Kernel–task alignment (paper Fig. 2d): |cos(eigenvector, Y)| per PC, finite width vs GP."""
     fig, axes = _subplots(1, 2, figsize=(10, 4))
-    for t, name, color in ((theory, f"finite width (N = {theory.net.widths[0]})", "tab:orange"), (gp, "GP limit", "tab:gray")):
+    for t, name, color in ((theory, f"finite width (N = {theory.net.widths[0]})", "tab:orange"),
+                           (gp, "GP limit", "tab:gray")):
         ev, cos = t.alignment()
         k = min(n_pcs, len(ev))
         axes[0].plot(np.arange(1, k + 1), np.abs(cos[:k]), "o-", color=color, label=name)
@@ -161,10 +163,11 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     for i, p in enumerate(labels):
         for j in range(i, len(labels)):
             q = labels[j]
-            line = ax.plot(w, ds["U_theory"].sel(path=p, path_=q), "-", label=f"U[{p}, {q}]" + (f" ({names[p]})" if i == j and p in names else ""))
+            suffix = f" ({names[p]})" if i == j and p in names else ""
+            line = ax.plot(w, ds["U_theory"].sel(path=p, path_=q), "-", label=f"U[{p}, {q}]{suffix}")
             if "sample_width" in ds.dims and ds.sizes["sample_width"]:
-                ax.errorbar(ds["sample_width"], ds["U_sampled"].sel(path=p, path_=q), yerr=2 * ds["U_mcse"].sel(path=p, path_=q),
-                            fmt="o", color=line[0].get_color(), ms=4)
+                ax.errorbar(ds["sample_width"], ds["U_sampled"].sel(path=p, path_=q),
+                            yerr=2 * ds["U_mcse"].sel(path=p, path_=q), fmt="o", color=line[0].get_color(), ms=4)
                 bad = inconclusive_points(ds)
                 if bad.any():
                     ax.scatter(ds["sample_width"].values[bad], ds["U_sampled"].sel(path=p, path_=q).values[bad],
@@ -195,7 +198,8 @@ def _gap_curve(ax, inv, ds: xr.Dataset, name: str, color: str, marker: str, tag:
     ax.errorbar(inv, gap, yerr=se, fmt=marker + "-", color=color, capsize=3, label=f"{tag}{name}{fit}")
     bad = inconclusive_points(ds)
     if bad.any():
-        ax.scatter(inv[bad], gap[bad], **INCONCLUSIVE | {"s": 120}, label=f"{tag}{name}: inconclusive (diagnostics failed)")
+        ax.scatter(inv[bad], gap[bad], **INCONCLUSIVE | {"s": 120},
+                   label=f"{tag}{name}: inconclusive (diagnostics failed)")
     ax.plot(inv, floor, "x:", color=color, alpha=0.5, label=f"{tag}{name}: MC noise floor")
     if not np.isnan(slope):
         x = inv[used]
@@ -245,7 +249,8 @@ def finite_size(ds: xr.Dataset, path, alpha_sweeps: dict[str, xr.Dataset] | None
 def order_parameter_sd(ds: xr.Dataset, path) -> Path:
     """Predicted posterior sd of every ``U`` entry (docs/theory.md §8) against the sampled sd, one colour per width.
 
-    ``ds``: a sweep with ``U_sd_theory`` and ``U_sd_sampled`` (``[sample_width, path, path_]``); log–log, with the diagonal.
+    ``ds``: a sweep with ``U_sd_theory`` and ``U_sd_sampled`` (``[sample_width, path, path_]``); log–log, with the
+    diagonal.
     """
     fig, ax = _subplots(1, 1, figsize=(5.2, 4.6))
     D = ds.sizes["path"]

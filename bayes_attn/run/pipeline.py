@@ -16,20 +16,20 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from typing import TYPE_CHECKING
-
 from .. import _checks, _io, outputs
-from ..stats import accuracy
 from ..network import Network
 from ..spec import Spec
+from ..stats import accuracy
 from ..theory import Theory, gp_limit, kernel_basis, solve_theory
 from ..theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
     from ..compare import Comparison
+    from ..diagnostics import Summary
     from ..posterior import Posterior
 
 
@@ -113,7 +113,7 @@ class SampleResult:
     """What :func:`sample_run` computed, and where it was written."""
 
     posterior: Posterior
-    summary: object  # bayes_attn.diagnostics.Summary
+    summary: Summary
     out: Path
 
 
@@ -148,7 +148,8 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
 
 def _spec_as_run(spec: Spec, net: Network, temperature: float, settings: dict | None = None) -> Spec:
     """The spec of the run as it was made: overrides applied, the chain method as resolved."""
-    changes = {"temperature": temperature, "network": dataclasses.replace(spec.network, width=net.widths[0])}
+    changes: dict[str, Any] = {"temperature": temperature,
+                               "network": dataclasses.replace(spec.network, width=net.widths[0])}
     if settings is not None:
         changes["sampler"] = spec.sampler.replace(**settings)
     return dataclasses.replace(spec, **changes)
@@ -182,9 +183,9 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
-    from . import figures
     from ..compare import compare, headline_of
     from ..posterior import check_sampling, sample_posterior
+    from . import figures
 
     x, y, xt, yt = spec.data()
     check_sampling(net, x, y, temperature=temperature, x_test=xt, sampler=settings)  # refused before the folder

@@ -8,7 +8,6 @@ and the predictor); the statistics, the verdict and the headline line
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
@@ -25,7 +24,8 @@ def _verdict_text(comp: Comparison) -> str:
         why = [w for w, bad in (("sampler diagnostics failed", comp.sampler_failures),
                                 ("the theory is not a solution", comp.theory_problems)) if bad]
         return f"INCONCLUSIVE ({'; '.join(why)})"
-    return {"agree": f"{name}theory and sampling agree", "disagree": f"{name}theory and sampling DISAGREE"}[comp.verdict]
+    return {"agree": f"{name}theory and sampling agree",
+            "disagree": f"{name}theory and sampling DISAGREE"}[comp.verdict]
 
 
 def _theories_section(comp: Comparison) -> list[str]:
@@ -55,7 +55,7 @@ def _theories_section(comp: Comparison) -> list[str]:
         lines += ["Posterior standard deviation of U (upper triangle): predicted (§8) against sampled.", "",
                   *_markdown.table(("entry", "predicted sd", "sampled sd"),
                                    [(f"{labels[i]}, {labels[j]}", f"{comp.U_sd_theory[i, j]:.4g}",
-                                     f"{comp.U_sd_sampled[i, j]:.4g}") for i, j in zip(*iu)]), ""]
+                                     f"{comp.U_sd_sampled[i, j]:.4g}") for i, j in zip(*iu, strict=True)]), ""]
     return lines
 
 
@@ -66,8 +66,9 @@ def _warnings(comp: Comparison) -> list[str]:
         lines += ["**Warning:** " + "; ".join(comp.theory_warnings) + ". Read the corrected theory's numbers with "
                   "care; the leading order is beside them.", ""]
     if comp.theory_problems:
-        lines += ["The theory is not a solution, so its numbers cannot be compared: " + "; ".join(comp.theory_problems)
-                  + ". Check the spec's scales (labels, variances, temperature) or give the solver more iterations.", ""]
+        lines += ["The theory is not a solution, so its numbers cannot be compared: "
+                  + "; ".join(comp.theory_problems) + ". Check the spec's scales (labels, variances, temperature) "
+                  "or give the solver more iterations.", ""]
     if comp.sampler_failures:
         lines += ["The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
                   + "; ".join(comp.sampler_failures) + ". Sample longer (more warm-up and draws, more "
@@ -88,7 +89,8 @@ def _checks_and_accuracy(comp: Comparison) -> list[str]:
     n = len(comp.y_test)
     diag = ", ".join(f"{k} = {v:.4g}" for k, v in comp.diagnostics.items())
     return [
-        *([] if comp.alternative is None else [f"## Checks of the headline theory ({THEORY_NAMES[comp.correction]})", ""]),
+        *([] if comp.alternative is None
+          else [f"## Checks of the headline theory ({THEORY_NAMES[comp.correction]})", ""]),
         *_markdown.table(("check", "relative error", "MCSE", "MC noise floor", "noise-corrected gap", "tolerance",
                           "result"), checks),
         "", f"Sampler diagnostics: {diag}", "", "## Test accuracy of sign(mean)", "",

@@ -29,7 +29,7 @@ from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMP
 
 if TYPE_CHECKING:
     from . import collapsed, full, full_token, laplace, wishart  # noqa: F401
-    from .base import Storage, Sampler, SamplerInputs, conditional_outputs, prepare  # noqa: F401
+    from .base import Sampler, SamplerInputs, Storage, conditional_outputs, prepare  # noqa: F401
 
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
 __getattr__, _, _ = lazy_loader.attach(

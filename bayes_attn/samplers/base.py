@@ -38,7 +38,7 @@ import math
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +49,14 @@ from numpyro.distributions import constraints
 from numpyro.infer import init_to_sample
 
 from .. import gp
-from ..kernels import KERNEL_FORMS, choose_kernel_form, kernel_from_C, kernel_from_xi, path_features, path_kernel_from_xi
+from ..kernels import (
+    KERNEL_FORMS,
+    choose_kernel_form,
+    kernel_from_C,
+    kernel_from_xi,
+    path_features,
+    path_kernel_from_xi,
+)
 from ..network import Network, forward_from_xi, order_parameters_from_partial_weights, partial_effective_weights
 
 
@@ -134,7 +141,8 @@ class Sampler(NamedTuple):
         return (*args[:i], y, *args[i + 1 :])
 
 
-def prepare(net: Network, x: np.ndarray, y: np.ndarray, x_test: np.ndarray | None, temperature: float, dtype: str) -> SamplerInputs:
+def prepare(net: Network, x: np.ndarray, y: np.ndarray | jax.Array, x_test: np.ndarray | None, temperature: float,
+            dtype: str) -> SamplerInputs:
     """Path inputs and labels in ``dtype`` (call inside the matching precision context)."""
     jdt = jnp.dtype(dtype)
     xi = net.xi(x).astype(jdt)
@@ -206,9 +214,9 @@ class GramNormal(dist.Distribution):
     differentiating the Cholesky factorisation). Draws: ``L ε`` with ``G = L Lᵀ``.
     """
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     support = constraints.real_vector
-    reparametrized_params = []
+    reparametrized_params: list[str] = []
     pytree_data_fields = ("G",)
 
     def __init__(self, G: jax.Array):
@@ -233,9 +241,9 @@ class FeatureNormal(dist.Distribution):
     :class:`GramNormal` of ``Φ Φᵀ + temperature I``. Draws: ``L ε``.
     """
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     support = constraints.real_vector
-    reparametrized_params = []
+    reparametrized_params: list[str] = []
     pytree_data_fields = ("phi", "temperature")
 
     def __init__(self, phi: jax.Array, temperature):
@@ -261,7 +269,8 @@ def upper_weights(heads, widths, variances, dtype):
     V = []
     for l, H in enumerate(heads):
         sd = jnp.asarray(math.sqrt(variances[l + 1]), dtype)
-        V.append(numpyro.sample(f"V{l + 1}", dist.Normal(jnp.zeros((), dtype), sd, validate_args=False).expand([H, widths[l + 1], widths[l]])))
+        prior = dist.Normal(jnp.zeros((), dtype), sd, validate_args=False).expand([H, widths[l + 1], widths[l]])
+        V.append(numpyro.sample(f"V{l + 1}", prior))
     sa = jnp.asarray(math.sqrt(variances[-1]), dtype)
     a = numpyro.sample("a", dist.Normal(jnp.zeros((), dtype), sa, validate_args=False).expand([widths[-1]]))
     return tuple(V), a
@@ -344,7 +353,7 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
                                                    form=form, s0sq=float(inputs.net.variances[0])),
                        (flat, keys), batch_size(inputs.y.shape[0], flat.dtype.itemsize, CONDITIONAL_BATCH))
     names = ["f_train", "f_test"][: len(outs)]
-    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs)}
+    return {n: o.reshape(*shape, -1) for n, o in zip(names, outs, strict=True)}
 
 
 CONDITIONAL_BATCH = 256
@@ -354,7 +363,7 @@ BATCH_BYTES = 256 * 2**20
 """Memory a vectorised batch of draws (:func:`batch_size`) may use at a time."""
 
 
-def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None) -> list[np.ndarray]:
+def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None) -> list[Any]:
     """``fn`` over the leading axis of the arrays ``xs`` (each ``[count, ...]``; JAX, NumPy or JAX keys), in
     batches of ``size`` (the last one padded with copies of the last item, whose results are dropped): ``fn`` takes
     one batch of each array and returns a sequence of arrays ``[size, ...]``; returns them ``[count, ...]`` as
@@ -371,14 +380,14 @@ def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None)
     if any(isinstance(x, jax.core.Tracer) for x in xs):
         xs = tuple(x[index] for x in xs)
         parts = [fn(*(x[i : i + size] for x in xs)) for i in range(0, padded, size)]
-        return [jnp.concatenate(p)[:count] for p in zip(*parts)]
+        return [jnp.concatenate(p)[:count] for p in zip(*parts, strict=True)]
     keys = [jnp.issubdtype(x.dtype, jax.dtypes.prng_key) for x in xs]
-    host = [np.asarray(jax.random.key_data(x) if k else x)[index] for x, k in zip(xs, keys)]
-    impls = [jax.random.key_impl(x) if k else None for x, k in zip(xs, keys)]
+    host = [np.asarray(jax.random.key_data(x) if k else x)[index] for x, k in zip(xs, keys, strict=True)]
+    impls = [jax.random.key_impl(x) if k else None for x, k in zip(xs, keys, strict=True)]
 
     def batch(i: int) -> list:
         return [h[i : i + size] if impl is None else jax.random.wrap_key_data(h[i : i + size], impl=impl)
-                for h, impl in zip(host, impls)]
+                for h, impl in zip(host, impls, strict=True)]
 
     starts = range(0, padded, size)
     if progress is None:
@@ -388,7 +397,7 @@ def map_batches(fn: Callable, xs: tuple, size: int, progress: str | None = None)
 
         bar = tqdm(starts, desc=progress, unit="batch", file=sys.stderr, mininterval=0.5)
         parts = [jax.block_until_ready(fn(*batch(i))) for i in bar]
-    return [np.concatenate([np.asarray(a) for a in p])[:count] for p in zip(*parts)]
+    return [np.concatenate([np.asarray(a) for a in p])[:count] for p in zip(*parts, strict=True)]
 
 
 def batch_size(P: int, itemsize: int, most: int, memory: int = BATCH_BYTES) -> int:
@@ -424,4 +433,4 @@ def pathwise_draw(U: jax.Array, key: jax.Array, chol: jax.Array, xis: tuple, y: 
     eps = jnp.sqrt(temperature) * jax.random.normal(k2, y.shape, U.dtype)
     alpha = jax.scipy.linalg.cho_solve((chol, True), y - priors[0] - eps)  # gp.pathwise_weights, factor given
     v = gp.xi_weights(U, xi, alpha, s0sq)  # K(x, X) alpha = xi(x) · v
-    return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis)]
+    return [f + gp.at_xi(xq, v) for f, xq in zip(priors, xis, strict=True)]

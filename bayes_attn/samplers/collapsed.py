@@ -17,22 +17,21 @@ import numpyro
 from .. import gp
 from ..kernels import kernel_from_C, path_kernel_from_xi
 from ..network import effective_weights, forward_from_xi
-
-from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
-    Storage,
     Sampler,
     SamplerInputs,
+    Storage,
     conditional_outputs,
     full_observables,
-    map_batches,
     likelihood_data,
     likelihood_form,
+    map_batches,
     observation,
     upper,
     upper_weights,
     weight_observables,
 )
+from .settings import SAMPLER_DESCRIPTIONS
 
 
 def model(data, y, *, heads, widths, variances, temperature, form="tensor"):

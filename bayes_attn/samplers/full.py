@@ -13,8 +13,8 @@ import numpyro
 import numpyro.distributions as dist
 
 from ..network import effective_weights, forward_from_xi
-from .settings import SAMPLER_DESCRIPTIONS
 from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
+from .settings import SAMPLER_DESCRIPTIONS
 
 
 def model(xi, y, *, heads, widths, variances, temperature):

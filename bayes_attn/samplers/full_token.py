@@ -13,9 +13,8 @@ import numpyro
 import numpyro.distributions as dist
 
 from ..network import Weights, forward_token
-
-from .settings import SAMPLER_DESCRIPTIONS
 from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
+from .settings import SAMPLER_DESCRIPTIONS
 
 
 def model(x, omegas, y, *, heads, widths, variances, temperature):

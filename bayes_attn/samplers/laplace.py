@@ -9,12 +9,11 @@ defensive mixture
 
     q(θ) = (1 − m) N(θ; θ̂, H⁻¹) + m t_ν(θ; θ̂, H⁻¹),      m = PROPOSAL_MIX, ν = PROPOSAL_DF,
 
-(``θ = θ̂ + L⁻ᵀ ε · s``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``s = 1`` or ``sqrt(ν / g)``
-with ``g ~ χ²(ν)``): the normal where the expansion is right, the t's
-polynomial tails where the posterior's are heavier (chosen by measurement,
-docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)``
-(one ``S`` evaluation per draw: one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with
-``vmap``, :data:`~bayes_attn.samplers.base.BATCH_BYTES` at a time).
+(``θ = θ̂ + L⁻ᵀ ε · s``, ``H = L Lᵀ``, ``ε ~ N(0, I)``, ``s = 1`` or ``sqrt(ν / g)`` with ``g ~ χ²(ν)``): the normal
+where the expansion is right, the t's polynomial tails where the posterior's are heavier (chosen by measurement,
+docs/theory.md §9), and weigh each draw by the exact ``log w = −S(θ) − log q(θ)`` (one ``S`` evaluation per draw:
+one ``P × P`` Cholesky, shared with the draw of ``f``; draws batched with ``vmap``,
+:data:`~bayes_attn.samplers.base.BATCH_BYTES` at a time).
 
 Before its draws, each sampler makes a pilot of :data:`PILOT_FRACTION` as many proposals and, where their
 importance-sampling ESS is low but their weighted moments can be trusted, moves the proposal's centre and scale to
@@ -65,13 +64,21 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from ..kernels import cheapest_form
+from ..precision import float64
 from ..theory.coordinates import unpack
 from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver
 from ..theory.objective import Problem, gp_order_parameters, make_problem, readout
-from ..precision import float64
-from .base import (Sampler, SamplerInputs, batch_size, conditional_outputs, map_batches, no_conditional,
-                   order_parameter_observables, pathwise_draw)
+from .base import (
+    Sampler,
+    SamplerInputs,
+    batch_size,
+    conditional_outputs,
+    map_batches,
+    no_conditional,
+    order_parameter_observables,
+    pathwise_draw,
+)
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 from .weights import psis, systematic_resample
 
@@ -155,7 +162,7 @@ PILOT_FRACTION = 0.125
 """Size of each pilot (:func:`adapt`) relative to the draws asked for, rounded up to whole batches; the pilots'
 draws are not kept."""
 ADAPT_BELOW = 0.5
-"""The proposal moves to the pilot's weighted moments where the pilot's importance-sampling ESS per draw is below this."""
+"""The proposal moves to the pilot's weighted moments where its importance-sampling ESS per draw is below this."""
 PILOT_MIN_ESS_PER_DIMENSION = 10
 """The pilot's weighted moments are used only where its importance-sampling ESS is at least this times ``dim θ``."""
 PILOT_RULES_OUT = 1.0
@@ -267,7 +274,7 @@ def _log_q(r2: jax.Array, n: int, df: float, mix: float) -> jax.Array:
 
 def proposals(key: jax.Array, theta_hat: jax.Array, chol: jax.Array, action: Callable, args, *, count: int,
               batch: int, df: float = PROPOSAL_DF, mix: float = PROPOSAL_MIX,
-              progress: str | None = None) -> list[jax.Array]:
+              progress: str | None = None) -> list[np.ndarray]:
     """``count`` draws ``θ`` ``[count, n]`` from the proposal centred at ``θ̂`` with scale ``H⁻¹`` (``H = L Lᵀ``,
     ``chol = L``), their log weights ``−S − log q(θ)`` ``[count]`` (``-inf`` where not finite; up to one
     constant) and what ``action`` draws with them, each ``[count, ...]``, in batches of ``batch`` (``vmap``):
@@ -328,7 +335,7 @@ class _Action:
     (``(xi_train, xi_test)`` or the first alone), an exact draw of ``f`` at them given ``U_1``, solved with the
     Cholesky factor of ``G`` that ``S`` computed (hashable: a static argument of :func:`proposals`)."""
 
-    shapes: tuple
+    shapes: tuple | None
     s0sq: float = 1.0
 
     def __call__(self, theta: jax.Array, key: jax.Array, problem: Problem, xis: tuple = ()) -> tuple:
@@ -339,7 +346,7 @@ class _Action:
 
 
 def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | None = None,
-            progress: str | None = None) -> list[jax.Array]:
+            progress: str | None = None) -> list[np.ndarray]:
     """``count`` proposals ``θ`` ``[count, n]`` and their exact log weights ``−S(θ) − log q(θ)`` ``[count]``;
     given ``inputs``, also an exact draw of ``f_train`` ``[count, P]`` (and ``f_test`` ``[count, P*]``) given
     each proposal's ``U_1``, with the factorisation ``S`` made (one ``P × P`` Cholesky per proposal).
@@ -354,7 +361,7 @@ def propose(guide: Guide, key: jax.Array, count: int, inputs: SamplerInputs | No
                      progress=progress)
 
 
-def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray, inputs: SamplerInputs,
+def _kept(guide: Guide, theta: np.ndarray, f: list[np.ndarray], index: np.ndarray, inputs: SamplerInputs,
           key: jax.Array) -> dict:
     """The observables of the kept draws: ``index`` ``[chains, kept]`` (nondecreasing along each chain) into each
     chain's proposals ``θ`` ``[chains · T, n]`` and their draws of ``f`` (each ``[chains · T, ...]``).
@@ -369,7 +376,7 @@ def _kept(guide: Guide, theta: jax.Array, f: list[jax.Array], index: np.ndarray,
     out = observables_of(guide, jnp.asarray(np.take_along_axis(theta, index[..., None], axis=1), inputs.dtype))
     names = ("f_train", "f_test")[: len(f)]
     out |= {n: np.take_along_axis(np.asarray(a).reshape(C, -1, a.shape[-1]), index[..., None], axis=1)
-            for n, a in zip(names, f)}
+            for n, a in zip(names, f, strict=True)}
     repeat = np.zeros(index.shape, bool)
     repeat[:, 1:] = index[:, 1:] == index[:, :-1]
     count = int(repeat.sum())
@@ -419,11 +426,11 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False,
                stop_above: float | None = None) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
-    chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in the proposals' order (module
-    docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal (:func:`guide`, or a
-    :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the batches of the pilots
-    and of the proposals on stderr; ``stop_above``: raise :class:`RuledOut` before the proposals where the last
-    pilot's ``k̂`` exceeds it (``sampler="auto"``: :data:`PILOT_RULES_OUT`)."""
+    chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in
+    the proposals' order (module docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal
+    (:func:`guide`, or a :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the
+    batches of the pilots and of the proposals on stderr; ``stop_above``: raise :class:`RuledOut` before the
+    proposals where the last pilot's ``k̂`` exceeds it (``sampler="auto"``: :data:`PILOT_RULES_OUT`)."""
     C, S = cfg.num_chains, cfg.guided_draws
     bar = "laplace-is" if progress_bar else None
     g, pilot = _pilot("laplace-is", guide_of(inputs), C * S, jax.random.fold_in(key, 5), inputs, progress_bar,
@@ -445,7 +452,7 @@ def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
 
 
 @jax.jit
-def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, ...]:
     """Independence Metropolis–Hastings over one chain's proposals ``log_w`` ``[T]`` (uniforms ``log_u`` ``[T]``),
     started at proposal 0: the state's index, whether the move was accepted, and its probability, per iteration."""
 
@@ -458,7 +465,7 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
         return (i, lw), (i, take, prob)
 
     _, out = jax.lax.scan(step, (jnp.asarray(0), log_w[0]), jnp.arange(1, log_w.shape[0]))
-    return tuple(jnp.concatenate([jnp.asarray(v0)[None], v]) for v0, v in zip((0, True, 1.0), out))
+    return tuple(jnp.concatenate([jnp.asarray(v0)[None], v]) for v0, v in zip((0, True, 1.0), out, strict=True))
 
 
 def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
@@ -472,8 +479,8 @@ def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
     g, pilot = _pilot("laplace-mh", guide_of(inputs), C * T, jax.random.fold_in(key, 5), inputs, progress_bar,
                       stop_above)
     k_prop, k_u = jax.random.split(key)
-    theta, log_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
-    log_w = jnp.asarray(log_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
+    theta, raw_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
+    log_w = jnp.asarray(raw_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)
     log_u = jnp.log(jax.random.uniform(k_u, (C, T), log_w.dtype))
     index, accepted, prob = (np.asarray(a) for a in jax.vmap(_independence_chain)(log_w, log_u))
     keep = slice(W + thin - 1, None, thin)

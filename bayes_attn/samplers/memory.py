@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from numpyro import handlers
 
-from .base import Sampler, Storage, SamplerInputs
+from .base import Sampler, SamplerInputs, Storage
 from .laplace import proposal_form
 from .settings import SamplerSettings
 
@@ -91,7 +91,8 @@ class TooBigError(ValueError):
 
 
 def check_memory(need: int, available: int | None, what: str) -> None:
-    """Raise :class:`TooBigError` (a ``ValueError``) when ``need`` bytes exceed :data:`HEADROOM` of ``available``; else log the estimate."""
+    """Raise :class:`TooBigError` (a ``ValueError``) when ``need`` bytes exceed :data:`HEADROOM` of ``available``;
+    else log the estimate."""
     log.info(f"{what}: about {need / 2**30:.3g} GiB" + ("" if available is None else
                                                        f" of {available / 2**30:.3g} GiB available"))
     if available is not None and need > HEADROOM * available:
@@ -112,6 +113,7 @@ def check_fits(smp: Sampler, inputs: SamplerInputs, cfg: SamplerSettings, option
                      f"sampling with {cfg.name!r} ({cfg.num_chains} chains × {cfg.guided_draws} draws)")
         return
     model, args = abstract_build(smp, inputs) if built is None else built
+    assert smp.observables is not None  # a NUTS sampler's (only guided samplers have none)
     latent, stored = latent_sizes(model, args, smp.observables, inputs, options)
     check_memory(estimate_bytes(latent, stored, inputs, cfg, options), available_bytes(),
                  f"sampling with {cfg.name!r} ({latent} latent dimensions, {cfg.num_chains} chains)")

@@ -25,7 +25,7 @@ import jax
 from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.hmc import hmc
 
-from .base import Storage, Sampler, SamplerInputs, Start
+from .base import Sampler, SamplerInputs, Start, Storage
 from .settings import SamplerSettings
 
 
@@ -49,6 +49,7 @@ def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: S
     ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
     is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
     one = one_compile and chain_method == "sequential" and settings.num_chains > 1
+    assert sampler.observables is not None  # a NUTS sampler's (only guided samplers have none)
     return MCMC(
         kernel(model, settings, sampler.init_strategy, start),
         num_warmup=settings.num_warmup,

@@ -25,7 +25,8 @@ SAMPLER_DESCRIPTIONS = {
     "full": "NUTS over all weights, f summed over paths from precomputed path inputs",
     "full-token": "NUTS over all weights, the network run over tokens as in the paper (slow)",
     "collapsed": "NUTS over the upper weights with V0 integrated out; f (or V0) drawn exactly afterwards",
-    "wishart": "NUTS over the order parameters only (Bartlett factors of the Wishart chain); f drawn exactly afterwards",
+    "wishart": "NUTS over the order parameters only (Bartlett factors of the Wishart chain); f drawn exactly "
+               "afterwards",
     "laplace-is": "importance sampling of the order parameters from the Laplace expansion (Student-t proposal, "
                   "PSIS), resampled; f drawn exactly afterwards",
     "laplace-mh": "independence Metropolis-Hastings on the order parameters with the Laplace expansion's proposal; "

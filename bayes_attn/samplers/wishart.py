@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -81,8 +82,8 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import scipy.special
-from numpyro.distributions import constraints
 from jax.scipy.linalg import solve_triangular
+from numpyro.distributions import constraints
 from numpyro.infer import init_to_uniform
 
 from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: the sampler's public names too)
@@ -95,19 +96,19 @@ from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: 
     num_parameters,
     order_parameters_from_factors,
 )
-from .laplace import Guide, guide
-from .settings import SAMPLER_DESCRIPTIONS
 from .base import (
-    Storage,
     Sampler,
     SamplerInputs,
     Start,
+    Storage,
     conditional_outputs,
     likelihood_data,
     likelihood_form,
     observation,
     order_parameter_observables,
 )
+from .laplace import Guide, guide
+from .settings import SAMPLER_DESCRIPTIONS
 
 
 class StandardLogChi2(dist.Distribution):
@@ -120,9 +121,9 @@ class StandardLogChi2(dist.Distribution):
     kept as a tuple).
     """
 
-    arg_constraints = {}
+    arg_constraints: dict[str, Any] = {}
     support = constraints.real
-    reparametrized_params = []
+    reparametrized_params: list[str] = []
     pytree_data_fields = ("_half", "_sigma", "_mu_s", "_mu", "_const")
     pytree_aux_fields = ("df", "_dtype")
 
@@ -185,7 +186,7 @@ def site_sizes(heads: Sequence[int], widths: Sequence[int]) -> tuple[int, int]:
 
 def diagonal_distribution(heads: Sequence[int], widths: Sequence[int], dtype) -> StandardLogChi2:
     """The prior of the site ``t``: the diagonals of ``A_1, ..., A_L, A_a``, concatenated."""
-    dofs = [chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths)]
+    dofs = [chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths, strict=True)]
     return StandardLogChi2(np.concatenate(dofs), dtype)
 
 
@@ -213,7 +214,8 @@ def factor_sites(heads: Sequence[int], widths: Sequence[int], dtype) -> list[jax
     n_low = site_sizes(heads, widths)[1]
     z = None
     if n_low:
-        z = numpyro.sample("z", dist.Normal(jnp.zeros((), dtype), jnp.ones((), dtype), validate_args=False).expand([n_low]))
+        normal = dist.Normal(jnp.zeros((), dtype), jnp.ones((), dtype), validate_args=False)
+        z = numpyro.sample("z", normal.expand([n_low]))
     return factors_from_sites(t, z, heads, widths)
 
 
@@ -266,7 +268,7 @@ def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], vari
     Independent of :class:`StandardLogChi2` (which the model uses).
     """
     dtype = jnp.dtype(dtype)
-    dofs = np.concatenate([chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths)])
+    dofs = np.concatenate([chi2_dofs(m, r, n) for (m, r), n in zip(factor_shapes(heads, widths), widths, strict=True)])
     n_low = site_sizes(heads, widths)[1]
     k1, k2 = jax.random.split(key)
     c = jax.random.chisquare(k1, jnp.asarray(dofs, dtype), dofs.shape, dtype=dtype)

@@ -165,7 +165,8 @@ class DaskScheduler(_DaskRun):
                 pass
         except OSError as err:
             raise ValueError(f"scheduler {self.address!r} cannot be reached ({err.strerror or err}, after at most "
-                             f"{timeout:g} s): start it (dask scheduler) or check the address and the network") from None
+                             f"{timeout:g} s): start it (dask scheduler) or check the address and the "
+                             "network") from None
 
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:
@@ -325,7 +326,7 @@ def _attempt(fn: bytes, job: Job) -> tuple[Any, float, str | None]:
         value = pickle.loads(fn)(job)
     except Exception as exc:
         with contextlib.suppress(Exception):
-            exc.bayes_attn_attempt = (time.perf_counter() - start, _worker_address())
+            exc.bayes_attn_attempt = (time.perf_counter() - start, _worker_address())  # type: ignore[attr-defined]
         raise
     return value, time.perf_counter() - start, _worker_address()
 
@@ -430,10 +431,10 @@ def _outcome(fut: Any, job: Job, tries: tuple[int, int] | None, since_submit: fl
     """The outcome of a finished future."""
     from distributed import KilledWorker
 
-    deaths, reruns = tries if tries is not None else (None, None)
+    earlier = None if tries is None else sum(tries)  # deaths + reruns
     if fut.status == "finished":
         value, seconds, worker = fut.result()
-        attempts = None if tries is None else deaths + reruns + 1
+        attempts = None if earlier is None else earlier + 1
         return Outcome(job, True, value, seconds=seconds, worker=worker, attempts=attempts)
     if fut.status != "error":  # cancelled or lost: the client lost the scheduler, or the job was cancelled
         return Outcome(job, False, error=f"CancelledError: the job's future is {fut.status!r}",
@@ -441,11 +442,11 @@ def _outcome(fut: Any, job: Job, tries: tuple[int, int] | None, since_submit: fl
     exc = fut.exception()
     if isinstance(exc, KilledWorker):
         last = getattr(exc, "last_worker", None)
-        attempts = None if tries is None else deaths + reruns
+        attempts = earlier
         return Outcome(job, False, error=describe_exception(exc, None), seconds=since_submit,
                        worker=getattr(last, "address", None), attempts=attempts)
     seconds, worker = getattr(exc, "bayes_attn_attempt", (since_submit, None))
-    attempts = None if tries is None else deaths + reruns + 1
+    attempts = None if earlier is None else earlier + 1
     return Outcome(job, False, error=describe_exception(exc, fut.traceback()), seconds=seconds, worker=worker,
                    attempts=attempts)
 

@@ -164,7 +164,8 @@ def describe_exception(exc: BaseException, tb: Any) -> str:
     """``"Type: message"`` and the innermost frames of the traceback."""
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     frames = [f for f in (traceback.extract_tb(tb) if tb is not None else [])
-              if not (f.name == "_attempt" and os.path.basename(f.filename) == "dask_executors.py")][-_TRACEBACK_FRAMES:]
+              if not (f.name == "_attempt" and os.path.basename(f.filename) == "dask_executors.py")]
+    frames = frames[-_TRACEBACK_FRAMES:]
     if frames:
         text += "\nTraceback (innermost calls last):\n" + "".join(traceback.format_list(frames)).rstrip()
     return text
@@ -192,7 +193,7 @@ class Progress:
 
     def update(self, running: int) -> None:
         self.running = running
-        if self.tty:
+        if self.tty and self.stream is not None:  # (a terminal is a stream)
             self.stream.write("\r" + self.text() + "\033[K")
             self.stream.flush()
             self.drawn = True
@@ -215,6 +216,6 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.tty and (self.drawn or self.done):
+        if self.tty and self.stream is not None and (self.drawn or self.done):
             self.stream.write("\n")
             self.stream.flush()

@@ -1,22 +1,17 @@
 """Sweeps over width and temperature: many independent jobs, one table (paper Fig. 2c/2e).
 
-A sweep is a list of :class:`~bayes_attn.sweep.executors.Job` records, one per
-``(kind, width, temperature)`` with ``kind`` ``"theory"`` or ``"sample"``.
-Each job writes one netCDF file into ``OUT/widths/`` (atomically), tagged with
-a hash of everything its result depends on (task, network at the job's width,
-a digest of the data, temperature, sampler and comparison settings, package
-versions); a rerun loads finished files instead of recomputing them (an
-interrupted sweep resumes), recomputes a file whose tag differs (made with
-other settings, or under another job's name), and recomputes a corrupt file
-with a warning. The jobs run in this process or on Dask (``executor``): a
-sampling job's seed is
-:func:`~bayes_attn.sweep.executors.job_seed` of the sampler seed, width and
-temperature, so results do not depend on which worker ran a job or when.
+A sweep is a list of :class:`~bayes_attn.sweep.executors.Job` records, one per ``(kind, width, temperature)`` with
+``kind`` ``"theory"`` or ``"sample"``. Each job writes one netCDF file into ``OUT/widths/`` (atomically), tagged with a
+hash of everything its result depends on (task, network at the job's width, a digest of the data, temperature, sampler
+and comparison settings, package versions); a rerun loads finished files instead of recomputing them (an interrupted
+sweep resumes), recomputes a file whose tag differs (made with other settings, or under another job's name), and
+recomputes a corrupt file with a warning. The jobs run in this process or on Dask (``executor``): a sampling job's seed
+is :func:`~bayes_attn.sweep.executors.job_seed` of the sampler seed, width and temperature, so results do not depend on
+which worker ran a job or when.
 
-With several temperatures, the best temperature per width is chosen by the
-accuracy on the task's validation set (never the test set), separately for
-the finite-width theory and for the GP limit; ``sweep.nc`` stores the choice
-and the test accuracy there.
+With several temperatures, the best temperature per width is chosen by the accuracy on the task's validation set (never
+the test set), separately for the finite-width theory and for the GP limit; ``sweep.nc`` stores the choice and the test
+accuracy there.
 """
 
 from __future__ import annotations
@@ -28,21 +23,22 @@ import time
 import tomllib
 import warnings
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import xarray as xr
 
 from .. import _checks, _io, outputs
-from ..run import figures
 from ..compare import compare, headline_of
-from ..stats import accuracy, choose_temperature, power_law_slope
-from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
-from ..run.pipeline import gp_accuracies, theory_accuracy
 from ..fingerprints import data_fingerprint
 from ..posterior import check_sampling, sample_posterior
+from ..run import figures
+from ..run.pipeline import gp_accuracies, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
+from ..stats import accuracy, choose_temperature, power_law_slope
 from ..theory import gp_limit, kernel_basis, solve_theory
+from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +113,8 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     return _io.save(ds, path)
 
 
-def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: SamplerSettings, progress_bar: bool) -> Path:
+def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: SamplerSettings,
+               progress_bar: bool) -> Path:
     """Sampling at width ``N``, ``temperature``, compared with the theory: ``folder/sampled-N..-T...nc``."""
     path = folder / f"sampled-{_tag(N, temperature)}.nc"
     t0 = time.perf_counter()
@@ -134,7 +131,7 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
                    headline=headline_of(spec.compare.correction, theory))
     ds = comp.to_dataset()
-    chain_means = post.tree["posterior"]["f_test"].mean("draw").values  # [chain, test]
+    chain_means = cast(xr.DataArray, post.tree["posterior"]["f_test"]).mean("draw").values  # [chain, test]
     ds["accuracy_per_chain"] = ("chain", [accuracy(m, yt) for m in chain_means])
     ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0, sampler_settings=post.tree.attrs["settings"])
     return _io.save(ds, path)
@@ -151,7 +148,8 @@ def run_job(job: Job) -> str:
     return str(sample_job(spec, p["width"], p["temperature"], folder, settings, p.get("progress_bar", False)))
 
 
-def sweep_jobs(spec: Spec, folder: Path, widths, sample_widths, temperatures, *, progress_bar: bool = False) -> list[Job]:
+def sweep_jobs(spec: Spec, folder: Path, widths, sample_widths, temperatures, *,
+               progress_bar: bool = False) -> list[Job]:
     """The jobs of a sweep: theory at ``widths × temperatures``, sampling at ``sample_widths × temperatures``.
 
     A sampling job's seed is ``job_seed(spec.sampler.seed, kind="sample", width=N, temperature=temp)`` at
@@ -225,7 +223,7 @@ def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Da
 
 def _slopes(ds: xr.Dataset) -> dict[str, float]:
     """Fitted power-law slopes of the noise-corrected gaps against 1/N (see :func:`power_law_slope`)."""
-    out = {}
+    out: dict[str, float] = {}
     inv = 1.0 / ds["sample_width"].values
     prefixes = [""] + (["alternative_"] if "alternative_check_gap" in ds else [])
     for prefix in prefixes:
@@ -316,7 +314,8 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
     out = Path(out)
     widths = _check_widths("widths", spec.compare.widths if widths is None else widths,
                            at_least_one=" (--widths, or compare.widths in the spec)")
-    sample_widths = _check_widths("sample_widths", spec.compare.sample_widths if sample_widths is None else sample_widths)
+    sample_widths = _check_widths("sample_widths",
+                                  spec.compare.sample_widths if sample_widths is None else sample_widths)
     if temperature is not None and temperatures is not None:
         raise ValueError("give temperature or temperatures, not both")
     temps = _check_temperatures([spec.temperature if temperature is None else temperature]
@@ -366,7 +365,8 @@ def unsolved_points(ds: xr.Dataset) -> list[str]:
         bad = ~ok.any("temperature")
         return [f"N={int(N)}: the theory is not a solution at any temperature" for N in ok["width"].values[bad.values]]
     temp = float(ds["temperature"]) if "temperature" in ds.coords else float("nan")
-    return [f"N={int(N)}, T={temp:g}: the theory is not a solution" for N in ok["width"].values[~ok.values.astype(bool)]]
+    failed = ok["width"].values[~ok.values.astype(bool)]
+    return [f"N={int(N)}, T={temp:g}: the theory is not a solution" for N in failed]
 
 
 def inconclusive_points(ds: xr.Dataset) -> list[str]:

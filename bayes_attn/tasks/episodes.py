@@ -142,7 +142,8 @@ def make_episodes(
     rows_query = order[start[a] + d_query]
     rows_b = order[start[b] + d_other]
     plus = y > 0
-    indices = np.stack([np.where(plus, rows_a_support, rows_b), np.where(plus, rows_b, rows_a_support), rows_query], axis=1)
+    indices = np.stack([np.where(plus, rows_a_support, rows_b), np.where(plus, rows_b, rows_a_support), rows_query],
+                       axis=1)
     images = imageset.images[indices]
     if shift:
         images = _shift(images, shift, rng)

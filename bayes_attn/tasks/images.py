@@ -80,7 +80,8 @@ class ImageSet:
         images = np.array(images, dtype=np.float32)
         classes = np.asarray(self.classes)
         if classes.shape != (images.shape[0],) or (classes.size and not np.issubdtype(classes.dtype, np.integer)):
-            raise ValueError(f"classes must be {images.shape[0]} integers (one per image), got shape {classes.shape}, dtype {classes.dtype}")
+            raise ValueError(f"classes must be {images.shape[0]} integers (one per image), got shape {classes.shape}, "
+                             f"dtype {classes.dtype}")
         classes = np.array(classes, dtype=np.int64)
         names = tuple(str(c) for c in self.class_names)
         groups = tuple(str(g) for g in self.groups)
@@ -92,8 +93,10 @@ class ImageSet:
             raise ValueError(f"classes must lie in [0, {len(names)}), got values in [{classes.min()}, {classes.max()}]")
         sources = tuple(str(s) for s in self.sources)
         if sources and len(sources) != images.shape[0]:
-            raise ValueError(f"sources must be empty or give one entry per image ({images.shape[0]}), got {len(sources)}")
-        if isinstance(self.duplicates, bool) or not isinstance(self.duplicates, (int, np.integer)) or self.duplicates < 0:
+            raise ValueError(f"sources must be empty or give one entry per image ({images.shape[0]}), "
+                             f"got {len(sources)}")
+        dup = self.duplicates
+        if isinstance(dup, bool) or not isinstance(dup, (int, np.integer)) or dup < 0:
             raise ValueError(f"duplicates must be a non-negative integer, got {self.duplicates!r}")
         images.setflags(write=False)
         classes.setflags(write=False)
@@ -156,8 +159,8 @@ class ImageSet:
         return ImageSet(
             images=self.images[rows],
             classes=new_id[self.classes[rows]],
-            class_names=tuple(n for n, k in zip(self.class_names, keep) if k),
-            groups=tuple(g for g, k in zip(self.groups, keep) if k),
+            class_names=tuple(n for n, k in zip(self.class_names, keep, strict=True) if k),
+            groups=tuple(g for g, k in zip(self.groups, keep, strict=True) if k),
             sources=tuple(self.sources[i] for i in rows) if self.sources else (),
         )
 
@@ -253,7 +256,7 @@ def split_by_class(imageset: ImageSet, fractions: Mapping[str, float], seed: int
         counts[i] += 1
     perm = np.random.default_rng(seed).permutation(C)
     out, start = {}, 0
-    for name, k in zip(fractions, counts):
+    for name, k in zip(fractions, counts, strict=True):
         out[name] = imageset.subset(sorted(perm[start:start + k].tolist()))
         start += k
     return out
@@ -289,9 +292,10 @@ def _check_files(data_dir: str | Path, files: Sequence[str] | str) -> tuple[Path
         raise ValueError(f"files repeats a file: {files}")
     folder = Path(data_dir).expanduser()
     if not folder.is_dir():
-        raise FileNotFoundError(f"data_dir {str(folder)!r} is not a folder; expected a folder holding {[str(f) for f in files]}")
+        raise FileNotFoundError(f"data_dir {str(folder)!r} is not a folder; expected a folder holding "
+                                f"{[str(f) for f in files]}")
     paths = [folder / f for f in files]
-    missing = [str(f) for f, p in zip(files, paths) if not p.is_file()]
+    missing = [str(f) for f, p in zip(files, paths, strict=True) if not p.is_file()]
     if missing:
         present = sorted(p.name for p in folder.glob("*.zip"))
         raise FileNotFoundError(
@@ -363,7 +367,8 @@ def read_omniglot(
                 else:
                     found[key] = (path, name)
         if n_here == 0:
-            raise ValueError(f"files: {path.name!r} holds no PNG images in the layout <top>/<Alphabet>/characterNN/<file>.png")
+            raise ValueError(f"files: {path.name!r} holds no PNG images in the layout "
+                             "<top>/<Alphabet>/characterNN/<file>.png")
     keys = sorted(found)
     char_of = ["/".join(k.split("/")[:2]) for k in keys]
     names = tuple(sorted(set(char_of)))
@@ -411,7 +416,10 @@ def read_omniglot_runs(data_dir: str | Path, size: int = 32, file: str = OMNIGLO
         label_files = sorted(n for n in z.namelist() if re.fullmatch(r"run\d+/class_labels\.txt", n))
         if not label_files:
             raise ValueError(f"file {file!r} holds no runNN/class_labels.txt")
-        images, classes, names, sources = [], [], [], []
+        images: list[np.ndarray] = []
+        classes: list[int] = []
+        names: list[str] = []
+        sources: list[str] = []
         for lf in label_files:
             run = lf.split("/")[0]
             pairs: dict[str, str] = {}

@@ -127,7 +127,8 @@ class MarkovTask:
         pos[0, :] += bos
         return pos
 
-    def head(self, kind: str, *, beta: float = 10.0, strength: float = 1.0, seed: int = 0, bos: float = 1.5) -> np.ndarray:
+    def head(self, kind: str, *, beta: float = 10.0, strength: float = 1.0, seed: int = 0,
+             bos: float = 1.5) -> np.ndarray:
         """Bilinear matrix ``[N0, N0]`` of one head, times ``beta``.
 
         kind:

@@ -34,10 +34,10 @@ All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
 whatever the caller's JAX default; results are NumPy float64.
 """
 
-from .objective import Problem, action, action_gradient, gp_order_parameters, kernel_basis, make_problem
-from .newton import NewtonResult, NewtonSolver
-from .result import Correction, Theory, head_scores, load_theory
 from .corrected import laplace_correction
+from .newton import NewtonResult, NewtonSolver
+from .objective import Problem, action, action_gradient, gp_order_parameters, kernel_basis, make_problem
+from .result import Correction, Theory, head_scores, load_theory
 from .solve import gp_limit, solve_theory
 
 __all__ = [

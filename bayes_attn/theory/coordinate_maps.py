@@ -97,7 +97,7 @@ def log_cholesky_prior(theta, problem: Problem, shapes=None):
             logdet_above = logdets[l + 1]
         S = S + 0.5 * N[l] * tr - 0.5 * (N[l] - D - 1.0) * logdets[l] + 0.5 * N[l] * H * logdet_above
     # minus log Jacobian: U = L Lᵀ gives 2^m Π L_ii^{m−i+1}; L_ii = e^{ψ_ii} one more L_ii; Ua = e^{ψ_a}
-    for m, d in zip(ms, logdiags):
+    for m, d in zip(ms, logdiags, strict=True):
         S = S - m * math.log(2.0) - jnp.sum((m + 1.0 - jnp.arange(m, dtype=theta.dtype)) * d)
     return S - log_ua
 

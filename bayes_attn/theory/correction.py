@@ -86,9 +86,9 @@ from jax.scipy.linalg import solve_triangular
 from .. import _checks
 from ..bartlett import factor_shapes, sites_of_order_parameters
 from ..precision import float64
+from .coordinate_maps import MAPS
 from .coordinates import log_cholesky, sizes
 from .newton import SolveReport, damped_newton
-from .coordinate_maps import MAPS
 from .objective import Problem, data_derivatives, data_term_and_factor
 
 __all__ = [
@@ -320,7 +320,7 @@ def check_coordinates(net, coordinates: str) -> None:
     """``ValueError`` unless ``coordinates`` is one of :data:`COORDINATES` and valid for ``net``'s widths."""
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
-        for l, (D, N) in enumerate(zip(sizes(net.heads), net.widths), start=1):
+        for l, (D, N) in enumerate(zip(sizes(net.heads), net.widths, strict=False), start=1):  # widths end with N_a
             if N < D:
                 raise ValueError(
                     f"coordinates='log_cholesky' needs full-rank order parameters, but U_{l} is singular "

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.linalg
 
 from .. import _checks, threads
 from ..precision import float64
+from .coordinates import log_cholesky, pack, vech_weights
 from .objective import (
     Problem,
     log_cholesky_value,
@@ -29,9 +30,9 @@ from .objective import (
     value_grad_hess,
     vech_from_log_cholesky,
 )
-from .coordinates import log_cholesky, pack, vech_weights
 
-__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "SolveReport", "damped_newton", "newton_direction"]
+__all__ = ["COORDINATES", "NewtonResult", "NewtonRun", "NewtonSolver", "SolveReport", "damped_newton",
+           "newton_direction"]
 
 COORDINATES = ("log_cholesky", "vech")
 
@@ -152,12 +153,12 @@ class NewtonSolver:
         ``(f, g, H, vech g, vech H)``; to ``f``."""
         if self.coordinates == "vech":
 
-            def vgh(p):
+            def vgh_vech(p):
                 f, g, H = value_grad_hess(p, problem)
                 g, H = np.asarray(g), np.asarray(H)
                 return float(f), g, H, g, H
 
-            return pack(Us0), np.asarray, vgh, lambda p: float(value(p, problem))
+            return pack(Us0), np.asarray, vgh_vech, lambda p: float(value(p, problem))
 
         def vgh(p):
             f, g, H, gt, Ht = log_cholesky_value_grad_hess(p, problem)
@@ -194,7 +195,7 @@ class NewtonRun(NamedTuple):
     value: float
     grad: np.ndarray
     hess: np.ndarray
-    aux: object
+    aux: Any
     converged: bool
     iterations: int
     message: str

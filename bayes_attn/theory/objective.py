@@ -154,7 +154,7 @@ def check_order_parameters(name: str, Us, net: Network) -> list[np.ndarray]:
     if isinstance(Us, np.ndarray) or not isinstance(Us, Sequence) or len(Us) != net.L:
         raise ValueError(f"{name} must be a list of {net.L} matrices [U_1, ..., U_L]")
     out = []
-    for l, (U, m) in enumerate(zip(Us, sizes(net.heads))):
+    for l, (U, m) in enumerate(zip(Us, sizes(net.heads), strict=True)):
         U = _checks.array(f"{name}[{l}]", U, shape=(m, m))
         if not np.allclose(U, U.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(U).max())):
             raise ValueError(f"{name}[{l}] must be symmetric")
@@ -170,7 +170,7 @@ def gp_order_parameters(net: Network) -> tuple[list[np.ndarray], float]:
     """GP values: ``U_L = sL² sa² I``, ``U_l = s_l² I ⊗ U_{l+1}``, ``Ua = sa²``."""
     s2 = net.variances
     Ua = float(s2[-1])
-    Us = [s2[net.L] * Ua * np.eye(net.heads[-1])]
+    Us: list[np.ndarray] = [s2[net.L] * Ua * np.eye(net.heads[-1])]
     for l in reversed(range(net.L - 1)):  # 0-based layer index l (layer l+1)
         Us.insert(0, s2[l + 1] * np.kron(np.eye(net.heads[l]), Us[0]))
     return Us, Ua
@@ -209,7 +209,7 @@ def entropy(Us: Sequence[jax.Array], Ua: jax.Array, problem: Problem) -> jax.Arr
     heads = problem.heads
     L = len(heads)
     N, s2 = problem.widths, problem.variances
-    chols, logdets = zip(*[_chol_logdet(U) for U in Us])
+    chols, logdets = zip(*[_chol_logdet(U) for U in Us], strict=True)
     Na, sa2, NL, sL2 = N[L], s2[L + 1], N[L - 1], s2[L]
     S = Na * (Ua / sa2 - jnp.log(Ua))
     S = S + NL * (jnp.trace(Us[-1]) / (sL2 * Ua) - logdets[-1] + heads[-1] * jnp.log(Ua))
@@ -289,7 +289,8 @@ def data_derivatives(theta1: jax.Array, problem: Problem) -> tuple[jax.Array, ja
 
 
 def _xi_traces(Z: jax.Array, z: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``Ĉ_k z`` ``[n_1, P]``, ``tr Ĉ_k`` ``[n_1]`` and ``tr(Ĉ_k Ĉ_l)`` ``[n_1, n_1]`` from ``Z = Lg⁻¹ ξ`` ``[P, D, N0]``.
+    """``Ĉ_k z`` ``[n_1, P]``, ``tr Ĉ_k`` ``[n_1]`` and ``tr(Ĉ_k Ĉ_l)`` ``[n_1, n_1]`` from ``Z = Lg⁻¹ ξ``
+    ``[P, D, N0]``.
 
     For ``k = (i, j)``, ``Ĉ_k = s_k (Z_i Z_jᵀ + Z_j Z_iᵀ)`` with ``s_k = 1/2`` on
     the diagonal (``i = j``), else 1. With the blocks ``M_ab = Z_aᵀ Z_b``

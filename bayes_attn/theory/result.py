@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
@@ -22,11 +23,15 @@ from .correction import Mode, shapes_of
 from .newton import SolveReport
 from .objective import gp_order_parameters
 
+if TYPE_CHECKING:
+    import xarray
+
 __all__ = ["Correction", "Theory", "head_scores", "load_theory"]
 
 
 def head_scores(U, heads: Sequence[int]) -> list[np.ndarray]:
-    """Head scores from ``U [D, D]`` (docs/theory.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over all heads = 1.
+    """Head scores from ``U [D, D]`` (docs/theory.md §4; ``D = H_1···H_L``): one array ``[H_l]`` per layer, max over
+    all heads = 1.
 
     View ``|U|`` as a tensor ``[H_1..H_L, H_1..H_L]``; for layer ``l`` let
     ``M[h, h']`` be its sum over all indices but the row's and the column's
@@ -243,7 +248,7 @@ class Theory:
         xt = self.net.check_inputs(x_test, "x_test")
         batch_size = _checks.positive_int("batch_size", batch_size)
         if self.correction is not None:
-            return self._predict_laplace(xt, batch_size)
+            return self._predict_laplace(self.correction, xt, batch_size)
         s0 = self.net.variances[0]
         with float64():
             U = jnp.asarray(self.U)
@@ -256,11 +261,10 @@ class Theory:
                 variances.append(np.asarray(v)[:valid])
         return np.concatenate(means), np.concatenate(variances)
 
-    def _predict_laplace(self, xt: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    def _predict_laplace(self, c: Correction, xt: np.ndarray, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Corrected predictor: ``g(U) = (mean, variance)`` given ``U_1``, expanded as
         ``g(Û) + g'·(E[U_1] − Û) + ½ Σ_k g''[q_k, q_k]`` with ``Cov(U_1) = Σ_k q_k q_kᵀ``,
-        plus ``Σ_k (mean'·q_k)²`` on the variance."""
-        c = self.correction
+        plus ``Σ_k (mean'·q_k)²`` on the variance (``c``: this theory's :attr:`correction`)."""
         D = self.net.D
         U0 = np.asarray(c.point[0])
         iu = np.triu_indices(D)
@@ -377,7 +381,7 @@ class Theory:
                         laplace_problems=json.dumps(list(c.problems)))
         return ds
 
-    def to_file_dataset(self) -> "xarray.Dataset":  # noqa: F821
+    def to_file_dataset(self) -> xarray.Dataset:
         """:meth:`to_dataset` plus what :func:`load_theory` needs to rebuild this theory (training data
         ``x_train``, ``y_train``, the attention matrices ``attention_l``, head names)."""
         ds = self.to_dataset()

@@ -6,6 +6,7 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -13,6 +14,10 @@ from .. import _checks
 from ..kernels import Basis
 from ..network import Network
 from ..precision import float64
+from .coordinates import matrix_gradients, pack, unpack
+from .corrected import check_correction_fits, corrected_theory
+from .correction import CORRECTIONS
+from .newton import NewtonResult, NewtonSolver, SolveReport
 from .objective import (
     Problem,
     check_order_parameters,
@@ -22,10 +27,6 @@ from .objective import (
     readout,
     value_grad_hess,
 )
-from .coordinates import matrix_gradients, pack, unpack
-from .newton import NewtonResult, NewtonSolver, SolveReport
-from .corrected import check_correction_fits, corrected_theory
-from .correction import CORRECTIONS
 from .result import Theory
 
 __all__ = ["solve_theory", "gp_limit"]
@@ -77,7 +78,7 @@ def solve_theory(
         check_correction_fits(net, len(y))
     if solver is not None and not isinstance(solver, NewtonSolver):
         raise ValueError(f"solver must be a NewtonSolver, got {type(solver).__name__}")
-    changes = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
+    changes: dict[str, Any] = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
     solver = dataclasses.replace(solver or NewtonSolver(), **changes)  # checks tol and max_iter
     if isinstance(init, str):
         _checks.choice("init", init, ("gp",))

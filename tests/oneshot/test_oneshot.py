@@ -126,7 +126,8 @@ def test_dataclass_checks_apply_without_toml():
     with pytest.raises(ValueError, match="task.n_test must be even"):
         TaskSpec(n_test=1001)
     with pytest.raises(ValueError, match="disjoint"):
-        TaskSpec(split={"gd_train": ("Greek",), "theory_train": ("Greek",), "validation": ("Latin",), "test": ("Korean",)})
+        TaskSpec(split={"gd_train": ("Greek",), "theory_train": ("Greek",), "validation": ("Latin",),
+                        "test": ("Korean",)})
     with pytest.raises(ValueError, match="theory.temperatures repeats"):
         TheorySpec(temperatures=(0.1, 0.1))
     with pytest.raises(ValueError, match="heads"):
@@ -138,11 +139,12 @@ def test_dataclass_checks_apply_without_toml():
 # ----- end to end on the real Omniglot files ------------------------------------------------
 TINY = OneShotSpec(
     name="tiny",
-    task=TaskSpec(data_dir=str(DATA), rotations=True, mirrors=True, shift=2, n_gd_train=200, n_theory_train=40, n_theory_draws=3,
-                  n_validation=40, n_test=60, n_ood=20, seed=seed_of(0)),
+    task=TaskSpec(data_dir=str(DATA), rotations=True, mirrors=True, shift=2, n_gd_train=200, n_theory_train=40,
+                  n_theory_draws=3, n_validation=40, n_test=60, n_ood=20, seed=seed_of(0)),
     model=ModelSpec(width=8, d_qk=4, heads=(2, 2), qk_scale=0.5),
     training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(0)),
-    theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10, score_temperature=1.0),
+    theory=TheorySpec(widths=(10,), temperatures=(0.1, 1.0), sample_widths=(10,), score_width=10,
+                      score_temperature=1.0),
     sampler=SamplerSettings(num_chains=2, num_warmup=10, num_samples=10, max_tree_depth=4, seed=seed_of(0)),
     pruning=PruningSpec(n_random=2, n_bootstrap=20, spread_bootstrap=5, seed=seed_of(0)),
 )
@@ -395,7 +397,8 @@ def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path,
     assert cli.main(["prune", "--out", str(tmp_path / "o")]) == 0
     assert "epoch 1" in capsys.readouterr().err
     commands = cli.parser()._subparsers._group_actions[0].choices
-    helps = [a.help for name in ("prune", "sample") for a in commands[name]._actions if "--no-progress" in a.option_strings]
+    helps = [a.help for name in ("prune", "sample") for a in commands[name]._actions
+             if "--no-progress" in a.option_strings]
     assert helps[0] == helps[1] and "result still goes to stdout" in helps[0]  # the same help as the other commands
 
 
@@ -526,7 +529,8 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     assert f"Verdict of the theory against the samples: **{result.verdict}** ({per};" in (out / "report.md").read_text()
     # ρ of every predictor of the drops, with the same spread as the leading-order score's
     o, lead = result.spread.others, result.spread.rho
-    assert o.posterior is not None and o.posterior.n_draws == 1 and o.posterior_temperature == result.comparisons[10].temperature
+    assert o.posterior is not None and o.posterior.n_draws == 1
+    assert o.posterior_temperature == result.comparisons[10].temperature
     for s in (o.corrected, o.ablation):
         assert s is not None and (s.n_draws, s.n_resamples) == (lead.n_draws, lead.n_resamples), s
     assert "Which predicts the single-head drops" in (out / "report.md").read_text()
@@ -555,7 +559,8 @@ def test_model_is_reused_only_with_the_same_settings(tiny_run, tiny_sets):
     again = oneshot.train_model(TINY, out, sets=sets, evaluation=ev, progress_bar=False)
     assert again.metrics.reused
     other = dataclasses.replace(TINY, training=TrainConfig(lr=1e-3, batch=50, epochs=1, seed=seed_of(1)))
-    assert oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False).metrics.reused is False
+    trained = oneshot.train_model(other, out / "other", sets=sets, evaluation=ev, progress_bar=False)
+    assert trained.metrics.reused is False
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from conftest import (
     SMALL_MODEL as SMALL,
+)
+from conftest import (
     numpy_forward,
     random_data,
     random_network,
@@ -30,7 +32,7 @@ from bayes_attn.theory import Theory, head_scores, solve_theory
 def test_ablate_nothing_is_identical_and_emptying_a_layer_errors():
     params = small_model()
     same = pruning.ablate(params, SMALL, {})
-    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(same)):
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(same), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     x = small_x()
     np.testing.assert_array_equal(np.asarray(model.forward(same, x)), np.asarray(model.forward(params, x)))
@@ -56,7 +58,6 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
     import jax.numpy as jnp
 
     from bayes_attn.network import forward_from_xi
-
     from bayes_attn.precision import float64
 
     with float64():  # both sides in float64, so 1e-6 tests the algebra, not float32 round-off
@@ -67,7 +68,8 @@ def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(re
         w = np.asarray(net.effective_weights(weights), dtype=np.float64)  # [D, N1]
         m = pruning.path_factors(SMALL.heads, removed)
         f_paths = np.asarray(forward_from_xi(jnp.asarray(np.asarray(net.xi(x)), jnp.float64),
-                                             jnp.asarray(np.asarray(weights.V0), jnp.float64), jnp.asarray(m[:, None] * w)))
+                                             jnp.asarray(np.asarray(weights.V0), jnp.float64),
+                                             jnp.asarray(m[:, None] * w)))
     np.testing.assert_allclose(f_gd, f_paths, rtol=1e-6, atol=1e-6 * np.abs(f_paths).max())
     # the paths through a removed head are exactly the zero factors (h1 slowest)
     gone = [any(p[l] == h for l, h in removed) for p in itertools.product(*[range(H) for H in SMALL.heads])]
@@ -146,7 +148,7 @@ def test_head_scores_by_hand_and_against_a_loop():
         D = math.prod(heads)
         A = rng.normal(size=(D, D))
         U = A @ A.T + 0.3 * rng.normal(size=(D, D))
-        for got, want in zip(pruning.head_scores(U, heads), loop_head_scores(U, heads)):
+        for got, want in zip(pruning.head_scores(U, heads), loop_head_scores(U, heads), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-12)
     with pytest.raises(ValueError, match="U must have shape"):
         pruning.head_scores(np.eye(5), (2, 3))
@@ -158,7 +160,7 @@ def test_one_head_score_implementation():
     net = random_network((2, 3), width=4)
     x, y = random_data(12)
     t = solve_theory(net, x, y, temperature=0.5)
-    for a, b in zip(Theory.head_scores(t), head_scores(t.U, net.heads)):
+    for a, b in zip(Theory.head_scores(t), head_scores(t.U, net.heads), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -168,7 +170,8 @@ def test_spearman_p_values():
     r = pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4])
     assert r.rho == pytest.approx(1.0) and r.method == "exact"
     assert r.p_value == pytest.approx(1 / 24)
-    assert pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided").p_value == pytest.approx(2 / 24)
+    two_sided = pruning.spearman([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], alternative="two-sided")
+    assert two_sided.p_value == pytest.approx(2 / 24)
     assert pruning.spearman([1, 2, 3, 4], [0.4, 0.3, 0.2, 0.1]).p_value == pytest.approx(1.0)
     # per-layer lists are flattened; n = 9 > 8 uses seeded random permutations
     r = pruning.spearman([[1, 2, 3], [4, 5, 6, 7, 8, 9]], [[1, 2, 3], [4, 5, 6, 7, 8, 9]], n_permutations=2000)

@@ -27,7 +27,8 @@ def test_temperature_is_chosen_on_validation_never_on_test():
     x, y = random_data(40)
     xv, yv = random_data(60, seed=7)
     xt, yt = random_data(50, seed=8)
-    spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.02, 0.3, 3.0), sample_widths=(), score_width=3))
+    spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.02, 0.3, 3.0), sample_widths=(),
+                                         score_width=3))
     scan = temperature_scan(spec, net, x, y, xv, yv, xt, yt, progress_bar=False)
     ds = scan.dataset
     for i, N in enumerate(ds["width"].values):

@@ -15,7 +15,8 @@ from dataclasses import replace
 import jax
 import numpy as np
 import pytest
-from conftest import SMALL_MODEL as SMALL, numpy_forward, rng_of, seed_of, small_model, small_x
+from conftest import SMALL_MODEL as SMALL
+from conftest import numpy_forward, rng_of, seed_of, small_model, small_x
 
 from bayes_attn.oneshot import checkpoints, model, pruning, training
 from bayes_attn.oneshot.model import ModelConfig
@@ -41,7 +42,7 @@ def test_rescaling_factors_are_sqrt_N0_and_sqrt_width():
     params = small_model()
     _, w = model.to_network(params, SMALL)
     np.testing.assert_allclose(np.asarray(w.V0), np.asarray(params.V0) * math.sqrt(10))
-    for Vn, Vg in zip(w.V, params.V):
+    for Vn, Vg in zip(w.V, params.V, strict=True):
         np.testing.assert_allclose(np.asarray(Vn), np.asarray(Vg) * math.sqrt(6))
     np.testing.assert_allclose(np.asarray(w.a), np.asarray(params.a) * math.sqrt(6))
     net, none = model.to_network(params, SMALL, width=50)
@@ -162,7 +163,7 @@ def expected_learning_rates(tc: TrainConfig, val_accuracy, val_se) -> list[float
     """The learning rate of every epoch under ``tc``'s plateau rule, from the validation record alone: after
     ``lr_patience`` epochs (counted once the model learns) without a higher accuracy, times ``lr_factor``."""
     lr, out, best, wait, learning = tc.lr, [], -1.0, 0, False
-    for acc, se in zip(val_accuracy, val_se):
+    for acc, se in zip(val_accuracy, val_se, strict=True):
         out.append(lr)
         learning = learning or acc - 0.5 > training.LEARNING_SIGMAS * se
         if acc > best:
@@ -204,7 +205,7 @@ def test_learning_rate_drops_on_a_validation_plateau():
     assert hist.loss[:first] == chist.loss[:first] and hist.loss[first] != chist.loss[first]
     floored, fhist = run(replace(tc, lr_min=tc.lr))
     assert fhist.lr == [tc.lr] * len(fhist.lr) and fhist.loss == chist.loss
-    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(floored), jax.tree.leaves(p_const)))
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(floored), jax.tree.leaves(p_const), strict=True))
     # the settings' dict (and hash) without the options is as before they existed
     assert not {"lr_factor", "lr_patience", "lr_min"} & set(constant.to_dict())
     for bad, match in (({"lr_patience": None}, "go together"), ({"lr_factor": 1.0, "lr_patience": 2}, "lr_factor"),

@@ -16,8 +16,17 @@ import numpy as np
 import pytest
 import scipy.stats
 import xarray as xr
-from conftest import (MIN_ESS, check_max_abs_z, fig2c_wishart, key_of, record_check, seed_of, three_layers_wishart,
-                      tiny_problem, traced_programs)
+from conftest import (
+    MIN_ESS,
+    check_max_abs_z,
+    fig2c_wishart,
+    key_of,
+    record_check,
+    seed_of,
+    three_layers_wishart,
+    tiny_problem,
+    traced_programs,
+)
 
 import bayes_attn as ba
 from bayes_attn import calibration, gp, markov
@@ -80,7 +89,7 @@ def test_proposals_do_not_depend_on_the_count_or_the_batching():
             few = laplace.proposals(key_of(1), *args, count=50, batch=128)  # one batch of 128 (78 padded)
         assert "_proposal_batch" in first and "_proposal_batch" not in second, (first, second)
         whole = laplace.proposals(key_of(1), *args, count=1000, batch=100)  # 10 batches of 100
-    for a, b, c, d in zip(long, short, whole, few):
+    for a, b, c, d in zip(long, short, whole, few, strict=True):
         assert a.shape[0] == 1000 and b.shape[0] == 300 and d.shape[0] == 50
         np.testing.assert_allclose(b, a[:300], rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(d, a[:50], rtol=1e-12, atol=1e-12)
@@ -546,7 +555,7 @@ def test_proposals_evaluate_S_in_either_basis_alike(tiny_guided, monkeypatch):
     assert np.all(np.isfinite(np.asarray(log_w)))
     np.testing.assert_allclose(log_w, log_w_xi, rtol=1e-10, atol=1e-9)
     assert len(f) == len(f_xi) == 2  # f_train, f_test
-    for a, b in zip(f, f_xi):
+    for a, b in zip(f, f_xi, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
     # the memory estimate counts the folded C and the float64 C [D, D, P, P] it is made from, only where used
     from bayes_attn.samplers.memory import guided_bytes

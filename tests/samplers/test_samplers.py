@@ -22,7 +22,16 @@ import jax
 import numpy as np
 import pytest
 import scipy.stats
-from conftest import MIN_ESS, check_max_abs_z, key_of, random_data, random_network, seed_of, tiny_problem, traced_programs
+from conftest import (
+    MIN_ESS,
+    check_max_abs_z,
+    key_of,
+    random_data,
+    random_network,
+    seed_of,
+    tiny_problem,
+    traced_programs,
+)
 from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
@@ -232,7 +241,7 @@ def test_labels_argument_is_declared_by_the_sampler(name):
     y2 = -inputs.y
     args2 = smp.with_labels(args, y2)
     assert len(args2) == len(args) and smp.labels(args2) is y2
-    assert all(a is b for i, (a, b) in enumerate(zip(args, args2)) if i != smp.labels_arg % len(args))
+    assert all(a is b for i, (a, b) in enumerate(zip(args, args2, strict=True)) if i != smp.labels_arg % len(args))
 
 
 @pytest.mark.slow  # ~30 s: three compilations of NUTS

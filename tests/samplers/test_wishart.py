@@ -58,7 +58,8 @@ REGULAR = dict(heads=(2, 2), widths=(5, 6, 7), variances=(0.9, 0.7, 1.3, 1.5))
 # ----------------------------------------------------------------------------
 @functools.cache
 def _factor_draws(heads, widths, variances, n=NDRAW, seed=1):
-    """``n`` independent prior draws ``(A_list, [U_1..U_L], Ua)``, each with a leading draw axis (cached per network)."""
+    """``n`` independent prior draws ``(A_list, [U_1..U_L], Ua)``, each with a leading draw axis (cached per
+    network)."""
 
     def one(key):
         A = prior_draw(key, heads, widths, variances)
@@ -136,7 +137,7 @@ def test_sampled_dimension():
     assert num_parameters(SINGULAR["heads"], SINGULAR["widths"]) == 15 + 9 + 3 + 1
     assert num_parameters((1,), (7, 9)) == 2  # one layer, one head: two chi-squares
     A = [a[0] for a in _factor_draws(**SINGULAR)[0]]
-    for a, (m, r) in zip(A, factor_shapes(SINGULAR["heads"], SINGULAR["widths"])):
+    for a, (m, r) in zip(A, factor_shapes(SINGULAR["heads"], SINGULAR["widths"]), strict=True):
         a = np.asarray(a)
         assert a.shape == (m, r)
         assert np.all(np.triu(a, 1) == 0) and np.all(np.diag(a) > 0)
@@ -167,7 +168,7 @@ def test_prior_means_every_level(cfg, check):
     # the einsum recursion is the Kronecker recursion of docs/theory.md §7
     for i in range(3):
         ref = _kron_factor_U([a[i] for a in A_draws], heads, widths, var)
-        for g, r in zip([*(U[i] for U in Us), Ua[i]], ref):
+        for g, r in zip([*(U[i] for U in Us), Ua[i]], ref, strict=True):
             np.testing.assert_allclose(np.reshape(g, r.shape), r, rtol=1e-12, atol=1e-14)
 
 
@@ -242,7 +243,7 @@ def test_singular_ranks_match_weights():
     _, Uf, _ = _factor_draws(**cfg)
     Uw, _ = _singular_weight_draws()
     for i in range(5):
-        for U, V, r in zip((U[i] for U in Uf), (U[i] for U in Uw), expected):
+        for U, V, r in zip((U[i] for U in Uf), (U[i] for U in Uw), expected, strict=True):
             assert np.linalg.matrix_rank(np.asarray(U), tol=1e-10) == r
             assert np.linalg.matrix_rank(np.asarray(V), tol=1e-10) == r
             assert np.linalg.eigvalsh(np.asarray(U)).min() > -1e-12
@@ -286,7 +287,7 @@ def _reference_log_density(net, x, y, T, t, z):
     ``Var log χ²(ν) = ψ'(ν/2)``.
     """
     shapes = factor_shapes(net.heads, net.widths)
-    nu = np.concatenate([n - np.arange(r) for (m, r), n in zip(shapes, net.widths)]).astype(float)
+    nu = np.concatenate([n - np.arange(r) for (m, r), n in zip(shapes, net.widths, strict=True)]).astype(float)
     mu = np.log(2) + scipy.special.digamma(nu / 2)
     sd = np.sqrt(scipy.special.polygamma(1, nu / 2))
     c = np.exp(mu + sd * t)
@@ -323,12 +324,15 @@ def test_model_log_density_is_exact(cfg):
             inputs = prepare(net, x, y, None, T, dtype)
             model, args = get("wishart").build(inputs)
             params = [{"t": jnp.asarray(t, dtype)} | ({"z": jnp.asarray(z, dtype)} if n_z else {}) for t, z in sites]
-            values = lambda p: {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}  # noqa: E731
+
+            def values(p, model=model, args=args):
+                return {k: s["value"] for k, s in log_density(model, args, {}, p)[1].items()}
+
             dtypes = jax.eval_shape(values, params[0])
             assert {d.dtype for d in dtypes.values()} == {jnp.dtype(dtype)}, dtypes
-            lp = jax.jit(lambda p: log_density(model, args, {}, p)[0])
-            pe = jax.jit(jax.value_and_grad(lambda p: potential_energy(model, args, {}, p)))
-            for p, ref in zip(params, refs):
+            lp = jax.jit(lambda p, model=model, args=args: log_density(model, args, {}, p)[0])
+            pe = jax.jit(jax.value_and_grad(lambda p, model=model, args=args: potential_energy(model, args, {}, p)))
+            for p, ref in zip(params, refs, strict=True):
                 got = lp(p)
                 assert got.dtype == jnp.dtype(dtype)
                 assert abs(float(got) - ref) <= rtol * max(1.0, abs(ref)), (dtype, float(got), ref)
@@ -399,7 +403,8 @@ def _means_and_mcse(post, names):
     "layers, width, variances",
     [
         ((("same_token", "random"), ("uniform", "random")), 4, 1.0),
-        ((("same_token", "random"), ("uniform", "random"), ("uniform", "random")), (3, 3, 2, 4), [1.0, 0.7, 1.3, 0.8, 1.5]),
+        ((("same_token", "random"), ("uniform", "random"), ("uniform", "random")), (3, 3, 2, 4),
+         [1.0, 0.7, 1.3, 0.8, 1.5]),
     ],
     ids=["2-layer", "3-layer-singular"],
 )

@@ -20,6 +20,9 @@ import pytest
 
 pytest.importorskip("distributed")
 
+from conftest import TINY, forbid_calls, one_line, spec_file  # noqa: E402
+
+from bayes_attn import cli  # noqa: E402
 from bayes_attn.sweep.executors import (  # noqa: E402
     DaskJobqueue,
     DaskLocal,
@@ -30,8 +33,6 @@ from bayes_attn.sweep.executors import (  # noqa: E402
     job_seed,
     run_jobs,
 )
-from bayes_attn import cli  # noqa: E402
-from conftest import TINY, forbid_calls, one_line, spec_file  # noqa: E402
 
 BASE_SEED = 20240601
 THEORY_ONLY_N3 = TINY | {"compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}

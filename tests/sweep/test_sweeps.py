@@ -6,13 +6,14 @@ import json
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
 
 import bayes_attn as ba
 from bayes_attn import cli, compile_cache
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
-from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
+
 
 def _values(ds: xr.Dataset) -> xr.Dataset:
     """What must not depend on where the jobs ran (timings and settings text aside)."""
@@ -72,7 +73,8 @@ def test_inconclusive_points_are_ringed_in_the_sweep_figure(tmp_path):
 
     ds = xr.Dataset(
         {"accuracy_theory": ("width", [0.8, 0.9]), "accuracy_sampled": ("sample_width", [0.7, 0.85]),
-         "accuracy_sampled_se": ("sample_width", [np.nan, 0.01]), "verdict": ("sample_width", ["inconclusive", "agree"]),
+         "accuracy_sampled_se": ("sample_width", [np.nan, 0.01]),
+         "verdict": ("sample_width", ["inconclusive", "agree"]),
          "accuracy_gp": ("gp_model", [0.7]),
          "U_theory": (("width", "path", "path_"), np.ones((2, 1, 1))),
          "U_sampled": (("sample_width", "path", "path_"), np.ones((2, 1, 1))),

@@ -6,10 +6,10 @@ import tomllib
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import THEORY_ONLY, TINY, forbid_calls
 
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import job_seed, table
-from conftest import THEORY_ONLY, TINY, forbid_calls
 
 
 def load_spec_text(text):
@@ -125,7 +125,8 @@ def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
         val = ds["accuracy_validation_theory"].sel(width=N).values
         best = float(ds["best_temperature_theory"].sel(width=N))
         assert best == temps[int(np.argmax(val))]  # argmax of validation accuracy, first among ties
-        assert float(ds["accuracy_theory_at_best"].sel(width=N)) == float(ds["accuracy_theory"].sel(width=N, temperature=best))
+        at_best = float(ds["accuracy_theory"].sel(width=N, temperature=best))
+        assert float(ds["accuracy_theory_at_best"].sel(width=N)) == at_best
     assert float(ds["best_temperature_gp"]) == temps[int(np.argmax(ds["accuracy_gp_validation"].values))]
     assert (tmp_path / "grid" / "accuracy_vs_width.png").exists()
     with pytest.raises(ValueError, match="sample_widths must be among widths"):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 from conftest import rng_of
+from PIL import Image
 
 from bayes_attn.tasks import (
     DEFAULT_SPLIT,
@@ -222,7 +222,7 @@ def test_episodes_deterministic_and_shift(toy):
     sh = make_episodes(toy, 20, seed=1, shift=2)
     np.testing.assert_array_equal(sh.indices, a.indices)
     assert not np.array_equal(sh.images, a.images)
-    for img, src in zip(sh.images.reshape(-1, 16, 16)[:10], a.images.reshape(-1, 16, 16)[:10]):
+    for img, src in zip(sh.images.reshape(-1, 16, 16)[:10], a.images.reshape(-1, 16, 16)[:10], strict=True):
         pad = np.pad(src, 2)
         crops = [pad[2 - dy:18 - dy, 2 - dx:18 - dx] for dy in range(-2, 3) for dx in range(-2, 3)]
         assert any(np.array_equal(img, cr) for cr in crops)  # a zero-padded translation by <= 2 px
@@ -278,7 +278,8 @@ def test_tokenizer_parts():
     # label part: same for all tokens of an image, different between labels 0/1/2
     lab = x0 - tok.position_code - ln
     for k in range(3):
-        np.testing.assert_allclose(lab[:, 16 * k:16 * (k + 1)], np.broadcast_to(lab[0, 16 * k], (4, 16, 192)), atol=1e-12)
+        np.testing.assert_allclose(lab[:, 16 * k:16 * (k + 1)], np.broadcast_to(lab[0, 16 * k], (4, 16, 192)),
+                                   atol=1e-12)
     e = tok.label_embedding
     assert not np.allclose(e[0], e[1]) and not np.allclose(e[0], e[2]) and not np.allclose(e[1], e[2])
     assert 0.5 < e.std() < 0.9

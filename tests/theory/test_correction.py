@@ -101,7 +101,7 @@ def test_default_is_the_paper_theory_bit_for_bit():
         b = th.solve_theory(net, x, y, temperature=0.05, correction=corr)
         for name in ("U", "Ua", "action", "max_gradient", "hessian_min_eigenvalue", "iterations", "message"):
             np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=name)
-        for u, v in zip(a.order_parameters, b.order_parameters):
+        for u, v in zip(a.order_parameters, b.order_parameters, strict=True):
             np.testing.assert_array_equal(u, v)
         assert b.correction is None and b.correction_name == "none"
     assert a.to_dataset().attrs["correction"] == "none"
@@ -146,12 +146,13 @@ def test_singular_levels_use_bartlett_sites():
     assert sol.correction.mode.dimension == sum(site_sizes(net.heads, widths)) == (3 + 6) + (2 + 1) + 1
     ranks = [r for _, r in factor_shapes(net.heads, widths)][:-1]
     assert ranks == [3, 2]
-    for U, r in zip(sol.correction.point, ranks):
+    for U, r in zip(sol.correction.point, ranks, strict=True):
         assert np.linalg.matrix_rank(U, tol=1e-9 * np.abs(U).max()) == r
     for arr in (*sol.order_parameters, *sol.correction.order_parameter_sds, sol.Ua, sol.correction.Ua_sd):
         assert np.all(np.isfinite(arr))
     assert np.linalg.eigvalsh(sol.U)[0] > 0
-    x, y = _markov_problem(16, p=30, pinned=True)[1:]  # more data at the same widths: the next order overwhelms the first
+    # more data at the same widths: the next order overwhelms the first
+    x, y = _markov_problem(16, p=30, pinned=True)[1:]
     lead = th.solve_theory(net, x, y, temperature=0.05)
     with pytest.warns(RuntimeWarning, match="U_1 is not positive semi-definite"):
         sol = th.laplace_correction(lead)
@@ -180,7 +181,7 @@ def test_save_load_round_trip(tmp_path):
     for name in ("coordinates", "dimension", "theta", "action", "gradient", "hessian", "data_gradient",
                  "data_hessian", "hessian_min_eigenvalue"):
         np.testing.assert_array_equal(getattr(cb.mode, name), getattr(c.mode, name), err_msg=name)
-    for a, b in zip(back.predict(xt), sol.predict(xt)):
+    for a, b in zip(back.predict(xt), sol.predict(xt), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
     ds = sol.to_dataset()
     assert ds.attrs["correction"] == "laplace" and ds.attrs["laplace_coordinates"] == "bartlett"
@@ -258,7 +259,7 @@ def test_bartlett_action_is_the_wishart_sampler_density():
         T = 0.2
         problem = th.make_problem(net, x, y, T)
         shapes = factor_shapes(heads, widths)
-        nu = np.concatenate([n - np.arange(r) for (_, r), n in zip(shapes, widths)]).astype(float)
+        nu = np.concatenate([n - np.arange(r) for (_, r), n in zip(shapes, widths, strict=True)]).astype(float)
         mu = math.log(2) + scipy.special.digamma(nu / 2)  # E log χ²(ν) and sd(log χ²(ν)): the sites' standardisation
         sigma = np.sqrt(scipy.special.polygamma(1, nu / 2))
         n_t, n_z = site_sizes(heads, widths)
@@ -376,7 +377,8 @@ def test_one_layer_one_head_prior_closed_form():
 def _one_head_quadrature(N1, Na, p, var, T, c):
     """Exact posterior mean and sd of ``U`` and mean of ``Ua`` by 2-d quadrature over ``(log χ²(N1), log χ²(Na))``:
     ``p`` examples with kernel ``U c δ_μν`` and labels ±1."""
-    grids = [np.linspace(math.log(n) - 14 * math.sqrt(2 / n), math.log(n) + 14 * math.sqrt(2 / n), 801) for n in (N1, Na)]
+    grids = [np.linspace(math.log(n) - 14 * math.sqrt(2 / n), math.log(n) + 14 * math.sqrt(2 / n), 801)
+             for n in (N1, Na)]
     u1, ua = np.meshgrid(*grids, indexing="ij")
     U = var[1] * var[2] * np.exp(u1 + ua) / (N1 * Na)
     G = U * c + T
@@ -503,7 +505,8 @@ def _shift_fraction(post, leading, corrected) -> tuple[float, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("N, tol, factor", [pytest.param(10, 0.02, 1 / 3, marks=FIG2C_10),
-                                            pytest.param(100, 0.008, 1 / 2, marks=pytest.mark.xdist_group("fig2c_100"))])
+                                            pytest.param(100, 0.008, 1 / 2,
+                                                         marks=pytest.mark.xdist_group("fig2c_100"))])
 @pytest.mark.stochastic
 def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
@@ -607,9 +610,9 @@ def test_three_layers_against_wishart(record_property, check):
     and the correction removes at least a fifth of it (with 2 × 2000 draws the ratio's log-sd over 10 offsets
     was 0.31, 3.0 sds from 0.8, most of it Monte-Carlo noise: the corrected distance was about 2 floors; with
     2 × 8000 the ratio was 0.21-0.33 at 6 offsets, log-sd 0.15, the leading order 10-16 floors off); the
-    predicted sds of the diagonals are right to ``O(1/N)``: within ``2.5/N`` for the first diagonal entry of each level (a product of one chi-square per
-    level), within ``5/N`` for the others (their Bartlett factors hold squared normal entries, whose spread
-    enters at the next order).
+    predicted sds of the diagonals are right to ``O(1/N)``: within ``2.5/N`` for the first diagonal entry of each level
+    (a product of one chi-square per level), within ``5/N`` for the others (their Bartlett factors hold squared normal
+    entries, whose spread enters at the next order).
 
     The expansion is not exact at these widths: its next order is a property of the data, resolved by the
     sampler at some seeds. Over offsets 20-31 (``tests/robustness.py``) the corrected means were 0.04-0.14

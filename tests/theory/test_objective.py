@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import CONFIGS, N0, P, TOKENS, random_problem, random_spd, rng_of
+from conftest import CONFIGS, N0, TOKENS, P, random_problem, random_spd, rng_of
 
 from bayes_attn import Network, kernels
 from bayes_attn import theory as th
@@ -64,7 +64,7 @@ def test_gradient_matches_finite_differences(heads, widths, variances):
         S = lambda V, a=Ua: th.action(net, x, y, V, temperature=T, Ua=a)  # noqa: E731
         h = 1e-5
         for l, U in enumerate(Us):
-            for i, j in zip(*np.triu_indices(U.shape[0])):
+            for i, j in zip(*np.triu_indices(U.shape[0]), strict=True):
                 E = np.zeros_like(U)
                 E[i, j] = E[j, i] = 1.0
                 Vp, Vm = list(Us), list(Us)
@@ -91,7 +91,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
     h = 1e-5
     for form in ("C", "xi"):
         problem = th.make_problem(net, x, y, 0.1, form=form)
-        grad = lambda t: np.asarray(value_grad_hess(t, problem)[1])  # noqa: E731
+        grad = lambda t, problem=problem: np.asarray(value_grad_hess(t, problem)[1])  # noqa: E731
         f, g, H = (np.asarray(a) for a in value_grad_hess(theta, problem))
         Hfd = np.stack([(grad(theta + h * e) - grad(theta - h * e)) / (2 * h) for e in np.eye(len(theta))], axis=1)
         np.testing.assert_allclose(H, H.T, atol=1e-12 * np.abs(H).max())
@@ -100,7 +100,7 @@ def test_solver_hessian_matches_differences_of_its_gradient():
         Us = unpack(theta, net.heads)
         assert float(f) == pytest.approx(th.action(net, x, y, Us, temperature=0.1) / max(widths), rel=1e-12)
         grads, _ = th.action_gradient(net, x, y, Us, temperature=0.1)
-        for G, Gs in zip(grads, matrix_gradients(g, net.heads)):
+        for G, Gs in zip(grads, matrix_gradients(g, net.heads), strict=True):
             np.testing.assert_allclose(Gs, G / max(widths), rtol=1e-9, atol=1e-12 * np.abs(G).max())
 
 
@@ -114,7 +114,8 @@ def test_kernel_form_follows_C_MAX_ENTRIES(monkeypatch):
 
 
 def _numpy_basis(net, x, form):
-    """``Problem.basis`` by hand in NumPy: softmax over keys of every query, paths as matrix products, ``C``, folding."""
+    """``Problem.basis`` by hand in NumPy: softmax over keys of every query, paths as matrix products, ``C``,
+    folding."""
     omegas = []
     for W in net.attention:
         score = np.einsum("psi,hij,ptj->phst", x, W, x)
@@ -133,7 +134,7 @@ def _numpy_basis(net, x, form):
         return xi * math.sqrt(net.variances[0] / (N0 * D))
     C = net.variances[0] * np.einsum("adi,bei->deab", xi, xi) / (N0 * D)
     i, j = np.triu_indices(D)
-    return np.stack([C[a, b] if a == b else C[a, b] + C[b, a] for a, b in zip(i, j)])
+    return np.stack([C[a, b] if a == b else C[a, b] + C[b, a] for a, b in zip(i, j, strict=True)])
 
 
 @pytest.mark.parametrize("heads", [(2, 2), (3,), (2, 1, 2)])
@@ -142,7 +143,8 @@ def _numpy_basis(net, x, form):
 def test_problem_basis_matches_numpy(heads, readout, form):
     """The kernel basis (one compiled program: attention, ξ, C, folding) equals a NumPy computation to 1e-12."""
     rng = rng_of(7)
-    net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2], readout)
+    net = Network([rng.normal(size=(h, N0, N0)) for h in heads], 5, [0.8, 1.0, 1.1, 1.2, 0.9][: len(heads) + 2],
+                  readout)
     x = rng.normal(size=(P, TOKENS, N0))
     y = np.where(rng.random(P) < 0.5, 1.0, -1.0)
     basis = np.asarray(th.make_problem(net, x, y, 0.1, form=form).basis)

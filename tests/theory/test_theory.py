@@ -33,7 +33,6 @@ from bayes_attn.theory.coordinates import (
     vech_weights,
 )
 
-
 # ----------------------------------------------------------------------------
 # one compiled program for every width
 # ----------------------------------------------------------------------------
@@ -76,7 +75,7 @@ def test_coordinates_round_trip(heads, m):
     Us = [(lambda A: A @ A.T + 0.5 * np.eye(k))(rng.normal(size=(k, k))) for k in m]
     theta = pack(Us)
     assert theta.shape == (sum(k * (k + 1) // 2 for k in m),)
-    for U, V in zip(Us, unpack(theta, heads)):
+    for U, V in zip(Us, unpack(theta, heads), strict=True):
         np.testing.assert_array_equal(V, U)
     psi = log_cholesky(Us)
     assert psi.shape == theta.shape
@@ -84,12 +83,12 @@ def test_coordinates_round_trip(heads, m):
         vechs = [log_cholesky_to_vech(psi, heads), log_cholesky_to_vech(jnp.asarray(psi), heads)]
         for vech in vechs:
             assert vech.dtype == np.float64
-            for U, V in zip(Us, unpack(vech, heads)):
+            for U, V in zip(Us, unpack(vech, heads), strict=True):
                 np.testing.assert_allclose(np.asarray(V), U, rtol=0, atol=1e-12 * np.abs(U).max())
     # vech gradient of f(U) = sum_l tr(B_l U_l) is weights · B_l[triu]; matrix_gradients gives back B_l
     Bs = [(lambda A: A + A.T)(rng.normal(size=U.shape)) for U in Us]
     g = vech_weights(heads) * pack(Bs)
-    for B, G in zip(Bs, matrix_gradients(g, heads)):
+    for B, G in zip(Bs, matrix_gradients(g, heads), strict=True):
         np.testing.assert_allclose(G, B, rtol=1e-15)
 
 
@@ -122,7 +121,7 @@ def test_large_width_tends_to_gp():
         ratio = len(y) / N
         dU = np.abs(sol.U - n.gp_U).max() / np.abs(n.gp_U).max()
         assert dU < 10 * ratio
-        for Us, Ug in zip(sol.order_parameters, gp.order_parameters):
+        for Us, Ug in zip(sol.order_parameters, gp.order_parameters, strict=True):
             assert np.abs(Us - Ug).max() < 10 * ratio * np.abs(Ug).max()
         assert abs(sol.Ua - gp.Ua) < 10 * ratio
         m, v = sol.predict(x[:5])
@@ -201,8 +200,9 @@ def test_fig2c_solution_is_a_minimum(fig2c, N):
     for _ in range(2):
         dirs = [(lambda A: (A + A.T) / 2)(rng.normal(size=U.shape)) for U in sol.order_parameters]
 
-        def deriv(Us, h=1e-4):
-            return (S([U + h * E for U, E in zip(Us, dirs)]) - S([U - h * E for U, E in zip(Us, dirs)])) / (2 * h)
+        def deriv(Us, h=1e-4, dirs=dirs):
+            plus, minus = ([U + s * E for U, E in zip(Us, dirs, strict=True)] for s in (h, -h))
+            return (S(plus) - S(minus)) / (2 * h)
 
         d = deriv(sol.order_parameters)
         fd_error = 4 * abs(d - deriv(sol.order_parameters, 5e-5))
@@ -328,18 +328,18 @@ def test_save_load_round_trip(solved, tmp_path, names):
     back = th.load_theory(path)
     for name in ("widths", "variances", "readout", "head_names", "heads"):
         assert getattr(back.net, name) == getattr(sol.net, name), name
-    for a, b in zip(back.net.attention, sol.net.attention):
+    for a, b in zip(back.net.attention, sol.net.attention, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(back.x_train, sol.x_train)
     np.testing.assert_array_equal(back.y_train, sol.y_train)
     assert len(back.order_parameters) == net.L
-    for a, b in zip(back.order_parameters, sol.order_parameters):
+    for a, b in zip(back.order_parameters, sol.order_parameters, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(back.U, sol.U)
     for name in ("Ua", "action", "max_gradient", "hessian_min_eigenvalue", "converged", "iterations",
                  "temperature", "limit", "message", "solve_seconds"):
         assert getattr(back, name) == getattr(sol, name), name
-    for a, b in zip(back.predict(xt), sol.predict(xt)):
+    for a, b in zip(back.predict(xt), sol.predict(xt), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
     sol.to_dataset().to_netcdf(tmp_path / "plain.nc")
     with pytest.raises(ValueError, match="Theory.save"):
@@ -398,7 +398,8 @@ print(json.dumps({k: {"dtype": str(v.dtype), "value": v.tolist()} for k, v in r.
         on = _small_results()
     for k, v in on.items():
         assert fresh[k]["dtype"] == "float64", k
-        np.testing.assert_allclose(np.asarray(fresh[k]["value"]), v, rtol=1e-10, atol=1e-10 * np.abs(v).max(), err_msg=k)
+        np.testing.assert_allclose(np.asarray(fresh[k]["value"]), v, rtol=1e-10, atol=1e-10 * np.abs(v).max(),
+                                   err_msg=k)
 
 
 # ----------------------------------------------------------------------------
