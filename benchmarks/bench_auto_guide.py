@@ -57,12 +57,12 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
+from bench_guided import landed_fig3  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
 from bayes_attn.precision import x64  # noqa: E402
 from bayes_attn.samplers import laplace, prepare, wishart  # noqa: E402
-from bench_guided import landed_fig3  # noqa: E402
 
 
 class Counting:

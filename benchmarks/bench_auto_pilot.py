@@ -56,9 +56,9 @@ import time  # noqa: E402
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import alternated, busy_cores  # noqa: E402
 
 from bayes_attn.samplers import SamplerSettings, laplace, prepare  # noqa: E402
-from harness import alternated, busy_cores  # noqa: E402
 
 VARIANTS = {"old": None, "new": laplace.PILOT_RULES_OUT}
 """``stop_above`` of each variant: ``old`` draws every proposal (before), ``new`` stops after a ruling pilot."""

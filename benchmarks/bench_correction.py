@@ -98,13 +98,14 @@ def cost(widths, record: Record, repeats: int) -> dict:
         t = time.perf_counter()
         corr = th.laplace_correction(lead)
         first_correction = time.perf_counter() - t
-        warm_leading = best(lambda: th.solve_theory(net, x, y, temperature=TEMPERATURE), repeats)
-        warm_corrected = best(lambda: th.solve_theory(net, x, y, temperature=TEMPERATURE, correction="laplace"),
-                              repeats)
-        warm_correction = best(lambda: th.laplace_correction(lead), repeats)
+        # each closure is timed at once, in its own iteration: the defaults only say so
+        warm_leading = best(lambda net=net: th.solve_theory(net, x, y, temperature=TEMPERATURE), repeats)
+        warm_corrected = best(lambda net=net: th.solve_theory(net, x, y, temperature=TEMPERATURE,
+                                                              correction="laplace"), repeats)
+        warm_correction = best(lambda lead=lead: th.laplace_correction(lead), repeats)
         lead.predict(xt), corr.predict(xt)  # compile
-        predict_leading = best(lambda: lead.predict(xt), repeats)
-        predict_corrected = best(lambda: corr.predict(xt), repeats)
+        predict_leading = best(lambda lead=lead: lead.predict(xt), repeats)
+        predict_corrected = best(lambda corr=corr: corr.predict(xt), repeats)
         row = {
             "N": N,
             "leading_warm_s": warm_leading,

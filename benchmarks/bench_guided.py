@@ -76,11 +76,10 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
+from harness import busy_cores  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from harness import busy_cores  # noqa: E402
-
 
 F32 = ("laplace-is", "auto")  # the runs also made in float32 (labels ``<label>-f32``)
 
@@ -188,8 +187,8 @@ def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
 def landed_fig3():
     """The landed Fig. 3 model (``inference/results/fig3``; never retrained) as a network at N = 10, the theory's
     training episodes, the test episodes and the validation-chosen temperature by width (``{10: T, ...}``)."""
-    from bayes_attn.oneshot import model as gd_model
     from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
+    from bayes_attn.oneshot import model as gd_model
     from bayes_attn.oneshot.spec import load_oneshot_spec
 
     root = Path(__file__).resolve().parents[1]

@@ -54,9 +54,9 @@ def worker(name: str) -> dict:
 
     jax.config.update("jax_enable_x64", True)
     import numpy as np
+    from harness import CompileTimer
 
     import bayes_attn as ba
-    from harness import CompileTimer
 
     timer = CompileTimer()
     net, x, y, xt, T = problem(name)

@@ -66,11 +66,11 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
+from harness import times  # noqa: E402
 
 from bayes_attn import markov, threads  # noqa: E402
 from bayes_attn.samplers import conditional_outputs, laplace, prepare  # noqa: E402
-from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
-from harness import times  # noqa: E402
 
 NUTS_STEPS_PER_DRAW = 22.0
 """Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` runs on the landed Fig. 3 models (README, Fig. 3:
@@ -90,7 +90,7 @@ def phase_rounds(phases: dict, rounds: int, reps: int = 1) -> dict[str, float]:
     times = {name: [] for name in phases}
     for r in range(rounds):
         for name, fn in phases.items():
-            times[name].append(timed(lambda: fn(r), reps))
+            times[name].append(timed(lambda fn=fn, r=r: fn(r), reps))
     return {name: float(np.median(v)) for name, v in times.items()}
 
 

@@ -128,19 +128,20 @@ import math  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from harness import CompileTimer, timed_nuts  # noqa: E402
 from numpyro.infer.util import initialize_model  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov, samplers  # noqa: E402
 from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
 from bayes_attn.posterior import Posterior  # noqa: E402
-from harness import CompileTimer, timed_nuts  # noqa: E402
 
 
 def plan(a) -> dict[int, tuple[str, ...]]:
     """Samplers per width (quick mode: the plan of 10, 100, 10000 on the given tiny widths)."""
     keys = list(PLAN) if not a.quick else [10, 100, 10000]
-    table = PLAN if not a.quick else dict(zip(a.widths, (PLAN[k] for k in keys)))
+    # quick: the i-th tiny width runs the i-th plan; widths beyond the three plans run every sampler but full-token
+    table = PLAN if not a.quick else dict(zip(a.widths, (PLAN[k] for k in keys), strict=False))
     return {N: tuple(s for s in table.get(N, ORDER[1:]) if s in a.samplers) for N in a.widths}
 
 

@@ -64,12 +64,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import time  # noqa: E402
 
-from harness import times  # noqa: E402
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from harness import times  # noqa: E402
 
 from bayes_attn import markov  # noqa: E402
 from bayes_attn import theory as th  # noqa: E402

@@ -30,8 +30,8 @@ def row(path: Path, record: dict) -> list[str]:
 
 def table(rows: list[list[str]]) -> str:
     """``rows`` under :data:`COLUMNS` as a Markdown table, the columns padded to their widths."""
-    widths = [max(len(str(c)) for c in col) for col in zip(COLUMNS, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    widths = [max(len(str(c)) for c in col) for col in zip(COLUMNS, *rows, strict=True)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([line(COLUMNS), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 

@@ -111,9 +111,9 @@ def plot(results: dict[str, calibration.SBCResult], reports: dict[str, dict], pa
 
     fig = Figure(figsize=(3.6 * len(GROUPS), 2.3 * len(results)), layout="constrained")
     axes = fig.subplots(len(results), len(GROUPS), squeeze=False)
-    for row, (name, res) in zip(axes, results.items()):
+    for row, (name, res) in zip(axes, results.items(), strict=True):
         b = res.ranks * bins // (res.num_draws + 1)
-        for ax, (gname, sel) in zip(row, GROUPS.items()):
+        for ax, (gname, sel) in zip(row, GROUPS.items(), strict=True):
             cols = [i for i, s in enumerate(res.labels) if sel(s)]
             counts = np.bincount(b[:, cols].ravel(), minlength=bins)
             n = b.shape[0] * len(cols)
@@ -151,7 +151,7 @@ def summarise(a: argparse.Namespace, report: dict) -> dict:
                 s |= {"control_n_reps": a.controls[name], f"control_{tag}_p_pooled": c["p_pooled"],
                       f"control_{tag}_rejected": c["p_pooled"] < ALPHA}
         summary[name] = s
-    print("\nsummary (p_pooled; controls must be < %g):" % ALPHA)
+    print(f"\nsummary (p_pooled; controls must be < {ALPHA:g}):")
     for name, s in summary.items():
         ctl = "  ".join(f"{tag}: {s[f'control_{tag}_p_pooled']:.2g}" for tag in CONTROL_FACTORS
                         if f"control_{tag}_p_pooled" in s)

@@ -106,7 +106,7 @@ def helped() -> tuple[dict, dict, dict]:
     before and after."""
     before = snapshot(BENCH)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        done = dict(zip([p.stem for p in SCRIPTS], pool.map(lambda p: run(p, ["--help"], 60), SCRIPTS)))
+        done = dict(zip([p.stem for p in SCRIPTS], pool.map(lambda p: run(p, ["--help"], 60), SCRIPTS), strict=True))
     return done, before, snapshot(BENCH)
 
 
@@ -145,7 +145,7 @@ def quick_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
         return (*run(BENCH / f"{name}.py", [*QUICK[name], "--quick", "--out", str(out)], 300), out)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(QUICK, pool.map(one, QUICK)))
+        return dict(zip(QUICK, pool.map(one, QUICK), strict=True))
 
 
 @pytest.mark.slow

@@ -1,9 +1,9 @@
 """Every code block of the README and the docs pages is run or checked as written.
 
-- ``bash``: each command has a rule: ``make T`` names a target of the Makefile; ``bayes-attn …`` uses only options
-  its subcommand has, and a concrete line (no ``[…]``, ``|`` or ``...``) parses as a whole; ``python SCRIPT …``
-  names a script that exists and options its ``--help`` lists. A command without a rule fails the test, so that a new kind
-  of command gets one.
+- ``bash``: each command has a rule: ``make T`` names a target of the Makefile; ``bayes-attn …`` uses only
+  options its subcommand has, and a concrete line (no ``[…]``, ``|`` or ``...``) parses as a whole;
+  ``python SCRIPT …`` names a script that exists and options its ``--help`` lists. A command without a rule fails
+  the test, so that a new kind of command gets one.
 - ``python``: the README's runs in tests/test_examples.py; the getting-started page's runs here (slow).
 - ``toml``: parses; a ``[cluster]`` table is a valid dask-jobqueue cluster of the sweep's executors.
 - ``bibtex``: balanced braces, and the title the package's ``CITATION.cff`` cites.

@@ -13,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import snapshot_tree
 
 ROOT = Path(__file__).resolve().parents[1]
