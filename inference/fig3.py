@@ -33,12 +33,12 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bayes_attn.cli import configure_logging
-from bayes_attn.oneshot import PruneResult, load_oneshot_spec, load_pruning, run_oneshot
-from bayes_attn.oneshot.prune_result import PAPER_SPEARMAN_RHO
+if TYPE_CHECKING:  # the package is imported where it is used: --help imports nothing heavy
+    from bayes_attn.oneshot import PruneResult
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {"2x4": ROOT / "models/omniglot_oneshot_plain.toml", "2x8": ROOT / "models/omniglot_oneshot_2x8.toml",
@@ -58,6 +58,8 @@ def run_folder(out: Path, variant: str, seed: int) -> Path:
 
 def finished(folder: Path, spec) -> PruneResult | None:
     """The run's ``pruning.json`` when it exists, is complete and its model has the spec's training settings."""
+    from bayes_attn.oneshot import load_pruning
+
     try:
         result = load_pruning(folder / "pruning.json")
         meta = json.loads((folder / "model.json").read_text())
@@ -68,6 +70,8 @@ def finished(folder: Path, spec) -> PruneResult | None:
 
 def summarise(runs: dict[str, dict[int, PruneResult]]) -> dict:
     """Per run and pooled over seeds: accuracies and the spread of ρ."""
+    from bayes_attn.oneshot.prune_result import PAPER_SPEARMAN_RHO
+
     out = {"paper": {"base_accuracy": PAPER_BASE_ACCURACY, "spearman_rho": PAPER_SPEARMAN_RHO}, "variants": {}}
     for variant, by_seed in runs.items():
         rows = {}
@@ -153,6 +157,9 @@ def main() -> None:
     p.add_argument("--rerun", action="store_true",
                    help="run the finished runs again (theory, sampling, scores, pruning), reusing their trained models")
     a = p.parse_args()
+    from bayes_attn.cli import configure_logging
+    from bayes_attn.oneshot import load_oneshot_spec, run_oneshot
+
     configure_logging(logging.INFO)  # progress of every stage on stderr
     runs: dict[str, dict[int, PruneResult]] = {}
     for variant in a.variants:

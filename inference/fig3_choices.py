@@ -33,11 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bayes_attn import outputs
-from bayes_attn.cli import configure_logging
-from bayes_attn.oneshot import data, training
-from bayes_attn.oneshot.spec import OneShotSpec, load_oneshot_spec
-
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "models/omniglot_oneshot_plain.toml"
 VARIANTS = {
@@ -62,6 +57,8 @@ VARIANTS = {
 
 def variant_spec(changes: dict, patience: int, epochs: int):
     """The plain spec with ``changes``, early stopping after ``patience`` epochs, at most ``epochs``."""
+    from bayes_attn.oneshot.spec import OneShotSpec, load_oneshot_spec  # here: --help imports nothing heavy
+
     table = tomllib.loads(load_oneshot_spec(SPEC).to_toml())
     for key, value in {**changes, "training.patience": patience, "training.epochs": epochs}.items():
         section, name = key.split(".")
@@ -71,6 +68,8 @@ def variant_spec(changes: dict, patience: int, epochs: int):
 
 def train_on_validation(spec) -> dict:
     """Train ``spec``'s model with early stopping on its validation episodes; the numbers of the module doc."""
+    from bayes_attn.oneshot import data, training
+
     sets = data.datasets(spec)
     val = data.evaluation_episodes(spec, sets).validation  # its test episodes are built, never evaluated
     load0, cpu0, t0 = os.getloadavg(), os.times(), time.perf_counter()
@@ -97,6 +96,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--patience", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=160)
     args = ap.parse_args(argv)
+    from bayes_attn import outputs
+    from bayes_attn.cli import configure_logging
+
     configure_logging(1)
     path = args.out / "choices.json"
     results = json.loads(path.read_text()) if path.is_file() else {}

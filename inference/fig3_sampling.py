@@ -31,15 +31,8 @@ from pathlib import Path
 
 import xarray as xr
 
-from bayes_attn import stats
-from bayes_attn.cli import configure_logging
-from bayes_attn.compare import MAX_RHAT
-from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
-from bayes_attn.oneshot import model as gd_model
-from bayes_attn.oneshot.scan import Scan, sample_at_widths
-from bayes_attn.oneshot.spec import load_oneshot_spec
-from bayes_attn.samplers import SAMPLER_NAMES
-from bayes_attn.theory import solve_theory
+from bayes_attn.diagnostics import MAX_RHAT
+from bayes_attn.samplers.settings import SAMPLER_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"max_r_hat": MAX_RHAT, "min_ess_bulk": 400}  # the targets on U
@@ -80,6 +73,14 @@ def main() -> None:
                    help="the sampler (default: the spec's)")
     p.add_argument("--data-dir", default=None, help="folder of the Omniglot zip files (default: the spec's)")
     a = p.parse_args()
+    from bayes_attn import stats  # after parsing: --help imports little
+    from bayes_attn.cli import configure_logging
+    from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
+    from bayes_attn.oneshot import model as gd_model
+    from bayes_attn.oneshot.scan import Scan, sample_at_widths
+    from bayes_attn.oneshot.spec import load_oneshot_spec
+    from bayes_attn.theory import solve_theory
+
     configure_logging(logging.INFO)
     spec = load_oneshot_spec(a.spec)
     meta = json.loads((a.run / "model.json").read_text())
