@@ -25,7 +25,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import _checks
+from . import _checks, verdict
 from ._arguments import DEFAULT_OUT, build
 from .compile_cache import enable_compile_cache
 from .interrupt import exit_on_interrupt
@@ -35,6 +35,7 @@ from .samplers.settings import AUTO, AUTO_ORDER, SamplerSettings
 from .spec import Spec, load_spec
 from .theory.correction import THEORY_NAMES
 from .threads import one_blas_thread
+from .verdict import EXIT_INCONCLUSIVE, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +101,9 @@ EXIT_FAILED = 1
 """Exit status for a failure after something was computed (not bad input): one line naming what was kept."""
 EXIT_USAGE = 2
 """Exit status for bad input (spec, options, output folder), before anything is computed."""
-EXIT_DIAGNOSTICS = 3
-"""Exit status when the sampler's diagnostics failed (``sample``, ``run``; ``sweep``, ``prune`` at some width):
-the verdict is inconclusive; results are still written."""
+EXIT_DIAGNOSTICS = EXIT_INCONCLUSIVE
+"""Exit status when the verdict is inconclusive (:attr:`bayes_attn.verdict.Verdict.exit_status`): a diagnostic of
+the sampler failed, or the theory is not a solution; results are still written."""
 EXIT_FAILED_JOBS = 4
 """Exit status of ``sweep`` when some jobs failed (the others' results are written; a rerun retries the failed)."""
 EXIT_INTERRUPTED = 130
@@ -142,33 +143,12 @@ def configure_logging(level: int) -> None:
     logger.setLevel(level)
 
 
-def _diagnostics_status(diagnostics: dict[str, float]) -> int:
-    """0, or :data:`EXIT_DIAGNOSTICS` with a warning on stderr when a diagnostic failed."""
-    from .diagnostics import diagnostic_failures
-
-    failures = diagnostic_failures(diagnostics)
-    if not failures:
-        return 0
-    log.warning("the sampler's diagnostics failed: " + "; ".join(failures) + ". Do not trust these draws; "
-                "sample longer (--warmup, --samples, --chains).")
-    return EXIT_DIAGNOSTICS
-
-
-def _theory_status(theory) -> int:
-    """0, or :data:`EXIT_DIAGNOSTICS` with a warning when the theory is not a solution (an unreliable
-    correction is warned about by the library, and written beside the verdict)."""
-    if not theory.problems:
-        return 0
-    log.warning("inconclusive: " + "; ".join(theory.problems) + ". Its numbers are not a solution: check the "
-                "spec's scales (labels, variances, temperature).")
-    return EXIT_DIAGNOSTICS
-
-
-def _inconclusive(reasons: list[str], what: str) -> int:
-    log.warning(f"inconclusive at {what}: " + "; ".join(reasons) + ". Do not trust these numbers: sample longer "
-                "(--warmup, --samples, --chains) where the sampler's diagnostics failed; check the spec's scales "
-                "where the theory is not a solution.")
-    return EXIT_DIAGNOSTICS
+def _status(v: Verdict, where: str = "") -> int:
+    """The exit status the verdict ``v`` reads (:attr:`bayes_attn.verdict.Verdict.exit_status`), its warning on
+    stderr when inconclusive (``where``: the points, e.g. ``"at some sampled width"``)."""
+    if (warning := v.warning(where)) is not None:
+        log.warning(warning)
+    return v.exit_status
 
 
 def sampling_plan(cfg: SamplerSettings, P: int) -> str:
@@ -200,7 +180,7 @@ def cmd_sample(args) -> int:
                      force=args.force, **cfg.to_dict())
     print(res.summary)
     print(f"wrote {res.out}/: posterior.nc, summary.txt, spec.toml")
-    return _diagnostics_status(res.summary.diagnostics())
+    return _status(verdict.of_sampling({"": res.summary.diagnostics()}))
 
 
 def cmd_theory(args) -> int:
@@ -229,7 +209,7 @@ def cmd_theory(args) -> int:
     print(f"test accuracy: theory {res.accuracy:.4f}"
           + "".join(f"   GP ({k}) {v:.4f}" for k, v in res.gp_accuracies.items()))
     print(f"wrote {res.path}")
-    return _theory_status(t)
+    return _status(verdict.of_theory(t.problems))
 
 
 def cmd_run(args) -> int:
@@ -250,13 +230,13 @@ def cmd_run(args) -> int:
     print(f"headline ({res.comparison.correction}): {res.comparison.theories_summary()}")
     print(f"wrote {out}/: report.md, theory.nc, gp.nc, posterior.nc, comparison.nc, "
           "order_parameter.png, predictor.png, alignment.png")
-    return max(_diagnostics_status(res.comparison.diagnostics), _theory_status(res.theory))
+    return _status(res.comparison.outcome)
 
 
 def cmd_sweep(args) -> int:
     from .compile_cache import cache_dir, disabled_by_env
     from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
-    from .sweep.table import inconclusive_points, sweep, unsolved_points
+    from .sweep.table import sweep, sweep_verdict
 
     spec, out, temperature = _setup(args)
     sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
@@ -292,10 +272,8 @@ def cmd_sweep(args) -> int:
         log.warning(f"{len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "
                     "finished; run the sweep again to retry them.")
         return EXIT_FAILED_JOBS
-    points = inconclusive_points(ds) + unsolved_points(ds)
-    if points:
-        return _inconclusive(points, f"{len(points)} point(s) (sampled ones ringed in the figures)")
-    return 0
+    v = sweep_verdict(ds)
+    return _status(v, f"at {len(v.reasons)} point(s) (sampled ones ringed in the figures)")
 
 
 def cmd_prune(args) -> int:
@@ -316,9 +294,7 @@ def cmd_prune(args) -> int:
     for N, c in result.comparisons.items():
         print(f"N = {N}: {c.summary()}")
     print(f"wrote {out}/: pruning.json, oneshot.nc, report.md, figures (verdict: {result.verdict})")
-    if result.verdict == "inconclusive":
-        return _inconclusive(result.inconclusive_reasons, "some sampled width")
-    return 0
+    return _status(result.outcome, "at some sampled width")
 
 
 def _error(command: str, message: str) -> None:

@@ -33,7 +33,7 @@ from typing import cast
 import numpy as np
 import xarray as xr
 
-from . import _checks, _io
+from . import _checks, _io, verdict
 from .diagnostics import (  # noqa: F401  (the verdict's thresholds, defined with the diagnostics they read)
     MAX_KHAT,
     MAX_RHAT,
@@ -47,7 +47,7 @@ from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
-VERDICTS = ("agree", "disagree", "inconclusive")
+VERDICTS = verdict.COMPARISONS
 
 
 def headline_of(wanted: str, theory: Theory) -> str:
@@ -59,17 +59,6 @@ def headline_of(wanted: str, theory: Theory) -> str:
 TEMPERATURE_RTOL = 1e-6
 """Theory and posterior are at one temperature when they differ by at most this fraction, whatever its scale (no
 absolute tolerance: 1e-9 and 5e-9 differ); float32 rounding of a temperature stays well inside it."""
-
-
-def diagnostics_verdict(diagnostics: dict[str, dict[str, float]]) -> tuple[str, list[str]]:
-    """The three-valued verdict's sampler half over several sampled points (e.g. widths).
-
-    ``diagnostics``: per point, the numbers of :func:`diagnostic_failures`
-    (those known). Returns ``("inconclusive", reasons)`` when some point's
-    diagnostics failed, else ``("diagnostics passed", [])``.
-    """
-    reasons = [f"{point}: {'; '.join(f)}" for point, d in diagnostics.items() if (f := diagnostic_failures(d))]
-    return ("inconclusive" if reasons else "diagnostics passed"), reasons
 
 
 @dataclass(frozen=True)
@@ -211,12 +200,16 @@ class Comparison:
         return self.sampler_failures + self.theory_problems
 
     @property
+    def outcome(self) -> verdict.Verdict:
+        """The verdict with its reasons (:func:`bayes_attn.verdict.of_comparison`): inconclusive when a sampler
+        diagnostic failed or the theory is not a solution, else agree or disagree. :attr:`theory_warnings` (an
+        unreliable correction) stand beside it."""
+        return verdict.of_comparison(self.agree, self.sampler_failures, self.theory_problems)
+
+    @property
     def verdict(self) -> str:
-        """``"inconclusive"`` when a sampler diagnostic failed or the theory is not a solution, else ``"agree"``
-        or ``"disagree"``. :attr:`theory_warnings` (an unreliable correction) stand beside it."""
-        if self.inconclusive_reasons:
-            return "inconclusive"
-        return "agree" if self.agree else "disagree"
+        """:attr:`outcome`'s value: ``"agree"``, ``"disagree"`` or ``"inconclusive"``."""
+        return self.outcome.value
 
     @property
     def mean_correlation(self) -> float:

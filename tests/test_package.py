@@ -107,7 +107,7 @@ LAYERS = [
      "fingerprints", "interrupt"},
     {"kernels", "network", "tasks", "bartlett"},
     {"gp", "theory", "samplers"},
-    {"diagnostics", "posterior", "calibration"},
+    {"diagnostics", "verdict", "posterior", "calibration"},
     {"compare"},
     {"spec"},
     {"run"},

@@ -46,8 +46,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import _io, outputs, stats
-from ..compare import compare, diagnostics_verdict
+from .. import _io, outputs, stats, verdict
+from ..compare import compare
 from ..theory import Theory, gp_limit, head_scores, laplace_correction, solve_theory
 from . import checkpoints, data, figures, pruning, results, training
 from . import model as gd_model
@@ -406,16 +406,16 @@ def run_oneshot(
 def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
     """The verdict from the R-hat, bulk ESS, divergences and Pareto ``k̂`` of ``U`` at every sampled width of the
     results ``ds`` (or the ``oneshot.nc`` at that path), by the rules of
-    :func:`bayes_attn.diagnostics.diagnostic_failures`."""
+    :func:`bayes_attn.verdict.of_sampling`."""
     ds = ds if isinstance(ds, xr.Dataset) else _io.load_dataset(ds)
     if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
-        return SamplingVerdict("not sampled", [])
+        return SamplingVerdict(verdict.NOT_SAMPLED, [])
     names = {"rhat_U": "max_r_hat", "ess_U": "min_ess_bulk", "divergences": "divergences", "pareto_k": "pareto_k"}
     per = {f"N={int(N)} (sampler, on U)": {key: float(ds[v][i]) for v, key in names.items()
                            if v in ds and np.isfinite(float(ds[v][i]))}
            for i, N in enumerate(ds["sample_width"].values)}
-    verdict, reasons = diagnostics_verdict(per)
-    return SamplingVerdict(verdict, list(reasons))
+    sampled = verdict.of_sampling(per)
+    return SamplingVerdict(sampled.value, list(sampled.reasons))
 
 
 def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool, progress_bar: bool) -> PruneResult:

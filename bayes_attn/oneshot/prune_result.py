@@ -23,11 +23,8 @@ from pathlib import Path
 
 from .. import _io
 from ..compare import Check, Comparison, theories_line
+from ..verdict import NOT_SAMPLED, Verdict, combine
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
-
-NOT_SAMPLED, NOT_COMPARED = "not sampled", "not compared"
-"""The verdicts of a run without samples, and of one whose samples passed their diagnostics but were compared
-with no theory: neither is ``agree``, and a command ending on either exits 0."""
 
 PAPER_SPEARMAN_RHO = 0.86
 """The paper's head score vs single-head drop Spearman ρ (its Fig. 3, 2 × 4 heads)."""
@@ -215,23 +212,26 @@ class PruneResult:
         or some width's headline comparison is; else ``not compared`` where samples passed their diagnostics
         but no comparison was made (a file written before ``prune`` compared); else ``disagree`` where some
         width disagrees; ``agree`` only where every width was compared and agrees."""
+        return self.outcome.value
+
+    @property
+    def outcome(self) -> Verdict:
+        """:attr:`verdict` with its reasons (:func:`bayes_attn.verdict.combine` of the sampling's and each width's
+        headline comparison's), each reason labelled with its width and its check: the sampler's on ``U``
+        (``N=10 (sampler, on U): …``) and the comparison's on every observable and the theory
+        (``N=10 (comparison, on every observable): …``)."""
         if self.sampling.verdict == NOT_SAMPLED:
-            return NOT_SAMPLED
-        verdicts = {c.verdict for c in self.comparisons.values()}
-        if self.sampling.verdict == "inconclusive" or "inconclusive" in verdicts:
-            return "inconclusive"
-        if not verdicts:
-            return NOT_COMPARED
-        return "disagree" if "disagree" in verdicts else "agree"
+            return Verdict(NOT_SAMPLED)
+        sampling = Verdict(self.sampling.verdict, tuple(self.sampling.reasons), sampler_failed=True)
+        compared = [Verdict(c.verdict, tuple(f"N={N} (comparison, on every observable): {why}"
+                                             for why in c.theories[c.headline].reasons),
+                            sampler_failed=True, theory_failed=True) for N, c in self.comparisons.items()]
+        return combine([sampling, *compared])
 
     @property
     def inconclusive_reasons(self) -> list[str]:
-        """Why the headline is inconclusive, each labelled with its width and its check: the sampler's on ``U``
-        (``N=10 (sampler, on U): …``) and the headline comparison's on every observable and the theory
-        (``N=10 (comparison, on every observable): …``); no reason twice."""
-        compared = [f"N={N} (comparison, on every observable): {why}" for N, c in self.comparisons.items()
-                    for why in c.theories[c.headline].reasons]
-        return list(dict.fromkeys([*self.sampling.reasons, *compared]))
+        """Why the headline is inconclusive (:attr:`outcome`'s reasons), no reason twice."""
+        return list(self.outcome.reasons)
 
 
 def to_json(r: PruneResult) -> dict:

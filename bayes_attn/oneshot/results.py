@@ -17,8 +17,9 @@ from .. import _io, _markdown
 from ..compare import THEORY_NAMES
 from ..network import head_labels
 from ..run import figures as run_figures
+from ..verdict import NOT_COMPARED
 from . import figures
-from .prune_result import NOT_COMPARED, PAPER_SPEARMAN_RHO, PruneResult, load_pruning
+from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
 
 FIGURES = {
     "accuracy_vs_width.png": "(a) test accuracy vs N: theory, GP, sampled; GD model and pixel baseline",

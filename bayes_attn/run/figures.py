@@ -17,6 +17,7 @@ import xarray as xr
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from .. import verdict
 from ..compare import THEORY_NAMES, Comparison
 from ..stats import power_law_slope
 from ..theory import Theory
@@ -45,7 +46,8 @@ def inconclusive_points(ds: xr.Dataset) -> np.ndarray:
         return np.zeros(ds.sizes.get("sample_width", 0), dtype=bool)
     v = ds["verdict"]
     other = [d for d in v.dims if d != "sample_width"]
-    return np.asarray((v == "inconclusive").any(other).values if other else (v == "inconclusive").values, dtype=bool)
+    bad = v == verdict.INCONCLUSIVE
+    return np.asarray(bad.any(other).values if other else bad.values, dtype=bool)
 
 
 def _save(fig, path) -> Path:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _checks, _io, outputs
+from .. import _checks, _io, outputs, verdict
 from ..network import Network
 from ..spec import Spec
 from ..stats import accuracy
@@ -127,7 +127,6 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     net = spec.net(width)
     temperature = spec.temperature if temperature is None else temperature
     settings = spec.sampler.replace(**sampler)
-    from ..diagnostics import diagnostic_failures
     from ..posterior import check_sampling, sample_posterior
 
     x, y, xt, _ = spec.data()
@@ -140,8 +139,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         stage.path("summary.txt").write_text(str(summary) + "\n")
         ran = _spec_as_run(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         stage.path("spec.toml").write_text(ran.to_toml())
-        failures = diagnostic_failures(summary.diagnostics())
-        stage.record.update(verdict="inconclusive" if failures else "diagnostics passed",
+        stage.record.update(verdict=verdict.of_sampling({"": summary.diagnostics()}).value,
                             sampler_settings=ran.sampler.to_dict())
     return SampleResult(post, summary, stage.folder)
 

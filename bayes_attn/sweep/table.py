@@ -28,7 +28,7 @@ from typing import cast
 import numpy as np
 import xarray as xr
 
-from .. import _checks, _io, outputs
+from .. import _checks, _io, outputs, verdict
 from ..compare import compare, headline_of
 from ..fingerprints import data_fingerprint
 from ..posterior import check_sampling, sample_posterior
@@ -333,29 +333,27 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         done = {(o.job.params["kind"], o.job.params["width"], o.job.params["temperature"]): Path(o.value)
                 for o in outcomes if o.ok}
         ds = _assemble(spec, done, widths, sample_widths, temps, data, validation)
-        ds.attrs.update(_provenance(spec, data, validation), failed_jobs=json.dumps(failed), verdict=sweep_verdict(ds))
+        ds.attrs.update(_provenance(spec, data, validation), failed_jobs=json.dumps(failed),
+                        verdict=sweep_verdict(ds).value)
         stage.record.update(failed_jobs=failed, jobs=len(jobs), verdict=ds.attrs["verdict"])
         _io.save(ds, stage.path("sweep.nc"))
         _sweep_figures(ds, spec, stage)
     return ds
 
 
-def sweep_verdict(ds: xr.Dataset) -> str:
-    """``"inconclusive"`` when some sampled width's verdict is or some width's theory is not a solution
-    (:func:`unsolved_points`), ``"disagree"`` when some sampled width disagrees, else ``"agree"``; ``"theory
-    only"`` without sampled widths (and every theory a solution)."""
-    if unsolved_points(ds):
-        return "inconclusive"
+def sweep_verdict(ds: xr.Dataset) -> verdict.Verdict:
+    """The sweep's headline (:func:`bayes_attn.verdict.combine`): inconclusive where some sampled point's
+    verdict is (its reason ``N=…, T=…``) or some width's theory is not a solution (:func:`_unsolved_points`),
+    disagree where some sampled point disagrees, else agree; ``theory only`` without sampled widths."""
+    unsolved = verdict.of_theory(_unsolved_points(ds))
     if "verdict" not in ds:
-        return "theory only"
-    verdicts = set(np.asarray(ds["verdict"].values).ravel().tolist())
-    for v in ("inconclusive", "disagree"):
-        if v in verdicts:
-            return v
-    return "agree"
+        return verdict.combine([unsolved], sampled=False)
+    points = [verdict.Verdict(str(v), (point,) if v == verdict.INCONCLUSIVE else (), sampler_failed=True,
+                              theory_failed=True) for point, v in _sampled_points(ds) if v in verdict.COMPARISONS]
+    return verdict.combine([*points, unsolved])
 
 
-def unsolved_points(ds: xr.Dataset) -> list[str]:
+def _unsolved_points(ds: xr.Dataset) -> list[str]:
     """``"N=…, T=…: the theory is not a solution"`` for every width whose reported theory did not converge to a
     minimum: at its one temperature, or with a temperature grid at none of them."""
     if "converged_theory" not in ds:
@@ -369,19 +367,11 @@ def unsolved_points(ds: xr.Dataset) -> list[str]:
     return [f"N={int(N)}, T={temp:g}: the theory is not a solution" for N in failed]
 
 
-def inconclusive_points(ds: xr.Dataset) -> list[str]:
-    """``"N=…, T=…"`` for every sampled point whose verdict is ``"inconclusive"``."""
-    if "verdict" not in ds:
-        return []
-    v = ds["verdict"]
-    out = []
-    for i, N in enumerate(ds["sample_width"].values):
-        row = v.isel(sample_width=i)
-        temps = np.atleast_1d(ds["temperature"].values)
-        for j, verdict in enumerate(np.atleast_1d(row.values)):
-            if verdict == "inconclusive":
-                out.append(f"N={int(N)}, T={float(temps[j]):g}")
-    return out
+def _sampled_points(ds: xr.Dataset) -> list[tuple[str, str]]:
+    """``("N=…, T=…", verdict)`` of every sampled point of ``ds``."""
+    temps = np.atleast_1d(ds["temperature"].values)
+    return [(f"N={int(N)}, T={float(temps[j]):g}", str(v)) for i, N in enumerate(ds["sample_width"].values)
+            for j, v in enumerate(np.atleast_1d(ds["verdict"].isel(sample_width=i).values))]
 
 
 def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, validation) -> xr.Dataset:

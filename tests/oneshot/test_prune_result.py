@@ -56,13 +56,13 @@ UNCOMPARED = [p for p in SHIPPED if (d := json.loads(p.read_text()))["verdict"] 
 def test_a_shipped_file_with_samples_but_no_comparison_reads_not_compared():
     """No "agree" without a comparison: ``inference/results/fig3/pruning.json`` (and any other such shipped file)
     reads ``not compared`` in the API, in the file written back and in ``report.md``, never ``agree``."""
-    from bayes_attn import outputs
+    from bayes_attn import outputs, verdict
     from bayes_attn.oneshot import results
 
     assert ROOT / "inference/results/fig3/pruning.json" in UNCOMPARED, UNCOMPARED
     for path in UNCOMPARED:
         r = prune_result.load_pruning(path)
-        assert r.verdict == prune_result.NOT_COMPARED == "not compared", (path, r.verdict)
+        assert r.verdict == verdict.NOT_COMPARED == "not compared", (path, r.verdict)
         assert prune_result.to_json(r)["headline_verdict"] == "not compared"
         report = results.report_markdown("x", r, outputs.load_dataset(path.parent / "oneshot.nc"), {})
         assert "Verdict of the theory against the samples: **not compared**" in report, report[:600]

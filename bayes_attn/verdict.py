@@ -1,0 +1,113 @@
+"""One verdict: what every job concludes, decided here and nowhere else.
+
+A :class:`Verdict` is a value of :data:`VALUES` with its reasons. The comparison of a theory with samples at one
+point (:func:`of_comparison`) agrees, disagrees or is inconclusive (a failed sampler diagnostic, or a theory that
+is not a solution); a sampler's diagnostics alone (:func:`of_sampling`) pass or make it inconclusive; a theory
+alone (:func:`of_theory`) is a solution or inconclusive. :func:`combine` makes the headline of several: the worst
+decides, ``agree`` only where every point was compared and agreed. The command's exit status and its warning are
+read from the verdict (:attr:`Verdict.exit_status`, :meth:`Verdict.warning`), reports and files store its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["AGREE", "DIAGNOSTICS_PASSED", "DISAGREE", "EXIT_INCONCLUSIVE", "INCONCLUSIVE", "NOT_COMPARED",
+           "NOT_SAMPLED", "THEORY_ONLY", "VALUES", "Verdict", "combine", "of_comparison", "of_sampling", "of_theory"]
+
+AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
+NOT_COMPARED = "not compared"
+"""Samples that passed their diagnostics and were compared with no theory: never ``agree``."""
+NOT_SAMPLED, THEORY_ONLY = "not sampled", "theory only"
+"""A job that sampled nothing (``prune`` without sample widths; a sweep of theory only, every theory a solution)."""
+DIAGNOSTICS_PASSED = "diagnostics passed"
+"""The sampler's half alone: every diagnostic passed (nothing compared yet)."""
+VALUES = (AGREE, DISAGREE, INCONCLUSIVE, NOT_COMPARED, NOT_SAMPLED, THEORY_ONLY, DIAGNOSTICS_PASSED)
+COMPARISONS = (AGREE, DISAGREE, INCONCLUSIVE)
+"""The values of one comparison of a theory with samples."""
+
+EXIT_INCONCLUSIVE = 3
+"""The exit status of a command whose verdict is inconclusive (its results are written); every other value is 0."""
+
+SAMPLE_LONGER = "sample longer (--warmup, --samples, --chains) where the sampler's diagnostics failed"
+CHECK_SCALES = "check the spec's scales (labels, variances, temperature) where the theory is not a solution"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A value of :data:`VALUES` and why (the reasons of ``inconclusive``: failed diagnostics, unsolved theories).
+
+    sampler_failed, theory_failed: whether some reason is a failed sampler diagnostic, or a theory that is not a
+    solution (what the warning advises)."""
+
+    value: str
+    reasons: tuple[str, ...] = ()
+    sampler_failed: bool = False
+    theory_failed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.value not in VALUES:
+            raise ValueError(f"a verdict is one of {list(VALUES)}, got {self.value!r}")
+
+    @property
+    def exit_status(self) -> int:
+        """:data:`EXIT_INCONCLUSIVE` when inconclusive, else 0 (``disagree`` is a result, not a failure)."""
+        return EXIT_INCONCLUSIVE if self.value == INCONCLUSIVE else 0
+
+    def warning(self, where: str = "") -> str | None:
+        """The one-line warning of an inconclusive verdict (``None`` otherwise): its reasons and the advice that
+        fits them; ``where`` names the points (``"at some sampled width"``)."""
+        if self.value != INCONCLUSIVE:
+            return None
+        advice = [a for a, needed in ((SAMPLE_LONGER, self.sampler_failed), (CHECK_SCALES, self.theory_failed))
+                  if needed]
+        head = "the sampler's diagnostics failed" if self.sampler_failed and not self.theory_failed else \
+            "inconclusive" + (f" {where}" if where else "")
+        return f"{head}: {'; '.join(self.reasons)}. Do not trust these numbers: {'; '.join(advice)}."
+
+
+def of_sampling(diagnostics: Mapping[str, Mapping[str, float]]) -> Verdict:
+    """The sampler's half over sampled points: ``inconclusive`` where some point's diagnostics fail
+    (:func:`~bayes_attn.diagnostics.diagnostic_failures`; reasons ``"<point>: <failures>"``, or the failures
+    alone for one unnamed point ``""``), else ``diagnostics passed``."""
+    from .diagnostics import diagnostic_failures  # (pandas, xarray): not for a command that only reads a verdict
+
+    reasons = tuple(f"{point}: {'; '.join(f)}" if point else "; ".join(f)
+                    for point, d in diagnostics.items() if (f := diagnostic_failures(dict(d))))
+    return Verdict(INCONCLUSIVE, reasons, sampler_failed=True) if reasons else Verdict(DIAGNOSTICS_PASSED)
+
+
+def of_theory(problems: Iterable[str]) -> Verdict:
+    """A theory alone: ``inconclusive`` when it is not a solution (``problems``: not converged, not a minimum),
+    else ``theory only``."""
+    problems = tuple(problems)
+    return Verdict(INCONCLUSIVE, problems, theory_failed=True) if problems else Verdict(THEORY_ONLY)
+
+
+def of_comparison(passed: bool, sampler_failures: Iterable[str], theory_problems: Iterable[str]) -> Verdict:
+    """One comparison of a theory with samples: ``inconclusive`` when a sampler diagnostic failed or the theory is
+    not a solution, else ``agree`` when every check ``passed``, else ``disagree``."""
+    failures, problems = tuple(sampler_failures), tuple(theory_problems)
+    if failures or problems:
+        return Verdict(INCONCLUSIVE, failures + problems, sampler_failed=bool(failures), theory_failed=bool(problems))
+    return Verdict(AGREE if passed else DISAGREE)
+
+
+def combine(verdicts: Iterable[Verdict], *, sampled: bool = True) -> Verdict:
+    """The headline of several verdicts (a job's points, or its sampling and its comparisons): ``inconclusive``
+    where one is (every reason kept, once), else ``disagree`` where one disagrees, else ``agree`` where every one
+    of them is a comparison that agreed; ``not compared`` where samples passed but nothing was compared, and
+    without samples (``sampled=False``) ``theory only`` or ``not sampled`` as the parts say."""
+    verdicts = list(verdicts)
+    values = {v.value for v in verdicts}
+    if INCONCLUSIVE in values:
+        bad = [v for v in verdicts if v.value == INCONCLUSIVE]
+        return Verdict(INCONCLUSIVE, tuple(dict.fromkeys(r for v in bad for r in v.reasons)),
+                       any(v.sampler_failed for v in bad), any(v.theory_failed for v in bad))
+    if DISAGREE in values:
+        return Verdict(DISAGREE)
+    if not sampled:
+        return Verdict(NOT_SAMPLED if NOT_SAMPLED in values else THEORY_ONLY)
+    return Verdict(AGREE) if AGREE in values and values <= {AGREE, DIAGNOSTICS_PASSED, THEORY_ONLY} else \
+        Verdict(NOT_COMPARED)
