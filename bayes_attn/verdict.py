@@ -62,8 +62,9 @@ class Verdict:
             return None
         advice = [a for a, needed in ((SAMPLE_LONGER, self.sampler_failed), (CHECK_SCALES, self.theory_failed))
                   if needed]
-        head = "the sampler's diagnostics failed" if self.sampler_failed and not self.theory_failed else \
-            "inconclusive" + (f" {where}" if where else "")
+        head = "inconclusive" + (f" {where}" if where else "")
+        if self.sampler_failed and not self.theory_failed and not where:  # one point, its sampler alone
+            head = "the sampler's diagnostics failed"
         return f"{head}: {'; '.join(self.reasons)}. Do not trust these numbers: {'; '.join(advice)}."
 
 

@@ -71,6 +71,8 @@ def test_exit_status_and_warning_are_read_from_the_verdict():
     sampler = Verdict(INCONCLUSIVE, ("max R-hat 1.2 > 1.01",), sampler_failed=True).warning()
     assert sampler.startswith("the sampler's diagnostics failed: max R-hat 1.2") and "sample longer" in sampler
     assert "spec's scales" not in sampler
+    at = Verdict(INCONCLUSIVE, ("N=10 (sampler, on U): max R-hat 1.2 > 1.01",), sampler_failed=True)
+    assert at.warning("at some sampled width").startswith("inconclusive at some sampled width: N=10")
     theory = Verdict(INCONCLUSIVE, ("not converged",), theory_failed=True).warning("at some sampled width")
     assert theory.startswith("inconclusive at some sampled width: not converged") and "sample longer" not in theory
     with pytest.raises(ValueError, match="a verdict is one of"):
