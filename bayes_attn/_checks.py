@@ -60,8 +60,7 @@ def positive(name: str, value) -> float:
 
 def nonnegative(name: str, value) -> float:
     """Return ``value`` as a float, requiring a finite real number ``>= 0`` (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value) or value < 0:
+    if not real(value) or not np.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
@@ -196,3 +195,11 @@ def versus(value: float, bound: float, digits: int = 3) -> tuple[str, str]:
             b = f"{bound:.{d}g}"
             break
     return v, b
+
+
+def one_line(err: BaseException, most: int = 300) -> str:
+    """``err`` as one line for a message: its first line (at most ``most`` characters), after its type unless a
+    ``ValueError`` (whose text names the argument)."""
+    text = (str(err).strip().splitlines() or [""])[0]
+    text = text if len(text) <= most else text[: most - 3] + "..."
+    return text if isinstance(err, ValueError) else f"{type(err).__name__}: {text}"

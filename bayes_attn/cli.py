@@ -374,11 +374,10 @@ def _late_failure(command: str, err: BaseException) -> int:
     """A failure that is not bad input, after something may have been computed: one line with the error's type and
     first line and what was kept (:data:`KEPT`), the traceback at ``-v``; :data:`EXIT_FAILED`."""
     log.debug("traceback of the failure", exc_info=err)
-    text = (str(err).strip().splitlines() or [""])[0]
-    text = text if len(text) <= 300 else text[:297] + "..."
+    text = _checks.one_line(err)
     memory = "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
     hint = "out of memory on the device: make the width, the number of chains or of draws smaller; " if memory else ""
-    _error(command, f"{hint}{type(err).__name__}: {text} ({KEPT}; run with -v for the traceback)")
+    _error(command, f"{hint}{text} ({KEPT}; run with -v for the traceback)")
     return EXIT_FAILED
 
 

@@ -47,8 +47,6 @@ from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
-VERDICTS = verdict.COMPARISONS
-
 
 def headline_of(wanted: str, theory: Theory) -> str:
     """The headline ``wanted`` (``"laplace"`` or ``"none"``), or ``"none"`` when ``theory`` carries no

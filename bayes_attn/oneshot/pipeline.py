@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import _io, outputs, stats, verdict
+from .. import _checks, _io, outputs, stats, verdict
 from ..compare import compare
 from ..theory import Theory, gp_limit, head_scores, laplace_correction, solve_theory
 from . import checkpoints, data, figures, pruning, results, training
@@ -197,7 +197,6 @@ def train_model(
     evaluation = data.evaluation_episodes(spec, sets) if evaluation is None else evaluation
     config = spec.model_config
     found = None if retrain else _reusable(spec, saved_in, progress_bar)
-    saved = None if found is None else found[0]
     if found is not None:
         saved, meta, names = found
         if saved_in.resolve() != out.resolve():
@@ -217,7 +216,7 @@ def train_model(
         _io.write_json(out / "model.json", {"training_hash": spec.training_hash(),
                                             "settings": spec.training_settings(), "history": history.to_dict(),
                                             "train_seconds": seconds})
-    return TrainedModel(params, config, history, _metrics(params, evaluation, seconds, saved is not None, history))
+    return TrainedModel(params, config, history, _metrics(params, evaluation, seconds, found is not None, history))
 
 
 # ----- 4. the theory against the exact posterior ------------------------------------
@@ -444,8 +443,8 @@ def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: b
     except (MemoryError, OSError):  # the command's own messages (a full disk names the model kept: run_oneshot)
         raise
     except Exception as err:  # noqa: BLE001 (XLA's RESOURCE_EXHAUSTED too: one line naming the model kept)
-        said = err if isinstance(err, ValueError) else f"{type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
-        raise outputs.FailedAfterComputing(f"{said} (after training; {_kept(spec, stage.folder)})") from err
+        raise outputs.FailedAfterComputing(f"{_checks.one_line(err)} (after training; {_kept(spec, stage.folder)})") \
+            from err
 
 
 def _temperatures(scan: Scan) -> Temperatures:
