@@ -5,7 +5,9 @@ most 7 leapfrog steps per draw), enough to compare accuracies but not to meet th
 diagnostic targets R-hat ≤ 1.01 and bulk ESS ≥ 400 on ``U``. This script samples
 the frozen network of a finished run again with longer chains (and, if asked,
 deeper trees), at the temperature its scan chose on validation episodes
-(``pruning.json``; never the test episodes), and puts the sampled test accuracy
+(``pruning.json``; never the test episodes), as one experiment point each
+(:func:`bayes_attn.oneshot.scan.sample_at_widths`, which also compares the
+theory with the samples as ``prune`` does), and puts the sampled test accuracy
 beside the theory's at the same width and temperature.
 
 Reads ``RUN/model.npz`` (made with the spec's training settings; never retrains)
@@ -77,7 +79,7 @@ def main() -> None:
     from bayes_attn.cli import configure_logging
     from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
     from bayes_attn.oneshot import model as gd_model
-    from bayes_attn.oneshot.scan import Scan, sample_at_widths
+    from bayes_attn.oneshot.scan import sample_at_widths
     from bayes_attn.oneshot.spec import load_oneshot_spec
     from bayes_attn.theory import solve_theory
 
@@ -104,9 +106,8 @@ def main() -> None:
     for N in a.widths:
         T = chosen[N]
         theory = solve_theory(net.with_width(N), tr.x, tr.y, temperature=T)
-        scan = Scan(xr.Dataset({"best_temperature": ("width", [T])}, coords={"width": [N]}), {(N, T): theory})
-        one = dataclasses.replace(spec, sampler=sampler, theory=dataclasses.replace(th, sample_widths=[N]))
-        ds, _ = sample_at_widths(one, net, tr.x, tr.y, te.x, te.y, scan)
+        one = dataclasses.replace(spec, sampler=sampler)
+        ds = sample_at_widths(one, net, tr.x, tr.y, te.x, te.y, {N: theory}).dataset
         acc, se = stats.accuracy_se(theory.predict(te.x)[0], te.y)
         ds = ds.assign(accuracy_theory=("sample_width", [acc]), accuracy_theory_se=("sample_width", [se]))
         ds.attrs |= {"max_tree_depth": a.max_tree_depth, "dtype": sampler.dtype, "run": str(a.run.name),

@@ -14,7 +14,7 @@ from conftest import one_line as _one_line
 from conftest import spec_file as _spec_file
 
 import bayes_attn as ba
-from bayes_attn import cli, outputs
+from bayes_attn import cli, experiment, outputs
 from bayes_attn.spec import spec_from_dict
 
 
@@ -86,9 +86,8 @@ def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
     """A verdict checks R-hat, which one chain cannot give (ArviZ: NaN): ``--chains 1`` (or a spec's
     ``num_chains = 1``) is refused before computing, naming the argument, rather than always inconclusive with
     the advice to sample longer (issue 53)."""
-    from bayes_attn.run import pipeline
 
-    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (experiment, "solve_theory"))
     for command in ("sample", "run", "sweep"):
         argv = [command, str(_spec_file(tmp_path)), "--out", str(tmp_path / command), *FAST, "--chains", "1"]
         assert cli.main(argv) == cli.EXIT_USAGE
@@ -103,9 +102,8 @@ def test_one_chain_is_refused_before_computing(tmp_path, capsys, monkeypatch):
 def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_path, capsys, monkeypatch):
     """``--dtype float32 --temperature 1e39`` (past float32's largest number) is a one-line error naming the
     temperature and the dtype before anything is computed, not ArviZ's failure after sampling (issue 53)."""
-    from bayes_attn.run import pipeline
 
-    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (pipeline, "solve_theory"))
+    _forbid(monkeypatch, (ba.posterior, "sample_posterior"), (experiment, "solve_theory"))
     for command, temperature in (("sample", "1e39"), ("run", "1e39"), ("sample", "1e-25"), ("sweep", "1e30")):
         argv = [command, str(_spec_file(tmp_path)), "--out", str(tmp_path / command), *FAST, "--dtype", "float32",
                 "--temperatures" if command == "sweep" else "--temperature", temperature]
@@ -156,12 +154,11 @@ def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_ctrl_c_is_one_line(tmp_path, capsys, monkeypatch):
-    from bayes_attn.run import pipeline
 
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "solve_theory", interrupt)
+    monkeypatch.setattr(experiment, "solve_theory", interrupt)
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_INTERRUPTED
     assert "interrupted" in _one_line(capsys.readouterr().err)
 
@@ -176,12 +173,11 @@ class _XlaError(RuntimeError):
 def test_a_late_failure_is_one_line_and_status_1(tmp_path, capsys, monkeypatch, error):
     """Any exception after the input was accepted, not only a ``ValueError``: one line naming its type, its first
     line and what was kept, exit 1 (no traceback; ``-v`` logs it)."""
-    from bayes_attn.run import pipeline
 
     def fail(*a, **k):
         raise error
 
-    monkeypatch.setattr(pipeline, "solve_theory", fail)
+    monkeypatch.setattr(experiment, "solve_theory", fail)
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_FAILED
     line = _one_line(capsys.readouterr().err)
     assert line.startswith("bayes-attn theory: error: ") and type(error).__name__ in line and cli.KEPT in line, line

@@ -25,7 +25,7 @@ from conftest import (
 )
 
 import bayes_attn as ba
-from bayes_attn import cli, outputs
+from bayes_attn import cli, experiment, outputs
 from bayes_attn.run import pipeline
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
@@ -45,7 +45,7 @@ def test_out_on_a_users_folder_is_refused_and_force_deletes_nothing_of_theirs(tm
     out = users_folder(tmp_path)
     before = snapshot_tree(out)
     with monkeypatch.context() as m:
-        _forbid(m, (ba.run.pipeline, "solve_theory"))
+        _forbid(m, (experiment, "solve_theory"))
         assert cli.main(["theory", str(path), "--out", str(out)]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     assert "did not write" in line and "--force" in line and "backup.tar.tmp" in line
@@ -64,7 +64,7 @@ def test_force_over_the_users_own_files_is_refused_before_computing(tmp_path, ca
                        (".lock", "my lock notes")):
         (out / name).write_text(text)
     before = _snapshot(out)
-    _forbid(monkeypatch, (pipeline, "solve_theory"))
+    _forbid(monkeypatch, (experiment, "solve_theory"))
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out), "--force"]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     for name in ("spec.toml", "theory.nc", "manifest.json", ".lock"):
@@ -93,7 +93,7 @@ def test_theory_into_a_run_folder_names_what_it_would_remove_and_needs_force(tmp
     _fake_run_folder(out)
     before = _snapshot(out)
     with monkeypatch.context() as m:
-        _forbid(m, (pipeline, "solve_theory"))
+        _forbid(m, (experiment, "solve_theory"))
         assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     assert "`bayes-attn run`" in line and "posterior.nc" in line and "--force" in line
@@ -183,7 +183,7 @@ def test_staging_symlink_is_neither_followed_nor_an_error(tmp_path, capsys):
 def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
     path = _spec_file(tmp_path, THEORY_ONLY)
     out = tmp_path / "sw"
-    _forbid(monkeypatch, (table, "solve_theory"), (table, "gp_limit"))
+    _forbid(monkeypatch, (experiment, "solve_theory"), (table, "gp_limit"))
     with outputs.hold(out):
         assert cli.main(["sweep", str(path), "--out", str(out)]) == cli.EXIT_USAGE
         err = capsys.readouterr().err
@@ -229,7 +229,7 @@ def test_folder_in_the_way_of_an_output_is_refused_before_computing(tmp_path, ca
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(out)]) == 0
     (out / "report.md").mkdir()
     before = _snapshot(out)
-    _forbid(monkeypatch, (pipeline, "solve_theory"), (ba.posterior, "sample_posterior"))
+    _forbid(monkeypatch, (experiment, "solve_theory"), (ba.posterior, "sample_posterior"))
     assert cli.main(["run", str(_spec_file(tmp_path)), "--out", str(out), "--force", *FAST]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     assert "report.md (a folder)" in line
@@ -374,7 +374,7 @@ def test_a_run_failing_before_writing_leaves_the_folder_as_it_was(tmp_path):
 def test_refused_run_creates_no_output_folder(tmp_path, capsys, monkeypatch, command):
     """A run refused for bad input (exit 2: a width too big for the memory) creates no output folder, marker or
     lock, and is refused before the theory is solved (issue 59)."""
-    _forbid(monkeypatch, (pipeline, "solve_theory"), (ba.posterior, "sample_posterior"))
+    _forbid(monkeypatch, (experiment, "solve_theory"), (ba.posterior, "sample_posterior"))
     out = tmp_path / "runs" / "o"
     argv = [command, str(_spec_file(tmp_path)), "--out", str(out), "--width", str(10**8), "--sampler", "full", *FAST]
     assert cli.main(argv) == cli.EXIT_USAGE

@@ -109,6 +109,7 @@ LAYERS = [
     {"gp", "theory", "samplers"},
     {"diagnostics", "verdict", "posterior", "calibration"},
     {"compare"},
+    {"experiment"},
     {"spec"},
     {"run"},
     {"sweep", "oneshot"},

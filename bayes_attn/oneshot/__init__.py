@@ -13,8 +13,8 @@
 """
 
 from .data import EpisodeSet, Evaluation, ImageSets, datasets, evaluation_episodes, gd_episodes, theory_draws, tokenizer
-from .pipeline import TrainedModel, run_oneshot, train_model
-from .prune_result import PruneResult, load_pruning
+from .pipeline import run_oneshot, train_model
+from .prune_result import PruneResult, TrainedModel, load_pruning
 from .scan import Scan, predictor_mean, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, load_oneshot_spec
 

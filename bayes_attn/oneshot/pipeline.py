@@ -9,14 +9,16 @@ frozen value (:mod:`bayes_attn.oneshot.prune_result`) and the next takes it:
    pixel baseline);
 3. :func:`~bayes_attn.oneshot.scan.temperature_scan`: theory at every width × temperature and the GP limit per
    temperature on the frozen query/key, the temperature chosen on the *validation* episodes → ``Scan``;
-4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: the posterior (``[sampler]``) at the chosen temperatures →
-   :class:`SamplingVerdict`; :func:`compare_at_widths`: the leading and the corrected theory against it, as
+4. :func:`~bayes_attn.oneshot.scan.sample_at_widths`: one experiment point per sampled width at its chosen
+   temperature (:func:`bayes_attn.experiment.evaluate`, with the scan's theory, corrected): the posterior
+   (``[sampler]``) → :class:`SamplingVerdict`, and the leading and the corrected theory against it, as
    ``bayes-attn run`` compares them → :class:`WidthComparison` per width;
 5. :func:`~bayes_attn.oneshot.pruning.pruning_report`: head scores from the theory's ``U`` at ``score_width``,
    ``score_temperature``; single-head drops and cumulative pruning of the model on the test episodes →
    ``PruningResult``;
-6. :func:`spread`: class-bootstrap errors, the same removal in the theory (a head's paths out of ``U``), the spread of
-   the score–drop ρ over draws of the ``P`` episodes × class bootstraps of the test episodes → :class:`Spread`;
+6. :func:`~bayes_attn.oneshot.uncertainty.spread`: class-bootstrap errors, the same removal in the theory (a head's
+   paths out of ``U``), the spread of the score–drop ρ over draws of the ``P`` episodes × class bootstraps of the test
+   episodes → :class:`Spread`;
 7. :class:`PruneResult` → ``pruning.json``, ``oneshot.nc``, ``report.md``, figures.
 
 **Temperature choice.** The paper chose the temperature per width by *test* accuracy. Here it is chosen by accuracy on
@@ -38,41 +40,38 @@ import logging
 import os
 import shutil
 import time
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from .. import _checks, _io, outputs, stats, verdict
-from ..compare import compare
-from ..theory import Theory, gp_limit, head_scores, laplace_correction, solve_theory
+from .. import _checks, _io, experiment, outputs, stats, verdict
+from ..experiment import Point
+from ..theory import head_scores
 from . import checkpoints, data, figures, pruning, results, training
 from . import model as gd_model
-from .data import EpisodeSet, Evaluation, ImageSets
-from .model import ModelConfig, Params
+from .data import Evaluation, ImageSets
+from .model import Params
 from .prune_result import (
     Accuracy,
     ModelMetrics,
     OodAccuracy,
     PruneResult,
     SamplingVerdict,
-    ScoreSpreads,
-    Spread,
     Temperatures,
-    WidthComparison,
+    TrainedModel,
     width_comparison,
     write,
 )
-from .scan import Scan, path_inputs, predictor_mean, sample_at_widths, temperature_scan
+from .scan import Scan, sample_at_widths, temperature_scan
 from .spec import OneShotSpec, deviations
+from .uncertainty import spread
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MODEL_FILES", "PARKED_FILES", "PRUNE_FILES", "TrainedModel", "compare_at_widths", "run_oneshot",
-           "sampling_verdict", "spread", "train_model"]
+__all__ = ["MODEL_FILES", "PARKED_FILES", "PRUNE_FILES", "run_oneshot",
+           "sampling_verdict", "train_model"]
 
 MODEL_FILES = ("model.npz", "model.json")
 """The model of the folder's results (weights with their settings, and its record)."""
@@ -89,16 +88,6 @@ def _log(progress_bar: bool, msg: str) -> None:
 
 
 # ----- 2. the gradient-descent model -------------------------------------------
-@dataclass(frozen=True)
-class TrainedModel:
-    """The trained model (weights, architecture, training history) and what was measured on it."""
-
-    params: Params
-    config: ModelConfig
-    history: training.History | None
-    metrics: ModelMetrics
-
-
 def _saved_model(spec: OneShotSpec, folder: Path, names: tuple[str, str]):
     """``(model, record, None, None)``: the model saved under ``names`` (``.npz``, ``.json``) in ``folder``, when
     both files say it was trained with ``spec``'s training settings; else ``(None, None, why not, log level)``."""
@@ -219,133 +208,6 @@ def train_model(
     return TrainedModel(params, config, history, _metrics(params, evaluation, seconds, found is not None, history))
 
 
-# ----- 4. the theory against the exact posterior ------------------------------------
-def compare_at_widths(net, tr: EpisodeSet, te: EpisodeSet, scan: Scan, posteriors: dict,
-                      progress_bar: bool = False) -> dict[int, WidthComparison]:
-    """At each sampled width ``N`` (``posteriors``: by width, at the scan's chosen temperature), the corrected
-    theory (docs/theory.md §8) and the leading order (§4) against the exact posterior, on the test episodes
-    ``te`` (:func:`bayes_attn.compare.compare`, its default tolerances). Where the correction cannot be
-    computed (too large for memory, or the leading order is not a solution) the leading order headlines and
-    the reason is kept in ``correction_problems``."""
-    out = {}
-    for N, post in posteriors.items():
-        temperature = scan.best_temperature(N)
-        problems = []
-        try:
-            with warnings.catch_warnings():  # an unreliable or skipped correction is reported, not warned
-                warnings.simplefilter("ignore", RuntimeWarning)
-                theory = solve_theory(net.with_width(N), tr.x, tr.y, temperature=temperature, correction="laplace")
-        except ValueError as err:
-            problems.append(f"the correction was not computed: {err}")
-            theory = scan.theory(N)
-        if theory.correction is None and not problems:
-            problems.append("the correction was skipped: " + "; ".join(theory.problems))
-        out[int(N)] = width_comparison(compare(theory, post, te.x, te.y), temperature, problems)
-        _log(progress_bar, f"compared at N={N}: {out[int(N)].summary()}")
-    return out
-
-
-# ----- 6. uncertainty ---------------------------------------------------------------
-def _bootstrap_accuracies(spec: OneShotSpec, net, scan: Scan, ev: Evaluation, xi_tr, xi_te, boots, c0) -> dict:
-    """The model's, the theory's (at the score width, validation-chosen ``T``) and the GP's test accuracy ± bootstrap
-    se; ``xi_tr``, ``xi_te``: the path inputs of the theory's and of the test episodes."""
-    tr, te, score_width = ev.theory_train, ev.test, spec.theory.score_width
-
-    def acc(U, temperature):
-        f = predictor_mean(U, temperature, xi_tr, tr.y, xi_te, s0sq=net.variances[0])
-        return Accuracy(*pruning.bootstrap_accuracy(stats.sign(f) == te.y, boots))
-
-    temp_th, temp_gp = scan.best_temperature(score_width), float(scan.dataset["gp_best_temperature"])
-    return dict(base=Accuracy(*pruning.bootstrap_accuracy(c0, boots)), theory=acc(scan.theory(score_width).U, temp_th),
-                theory_temperature=temp_th, theory_width=score_width, gp=acc(net.gp_U, temp_gp), gp_temperature=temp_gp)
-
-
-def _flat_scores(U, heads) -> np.ndarray:
-    return np.concatenate([np.ravel(s) for s in head_scores(U, heads)])
-
-
-def _corrected(t: Theory) -> tuple[Theory | None, str]:
-    """The corrected theory (§8) of the leading-order ``t``, or ``None`` and why not."""
-    if t.problems:
-        return None, "; ".join(t.problems)
-    try:
-        with warnings.catch_warnings():  # an unreliable correction is used and said so, not warned
-            warnings.simplefilter("ignore", RuntimeWarning)
-            c = laplace_correction(t)
-    except ValueError as err:
-        return None, str(err)
-    return c, "; ".join(c.correction_problems)
-
-
-def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: Theory, ev: Evaluation, xi_tr, xi_te,
-               progress_bar: bool) -> tuple[dict[str, list], pruning.TheoryAblation, list[str]]:
-    """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s, path inputs ``xi_tr``): the head scores of the
-    leading and of the corrected theory, and the theory-side ablation's drops on the test episodes (path inputs
-    ``xi_te``) ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
-    th = spec.theory
-    net_score = net.with_width(th.score_width)
-    rows: dict[str, list] = {"leading": [], "corrected": [], "ablation": []}
-    problems, first = [], None
-    for k, d in enumerate(data.theory_draws(spec, sets, ev.theory_train)):
-        t = score_theory if k == 0 else solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
-        c, why = _corrected(t)
-        rows["leading"].append(_flat_scores(t.U, heads))
-        rows["corrected"].append(_flat_scores(c.U, heads) if c is not None else np.full(sum(heads), np.nan))
-        problems += [f"draw {k}: {why}"] if why else []
-        ab = pruning.theory_head_drops(t.U, th.score_temperature, xi_tr if k == 0 else path_inputs(net, d.x), d.y,
-                                       xi_te, ev.test.y, heads, s0sq=net.variances[0])
-        first = ab if k == 0 else first
-        rows["ablation"].append(np.array([np.nan if v is None else v for layer in ab.drops for v in layer]))
-        _log(progress_bar, f"theory draw {k}: head scores {np.round(rows['leading'][-1], 3).tolist()}")
-    assert first is not None  # draw 0 is always made
-    return rows, first, problems
-
-
-def _spread_of(rows: list, drop_rows: list) -> pruning.SpearmanSpread | None:
-    """:func:`~bayes_attn.oneshot.pruning.spearman_spread` over the finite rows, or ``None`` where none is."""
-    finite = [r for r in rows if np.isfinite(r).any()]
-    try:
-        return pruning.spearman_spread(finite, drop_rows) if finite else None
-    except ValueError:  # fewer than 2 heads with finite values, or every pair constant
-        return None
-
-
-def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: Scan, ev: Evaluation,
-           score_theory: Theory, pruned: pruning.PruningResult, posteriors: dict | None = None,
-           progress_bar: bool = False) -> Spread:
-    """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ of
-    each score (the leading and the corrected theory's ``U``, the exact posterior's mean ``U`` at the score width
-    when it was sampled) and of the theory-side ablation with the model's drops, over draws of the ``P``
-    episodes × class bootstraps of the test episodes."""
-    th, pr = spec.theory, spec.pruning
-    tr, te = ev.theory_train, ev.test
-    heads = model.config.heads
-    query_class = te.episodes.classes[:, 2]
-    boots = pruning.class_bootstrap(query_class, pr.n_bootstrap, seed=pr.seed)
-    c0, rows = pruning.head_correctness(model.params, model.config, te.x, te.y)
-    xi_tr, xi_te = path_inputs(net, tr.x), path_inputs(net, te.x)
-    accuracies = _bootstrap_accuracies(spec, net, scan, ev, xi_tr, xi_te, boots, c0)
-    se_method = (f"bootstrap over the query's class ({len(np.unique(query_class))} test classes, "
-                 f"{pr.n_bootstrap} resamples)")
-    draws, ablation, problems = _draw_rows(spec, sets, net, heads, score_theory, ev, xi_tr, xi_te, progress_bar)
-    rho_score = pruning.spearman(pruned.head_scores, ablation.drops, seed=pr.seed)
-    rho_drops = pruning.spearman(ablation.drops, pruned.drops, seed=pr.seed)
-    removable = np.array([heads[l] > 1 for l, _ in pruning.all_heads(heads)])
-    drop_rows = []  # the drops on class bootstraps of the test episodes
-    for i in pruning.class_bootstrap(query_class, pr.spread_bootstrap, seed=pr.seed + 1):
-        d = c0[i].mean() - rows[:, i].mean(axis=1)
-        drop_rows.append(np.where(removable, d, np.nan))
-    post = (posteriors or {}).get(th.score_width)
-    others = {name: _spread_of(draws[name], drop_rows) for name in ("corrected", "ablation")}
-    others["posterior"] = (None if post is None
-                           else _spread_of([_flat_scores(post.order_parameter(1), heads)], drop_rows))
-    return Spread(se_method=se_method, ablation=ablation, ablation_rho_score=rho_score, ablation_rho_drops=rho_drops,
-                  rho=pruning.spearman_spread(draws["leading"], drop_rows),
-                  score_draws=[s.tolist() for s in draws["leading"]],
-                  others=ScoreSpreads(**others, posterior_temperature=None if post is None else post.temperature,
-                                      correction_problems=problems), **accuracies)
-
-
 # ----- the whole job -------------------------------------------------------------
 def _top_paths(U: np.ndarray, labels: list[str]) -> list[str]:
     """The two paths of largest ``U[π, π]`` and the one of smallest (for the path-kernel figure)."""
@@ -462,12 +324,16 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     tr, val, te = ev.theory_train, ev.validation, ev.test
     scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
     lap("theory scan")
-    sampled, posteriors = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, scan, progress_bar=progress_bar)
-    lap("sampling")
-    comparisons = compare_at_widths(net, tr, te, scan, posteriors, progress_bar)
-    lap("theory against the samples")
-    score_theory = scan.theories.get((th.score_width, th.score_temperature)) or solve_theory(
-        net.with_width(th.score_width), tr.x, tr.y, temperature=th.score_temperature)
+    points = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, {N: scan.theory(N) for N in th.sample_widths},
+                              progress_bar=progress_bar)
+    sampled, posteriors = points.dataset, {N: r.posterior for N, r in points.points.items()}
+    comparisons = {N: width_comparison(r.comparison, r.point.temperature, points.correction_problems[N])
+                   for N, r in points.points.items()}
+    lap("sampling and the theory against the samples")
+    score_point = Point(net.with_width(th.score_width), tr.x, tr.y, te.x, te.y, th.score_temperature,
+                        correction="none")
+    score_theory = scan.theories.get((th.score_width, th.score_temperature)) or experiment.solve(
+        score_point, gp=False).theory
     scores = head_scores(score_theory.U, heads)
     pruned = pruning.pruning_report(model.params, model.config, te.x, te.y, scores, n_random=spec.pruning.n_random,
                                     seed=spec.pruning.seed)
@@ -491,7 +357,7 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     write(result, out / "pruning.json")
     results.save_dataset(ds, out / "oneshot.nc")
     results.figures_of(ds, result, out)
-    gp = gp_limit(score_theory.net, tr.x, tr.y, temperature=th.score_temperature)
+    gp = experiment.gp_of(score_point)
     figures.path_kernels(score_theory, gp, _top_paths(score_theory.U, score_theory.net.path_labels),
                          out / "path_kernels.png", max_examples=120)
     lap("files and figures")

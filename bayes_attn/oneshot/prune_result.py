@@ -24,10 +24,22 @@ from pathlib import Path
 from .. import _io
 from ..compare import Check, Comparison, theories_line
 from ..verdict import NOT_SAMPLED, Verdict, combine
+from .model import ModelConfig, Params
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
+from .training import History
 
 PAPER_SPEARMAN_RHO = 0.86
 """The paper's head score vs single-head drop Spearman ρ (its Fig. 3, 2 × 4 heads)."""
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """The trained model (weights, architecture, training history) and what was measured on it."""
+
+    params: Params
+    config: ModelConfig
+    history: History | None
+    metrics: ModelMetrics
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 evaluates the GP limit per temperature; the temperature of each width (and,
 separately, of the GP limit) is the grid value of best accuracy on
 *validation* episodes, and the test accuracy is reported at that choice.
-:func:`sample_at_widths` samples the posterior at the chosen temperatures.
+:func:`sample_at_widths` evaluates one experiment point (theory, posterior, comparison) at each sampled width
+and its chosen temperature, with the scan's theory.
 
 Predictions use :func:`predictor_mean`, the theory's predictor mean of §4
 written through the path inputs ``xi`` ``[P, D, N0]`` (computed once per
@@ -16,8 +17,8 @@ episode set; :func:`bayes_attn.gp.mean_from_xi`): ``mean(x*) = k*ᵀ G⁻¹ Y =
 from __future__ import annotations
 
 import logging
-import time
 import warnings
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -25,15 +26,15 @@ import numpy as np
 import xarray as xr
 
 from .. import _checks, gp, stats
+from ..experiment import Point, PointResult, evaluate
 from ..network import Network
-from ..posterior import Posterior, sample_posterior
 from ..precision import float64
-from ..theory import Theory, kernel_basis, solve_theory
+from ..theory import Theory, kernel_basis, laplace_correction, solve_theory
 from .spec import OneShotSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Scan", "path_inputs", "predictor_mean", "sample_at_widths", "temperature_scan"]
+__all__ = ["Sampled", "Scan", "corrected", "path_inputs", "predictor_mean", "sample_at_widths", "temperature_scan"]
 
 
 def path_inputs(net: Network, x) -> np.ndarray:
@@ -177,54 +178,90 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     return Scan(ds, theories)
 
 
-def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan: Scan, *,
-                  progress_bar: bool = True) -> tuple[xr.Dataset, dict[int, Posterior]]:
-    """Sample the posterior (``spec.sampler``) at each ``spec.theory.sample_widths`` and its chosen temperature.
+def corrected(theory: Theory) -> tuple[Theory | None, str]:
+    """The corrected theory (docs/theory.md §8) of the leading-order ``theory``, or ``None`` and why not (the
+    leading order is not a solution, or the expansion does not fit in memory); an unreliable correction is
+    returned with its problems as the reason, not warned."""
+    if theory.problems:
+        return None, "; ".join(theory.problems)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            c = laplace_correction(theory)
+    except ValueError as err:
+        return None, str(err)
+    return c, "; ".join(c.correction_problems)
 
-    Returns a dataset over ``sample_width``: ``accuracy_sampled`` (± se) of the
+
+class Sampled(NamedTuple):
+    """Result of :func:`sample_at_widths`: its ``dataset``, the evaluated points and the problems of their
+    corrections (why the leading order headlines there), by width."""
+
+    dataset: xr.Dataset
+    points: dict[int, PointResult]
+    correction_problems: dict[int, list[str]]
+
+
+def _point_at(spec: OneShotSpec, net: Network, x, y, x_test, y_test, leading: Theory,
+              progress_bar: bool) -> tuple[PointResult, list[str]]:
+    """The point at ``leading``'s width and temperature, evaluated with its correction where it can be made."""
+    theory, why = corrected(leading)
+    problems = [] if theory is not None else [
+        f"the correction was {'skipped' if leading.problems else 'not computed'}: {why}"]
+    point = Point(leading.net, x, y, x_test, y_test, leading.temperature, sampler=spec.sampler,
+                  progress_bar=progress_bar)
+    return evaluate(point, theory=leading if theory is None else theory), problems
+
+
+def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, theories: Mapping[int, Theory], *,
+                     progress_bar: bool = True) -> Sampled:
+    """Evaluate one experiment point (:func:`bayes_attn.experiment.evaluate`, ``spec.sampler``) at each width of
+    ``theories``: by width, the leading-order theory at that width and its chosen temperature (the scan's, never
+    solved again), corrected (docs/theory.md §8) where it can be.
+
+    The dataset is over ``sample_width``: ``accuracy_sampled`` (± se) of the
     sign of the posterior mean of ``f_test``, ``agreement`` (fraction of test
-    signs equal to the theory's at the same width and temperature),
-    ``U_sampled`` (posterior mean) and ``U_theory`` ``[sample_width, path, path_]``,
+    signs equal to the leading-order theory's at the same width and temperature),
+    ``U_sampled`` (posterior mean) and ``U_theory`` (leading order) ``[sample_width, path, path_]``,
     ``rhat_U`` (largest R-hat over the entries of ``U``), ``ess_U`` (smallest
     bulk ESS over them), ``divergences``,
     ``mean_steps`` (NaN for the guided samplers), ``pareto_k`` (``laplace-is``, else NaN), ``sampler_used``
-    (what ``auto`` kept), ``sampling_seconds``; and the posteriors by width.
+    (what ``auto`` kept), ``sampling_seconds``.
     """
     x = net.check_inputs(x, "x")
     x_test = net.check_inputs(x_test, "x_test")
     y_test = _checks.signs("y_test", y_test, x_test.shape[0])
     xi, xi_test = path_inputs(net, x), path_inputs(net, x_test)
     rows: list[dict[str, Any]] = []
-    posteriors: dict[int, Posterior] = {}
-    for N in spec.theory.sample_widths:
-        temperature = scan.best_temperature(N)
-        t0 = time.perf_counter()
-        post = sample_posterior(net.with_width(N), x, y, temperature=temperature, x_test=x_test, sampler=spec.sampler,
-                                progress_bar=progress_bar)
-        seconds = time.perf_counter() - t0
-        posteriors[N] = post
-        f = np.asarray(post.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
-        theory_mean = predictor_mean(scan.theory(N).U, temperature, xi, y, xi_test, s0sq=net.variances[0])
-        summary = post.summary()
+    points: dict[int, PointResult] = {}
+    problems: dict[int, list[str]] = {}
+    for N, leading in theories.items():
+        temperature = leading.temperature
+        res, problems[int(N)] = _point_at(spec, net, x, y, x_test, y_test, leading, progress_bar)
+        points[int(N)] = res
+        f = np.asarray(res.posterior.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
+        theory_mean = predictor_mean(leading.U, temperature, xi, y, xi_test, s0sq=net.variances[0])
+        summary = res.posterior.summary()
         u_rows = summary.table[summary.table.index.str.startswith("U[")]  # the entries of U (ArviZ, as the verdict)
         rows.append({
             "temperature_sampled": temperature,
             "accuracy_sampled": stats.accuracy_se(f, y_test),
             "agreement": float(np.mean(stats.sign(f) == stats.sign(theory_mean))),
-            "U_sampled": post.order_parameter(1),
-            "U_theory": scan.theory(N).U,
+            "U_sampled": res.posterior.order_parameter(1),
+            "U_theory": leading.U,
             "rhat_U": float(u_rows["r_hat"].max()),
             "ess_U": float(u_rows["ess_bulk"].min()),
             "divergences": summary.divergences,
             "mean_steps": summary.mean_steps,
             "pareto_k": summary.pareto_k,
-            "sampler_used": post.sampler,
-            "sampling_seconds": seconds,
+            "sampler_used": res.posterior.sampler,
+            "sampling_seconds": res.sampling_seconds,
         })
         if progress_bar:
             log.info(f"sampled N={N} T={temperature:g}: accuracy {rows[-1]['accuracy_sampled'][0]:.3f}, "
-                     f"agreement with theory {rows[-1]['agreement']:.3f}, {seconds:.0f} s")
-    sw = list(spec.theory.sample_widths)
+                     f"agreement with theory {rows[-1]['agreement']:.3f}, {res.sampling_seconds:.0f} s; "
+                     f"compared: {res.comparison.theories_summary()}")
+    sw = [int(N) for N in theories]
     D, labels = net.D, net.path_labels
     ds = xr.Dataset(
         {
@@ -247,4 +284,4 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, scan
         attrs={"sampler": spec.sampler.name, "num_chains": spec.sampler.num_chains,
                "num_samples": spec.sampler.num_samples, "num_warmup": spec.sampler.num_warmup},
     )
-    return ds, posteriors
+    return Sampled(ds, points, problems)

@@ -20,17 +20,30 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _checks, _io, outputs, verdict
+from .. import _checks, _io, experiment, outputs, verdict
+from ..experiment import Point
 from ..network import Network
+from ..samplers import SamplerSettings
 from ..spec import Spec
 from ..stats import accuracy
-from ..theory import Theory, gp_limit, kernel_basis, solve_theory
+from ..theory import Theory
 from ..theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
     from ..compare import Comparison
     from ..diagnostics import Summary
     from ..posterior import Posterior
+
+
+def point_of(spec: Spec, width: int | None = None, temperature: float | None = None, *,
+             correction: str = "laplace", sampler: SamplerSettings | None = None, progress_bar: bool = False) -> Point:
+    """The experiment point of ``spec`` at ``width`` and ``temperature`` (default: the spec's): its data, the
+    comparison's tolerances and headline, ``sampler`` (``None``: theory only) and the theory's ``correction``."""
+    x, y, xt, yt = spec.data()
+    temperature = spec.temperature if temperature is None else temperature
+    return Point(spec.net(width), x, y, xt, yt, temperature, correction=correction, sampler=sampler,
+                 rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, headline=spec.compare.correction,
+                 progress_bar=progress_bar)
 
 
 def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
@@ -91,15 +104,15 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     ``correction``: ``"laplace"`` (the finite-width correction, docs/theory.md §8, with the leading order
     beside it) or ``"none"``; default ``spec.compare.correction``, as in :func:`run`.
     """
-    net = spec.net(width)
-    temperature = spec.temperature if temperature is None else temperature
     correction = _checks.choice("correction", spec.compare.correction if correction is None else correction,
                                 CORRECTIONS)
-    x, y, xt, yt = spec.data()
+    point = point_of(spec, width, temperature, correction=correction)
+    net, temperature, xt, yt = point.net, point.temperature, point.x_test, point.y_test
+    experiment.check(point)
     with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
-        basis = kernel_basis(net, x)  # once, for the theory and its GP limit
-        theory = solve_theory(net, x, y, temperature=temperature, correction=correction, basis=basis)
-        gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
+        solved = experiment.solve(point)
+        theory, gp = solved.theory, solved.gp
+        assert gp is not None
         acc = theory_accuracy(theory, xt, yt, _even_batches(len(xt)))
         ds = theory.to_file_dataset().assign_attrs(spec=_spec_as_run(spec, net, temperature).to_toml())
         ds["accuracy"] = acc
@@ -124,16 +137,12 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     ``**sampler``: :class:`~bayes_attn.samplers.SamplerSettings` overrides. The
     folder is held and its files replaced together, as in :func:`run`.
     """
-    net = spec.net(width)
-    temperature = spec.temperature if temperature is None else temperature
-    settings = spec.sampler.replace(**sampler)
-    from ..posterior import check_sampling, sample_posterior
-
-    x, y, xt, _ = spec.data()
-    check_sampling(net, x, y, temperature=temperature, x_test=xt, sampler=settings)  # refused before the folder
+    point = point_of(spec, width, temperature, correction="none", sampler=spec.sampler.replace(**sampler),
+                     progress_bar=progress_bar)
+    net, temperature = point.net, point.temperature
+    experiment.check(point)  # refused before the folder
     with outputs.output_folder(out, force=force, command="sample", files=SAMPLE_FILES) as stage:
-        post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
-                                sampler=settings)
+        post = experiment.sample(point)
         post.save(stage.path("posterior.nc"))
         summary = post.summary()
         stage.path("summary.txt").write_text(str(summary) + "\n")
@@ -178,23 +187,14 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     ``alignment.png``. The folder is held while the run computes (a second run
     into it fails at once) and its files are replaced together at the end.
     """
-    net = spec.net(width)
-    temperature = spec.temperature if temperature is None else temperature
-    settings = spec.sampler.replace(**sampler)
-    from ..compare import compare, headline_of
-    from ..posterior import check_sampling, sample_posterior
+    point = point_of(spec, width, temperature, sampler=spec.sampler.replace(**sampler), progress_bar=progress_bar)
+    net, temperature, xt, yt = point.net, point.temperature, point.x_test, point.y_test
     from . import figures
 
-    x, y, xt, yt = spec.data()
-    check_sampling(net, x, y, temperature=temperature, x_test=xt, sampler=settings)  # refused before the folder
+    experiment.check(point)  # refused before the folder
     with outputs.output_folder(out, force=force, command="run", files=RUN_FILES) as stage:
-        basis = kernel_basis(net, x)
-        theory = solve_theory(net, x, y, temperature=temperature, correction="laplace", basis=basis)
-        gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
-        post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar,
-                                sampler=settings)
-        comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
-                       headline=headline_of(spec.compare.correction, theory))
+        result = experiment.evaluate(point)
+        theory, gp, post, comp = result.theory, result.gp, result.posterior, result.comparison
         ran = _spec_as_run(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
         theory.save(stage.path("theory.nc"))
         gp.save(stage.path("gp.nc"))

@@ -28,16 +28,13 @@ from typing import cast
 import numpy as np
 import xarray as xr
 
-from .. import _checks, _io, outputs, verdict
-from ..compare import compare, headline_of
+from .. import _checks, _io, experiment, outputs, verdict
 from ..fingerprints import data_fingerprint
-from ..posterior import check_sampling, sample_posterior
 from ..run import figures
-from ..run.pipeline import gp_accuracies, theory_accuracy
+from ..run.pipeline import gp_accuracies, point_of, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..stats import accuracy, choose_temperature, power_law_slope
-from ..theory import gp_limit, kernel_basis, solve_theory
 from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
 
 log = logging.getLogger(__name__)
@@ -104,7 +101,7 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     key = _theory_key(spec, N, temperature, (x, y, xt, yt, xv, yv))
     if _finished(path, key) is not None:
         return path
-    t = solve_theory(spec.net(N), x, y, temperature=temperature)
+    t = experiment.solve(point_of(spec, N, temperature, correction="none"), gp=False).theory
     ds = t.to_dataset()
     ds["accuracy"] = theory_accuracy(t, xt, yt)
     ds["accuracy_validation"] = theory_accuracy(t, xv, yv)
@@ -122,15 +119,10 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     key = _sample_key(spec, N, temperature, (x, y, xt, yt), settings)
     if _finished(path, key) is not None:
         return path
-    net = spec.net(N)
-    basis = kernel_basis(net, x)
-    theory = solve_theory(net, x, y, temperature=temperature, correction="laplace", basis=basis)  # both theories
-    gp = gp_limit(net, x, y, temperature=temperature, basis=basis)
-    post = sample_posterior(net, x, y, temperature=temperature, x_test=xt, progress_bar=progress_bar, sampler=settings)
+    result = experiment.evaluate(point_of(spec, N, temperature, sampler=settings, progress_bar=progress_bar))
+    post = result.posterior  # the theory corrected (§8), compared both corrected and at leading order
     post.save(folder / f"posterior-{_tag(N, temperature)}.nc")
-    comp = compare(theory, post, xt, yt, rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, gp=gp,
-                   headline=headline_of(spec.compare.correction, theory))
-    ds = comp.to_dataset()
+    ds = result.comparison.to_dataset()
     chain_means = cast(xr.DataArray, post.tree["posterior"]["f_test"]).mean("draw").values  # [chain, test]
     ds["accuracy_per_chain"] = ("chain", [accuracy(m, yt) for m in chain_means])
     ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0, sampler_settings=post.tree.attrs["settings"])
@@ -268,15 +260,13 @@ def _check_widths(name: str, widths, at_least_one: str | None = None) -> list[in
     return out
 
 
-def _check_sampling(spec: Spec, data: Data, sample_widths, temps, executor: Executor | None) -> None:
-    """Refuse before the first job what a sampling job would (:func:`~bayes_attn.posterior.check_sampling`, as ``run``
+def _check_sampling(spec: Spec, sample_widths, temps, executor: Executor | None) -> None:
+    """Refuse before the first job what a sampling job would (:func:`bayes_attn.experiment.check`, as ``run``
     does), at every sampled width; the memory where the jobs run on this machine (not on another's workers)."""
-    x, y, xt, _ = data
     here = executor is None or isinstance(executor, (InProcess, DaskLocal))
     for N in sample_widths:
         for i, temp in enumerate(temps):  # the memory does not depend on the temperature: checked once per width
-            check_sampling(spec.net(N), x, y, temperature=temp, x_test=xt, sampler=spec.sampler,
-                           memory_check=here and i == 0)
+            experiment.check(point_of(spec, N, temp, sampler=spec.sampler), memory_check=here and i == 0)
 
 
 def _check_temperatures(temperatures) -> list[float]:
@@ -324,7 +314,7 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
     spec = _with_sampler(spec, sampler)
     data, validation = spec.data(), spec.validation()
-    _check_sampling(spec, data, sample_widths, temps, executor)
+    _check_sampling(spec, sample_widths, temps, executor)
     with outputs.output_folder(out, force=force, command="sweep", files=SWEEP_FILES) as stage:
         folder = outputs.cache_folder(stage.folder, "widths")
         jobs = sweep_jobs(spec, folder, widths, sample_widths, temps, progress_bar=progress_bar and executor is None)
@@ -379,8 +369,8 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
     x, y, xt, yt = data
     widths = [N for N in widths if all(("theory", N, temp) in done for temp in temps)]
     sample_widths = [N for N in sample_widths if all(("sample", N, temp) in done for temp in temps)]
-    net = spec.net(widths[0] if widths else spec.network.width)
-    gps = {temp: gp_limit(net, x, y, temperature=temp) for temp in temps}
+    gps = {temp: experiment.gp_of(point_of(spec, widths[0] if widths else None, temp, correction="none"))
+           for temp in temps}
     gp_acc = [gp_accuracies(spec, gps[temp], xt, yt) for temp in temps]
     gp_val = [accuracy(gps[temp].predict(validation[0])[0], validation[1]) for temp in temps]
     ds = xr.Dataset(
@@ -473,7 +463,7 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     specs = {N: dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=max(2, int(round(alpha * N)))))
              for N in widths}
     for N, s in specs.items():
-        _check_sampling(s, s.data(), [N], [temperature], None)
+        _check_sampling(s, [N], [temperature], None)
     with outputs.output_folder(out, command="alpha-sweep", files=("alpha_sweep.nc",)) as stage:
         outputs.cache_folder(stage.folder, "widths")
         sampled, n_train = [], []

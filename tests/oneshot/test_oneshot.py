@@ -441,11 +441,47 @@ def test_prune_labels_the_samplers_and_the_comparisons_r_hat(tmp_path, capsys, m
     assert f"N={N} (comparison, on every observable): max R-hat 1.89" in err, err
 
 
+SOLVES: list[tuple] = []
+"""``(widths, temperature, digest of x)`` of every ``solve_theory`` call of the ``tiny_run`` fixture's prune."""
+
+
+def _digest(x) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(x, dtype=np.float64)).hexdigest()
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
+    """A tiny ``prune`` (module scope), every theory solve it makes recorded in :data:`SOLVES`."""
+    import sys
+
+    from bayes_attn.theory import solve_theory
+
+    def counted(net, x, y, **kw):
+        SOLVES.append((tuple(net.widths), kw["temperature"], _digest(x)))
+        return solve_theory(net, x, y, **kw)
+
     needs_omniglot()
     out = tmp_path_factory.mktemp("fig3")
-    return out, oneshot.run_oneshot(TINY, out, progress_bar=False)
+    with pytest.MonkeyPatch.context() as m:
+        for name, module in list(sys.modules.items()):
+            if name.startswith("bayes_attn") and getattr(module, "solve_theory", None) is solve_theory:
+                m.setattr(module, "solve_theory", counted)
+        return out, oneshot.run_oneshot(TINY, out, progress_bar=False)
+
+
+@pytest.mark.slow
+def test_prune_solves_the_theory_once_per_width_and_temperature(tiny_run, tiny_sets):
+    """The scan's theory is the one compared with the samples at each sampled width, never solved again (issue
+    61): on the theory-training episodes each scanned ``(width, temperature)`` is solved once; every other solve
+    is one of the spread's further draws of the episodes, each on its own."""
+    _, ev = tiny_sets
+    th, train = TINY.theory, _digest(ev.theory_train.x)
+    on_train = sorted((w[0], t) for w, t, d in SOLVES if d == train)
+    assert on_train == sorted((N, T) for N in th.widths for T in th.temperatures), SOLVES
+    others = [d for _, _, d in SOLVES if d != train]
+    assert len(others) == len(set(others)) == TINY.task.n_theory_draws - 1, SOLVES  # draw 0 is the scan's
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ import pytest
 import xarray as xr
 from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
 
-import bayes_attn as ba
-from bayes_attn import cli, compile_cache
+from bayes_attn import cli, compile_cache, experiment
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
@@ -116,7 +115,7 @@ def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
 
 def test_empty_width_list_is_a_usage_error(tmp_path, capsys, monkeypatch):
     path = spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"widths": []}})
-    forbid_calls(monkeypatch, (ba.sweep.table, "solve_theory"))
+    forbid_calls(monkeypatch, (experiment, "solve_theory"))
     assert cli.main(["sweep", str(path), "--out", str(tmp_path / "s"), "--no-progress"]) == cli.EXIT_USAGE
     assert "widths must hold at least one width" in one_line(capsys.readouterr().err)
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())
@@ -129,7 +128,7 @@ def test_empty_width_list_is_a_usage_error(tmp_path, capsys, monkeypatch):
 def test_sweep_refuses_what_sampling_would_refuse_before_the_first_job(tmp_path, capsys, monkeypatch, argv, match):
     """A setting ``run`` and ``sample`` refuse (guided draws or a width too big for any memory) is refused by
     ``sweep`` with exit 2 before any job runs, not by its sampling job after the theory's (issue 59)."""
-    forbid_calls(monkeypatch, (table, "run_job"), (table, "solve_theory"))
+    forbid_calls(monkeypatch, (table, "run_job"), (experiment, "solve_theory"))
     out = tmp_path / "sw"
     assert cli.main(["sweep", str(spec_file(tmp_path)), "--out", str(out), *argv, "--no-progress"]) == cli.EXIT_USAGE
     line = one_line(capsys.readouterr().err)

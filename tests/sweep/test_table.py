@@ -8,6 +8,8 @@ import pytest
 import xarray as xr
 from conftest import THEORY_ONLY, TINY, forbid_calls
 
+from bayes_attn import experiment
+from bayes_attn import posterior as ba_posterior
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import job_seed, table
 
@@ -36,12 +38,12 @@ def test_sweep_records_its_provenance(tiny_sweep):
 
 def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatch):
     spec = spec_from_dict(THEORY_ONLY)
-    real = table.solve_theory
+    real = experiment.solve_theory
     with monkeypatch.context() as m:
-        m.setattr(table, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
+        m.setattr(experiment, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
         with pytest.warns(RuntimeWarning, match="did not converge"):
             table.sweep(spec, tmp_path / "sw", progress_bar=False)
-    forbid_calls(monkeypatch, (table, "solve_theory"))
+    forbid_calls(monkeypatch, (experiment, "solve_theory"))
     with pytest.warns(RuntimeWarning, match=r"theory at N=3, temperature=0.1 did not converge"):
         ds = table.sweep(spec, tmp_path / "sw", progress_bar=False)  # resumed from files: still flagged
     assert not bool(ds["converged_theory"].sel(width=3))
@@ -75,8 +77,8 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
         raise AssertionError("a finished width was recomputed")
 
     with monkeypatch.context() as m:
-        m.setattr(table, "sample_posterior", fail)
-        m.setattr(table, "solve_theory", fail)
+        m.setattr(ba_posterior, "sample_posterior", fail)
+        m.setattr(experiment, "solve_theory", fail)
         again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
     # other settings: finished widths are not reused
