@@ -18,8 +18,9 @@ Here, for each of ``R`` replications ``r`` (:func:`simulate`):
 3. one NUTS chain on the posterior given ``y_r``, built by the sampler of the
    registry (:func:`bayes_attn.samplers.get`: ``build``, ``observables``,
    ``conditional``, exactly as :func:`bayes_attn.sample_posterior` uses them),
-   ``num_warmup`` adaptation iterations, then ``num_draws`` draws kept every
-   ``thinning`` iterations (thinning makes them closer to independent);
+   ``num_warmup`` adaptation iterations, then ``num_samples // thinning`` draws kept every
+   ``thinning`` iterations (thinning makes them closer to independent; the sampler's
+   :class:`~bayes_attn.samplers.SamplerSettings`);
 4. the rank of every true invariant observable among the draws: the upper
    triangle of ``U`` (= ``U_1``), of ``U_2 .. U_L`` and ``Ua`` (the deeper
    order parameters of §7; every registered sampler stores them), ``f`` at
@@ -69,9 +70,8 @@ from numpyro.infer.util import initialize_model
 
 from . import _checks
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
-from .precision import DTYPES, x64
+from .precision import x64
 from .samplers import SamplerSettings, Storage, get, nuts, prepare
-from .samplers.settings import STARTS
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
 
@@ -115,61 +115,43 @@ def simulate(net: Network, x, x_test, *, temperature: float, n_reps: int, key: j
 # ----------------------------------------------------------------------------
 # batched NUTS on a registered sampler
 # ----------------------------------------------------------------------------
-def batched_nuts(
-    sampler: str,
-    net: Network,
-    x,
-    x_test,
-    y: jax.Array,
-    *,
-    temperature: float,
-    num_warmup: int,
-    num_draws: int,
-    thinning: int,
-    key: jax.Array,
-    target_accept: float = 0.8,
-    max_tree_depth: int = 10,
-    dtype: str = "float64",
-    batch_size: int = 20,
-    start: str = "expansion",
-) -> tuple[dict, dict]:
-    """One NUTS chain per row of ``y`` ``[R, P]`` on the registered sampler ``sampler``, replications ``vmap``-ed.
+def batched_nuts(cfg: SamplerSettings, net: Network, x, x_test, y: jax.Array, *, temperature: float, key: jax.Array,
+                 batch_size: int = 20) -> tuple[dict, dict]:
+    """One NUTS chain per row of ``y`` ``[R, P]`` on the registered sampler ``cfg.name``, replications ``vmap``-ed:
+    ``cfg.num_warmup`` warm-up iterations, then ``cfg.num_samples`` kept every ``cfg.thinning`` (its
+    ``num_chains`` unused: one chain per replication).
 
     The model is ``samplers.get(sampler).build`` with the labels replaced per
     replication; every draw goes through the sampler's ``observables`` and,
     afterwards, its ``conditional`` (``f`` drawn exactly given the rest), as
-    in :func:`bayes_attn.sample_posterior`. Must run in the precision of ``dtype``.
+    in :func:`bayes_attn.sample_posterior`. Must run in the precision of ``cfg.dtype``.
     The replications run in ``vmap``-ed batches of ``batch_size``, one batch
     after the other (``lax.map``): under ``vmap`` every NUTS iteration waits for
     the longest trajectory in the batch, so small batches waste fewer steps,
     while large ones amortise the per-step overhead (``benchmarks/sbc.py`` runs it).
 
-    ``start="expansion"`` starts each replication's chain as :func:`bayes_attn.sample_posterior` does for a
+    ``cfg.start="expansion"`` starts each replication's chain as :func:`bayes_attn.sample_posterior` does for a
     sampler with an expansion start (``wishart``): at the mode of its own expansion with the dense metric
     ``H⁻¹`` fixed (step size adapted); a replication whose expansion gives none starts from the sampler's
     ``init_strategy`` with a fixed identity metric (counted in ``prior_starts``). Samplers without an
     expansion start, and ``start="prior"``, adapt a diagonal metric from the ``init_strategy`` start.
 
-    Returns the observables ``{name: [R, S, ...]}`` (``S = num_draws``, kept
-    every ``thinning`` iterations after ``num_warmup``) and per-replication
+    Returns the observables ``{name: [R, S, ...]}`` (``S = num_samples // thinning``) and per-replication
     statistics ``n_steps`` (mean leapfrog steps per iteration after warm-up),
     ``divergences`` (after warm-up) and ``prior_starts`` (replications started from the prior).
     """
-    smp = get(sampler)
-    y = jnp.asarray(y, jnp.dtype(dtype))
-    inputs = prepare(net, x, y[0], x_test, temperature, dtype)
+    smp = get(cfg.name)
+    y = jnp.asarray(y, jnp.dtype(cfg.dtype))
+    inputs = prepare(net, x, y[0], x_test, temperature, cfg.dtype)
     model, args = smp.build(inputs)
     info = _model_info(model, args)
-    init_kernel, sample_kernel = nuts.functional(
-        info.potential_fn, SamplerSettings(name=sampler, target_accept=target_accept, max_tree_depth=max_tree_depth,
-                                           dtype=dtype))
+    kernels = nuts.functional(info.potential_fn, cfg)
     sites = sorted(info.param_info.z)
     options = Storage()
-    guided = start == "expansion" and smp.start is not None
+    guided = cfg.start == "expansion" and smp.start is not None
     starts, prior_starts = _expansion_starts(smp, inputs, y, sites) if guided else (None, np.zeros(y.shape[0], bool))
 
-    run = _chain(smp, model, args, info, inputs, sites, (init_kernel, sample_kernel), num_warmup, num_draws,
-                 thinning, options)
+    run = _chain(smp, (model, args, info), inputs, sites, kernels, cfg, options)
     k_run, k_cond = jax.random.split(key)
     R = y.shape[0]
     batched = jax.jit(lambda ks, ys, st: jax.lax.map(lambda t: run(*t), (ks, ys, st), batch_size=min(batch_size, R)))
@@ -183,11 +165,14 @@ def batched_nuts(
     return obs, {"n_steps": n, "divergences": d, "prior_starts": prior_starts}
 
 
-def _chain(smp, model, args, info, inputs, sites: list[str], kernels, num_warmup: int, num_draws: int, thinning: int,
-           options):
+def _chain(smp, built: tuple, inputs, sites: list[str], kernels, cfg: SamplerSettings, options):
     """``run(key, y_r, start)`` of :func:`batched_nuts`: one replication's NUTS chain (warm-up and draws in one
-    scan) and its observables ``[S, ...]``, mean leapfrog steps and divergences after warm-up."""
+    scan) and its observables ``[S, ...]``, mean leapfrog steps and divergences after warm-up; ``built``: the
+    model, its arguments and :func:`_model_info`."""
     init_kernel, sample_kernel = kernels
+    model, args, info = built
+    num_warmup, thinning = cfg.num_warmup, cfg.thinning
+    num_draws = cfg.num_samples // thinning
 
     def prior_init(k, yr):
         """The sites' start, unconstrained: the sampler's ``init_strategy`` (a prior draw unless it says otherwise)."""
@@ -246,17 +231,17 @@ def _expansion_starts(smp, inputs, y: jax.Array, sites: list[str]) -> tuple[tupl
     return (flag, values, imm), ~np.asarray(flag)
 
 
-def guided_draws(sampler: str, net: Network, x, x_test, y: jax.Array, *, temperature: float, num_warmup: int,
-                 num_draws: int, thinning: int, key: jax.Array, dtype: str = "float64") -> tuple[dict, dict]:
+def guided_draws(cfg: SamplerSettings, net: Network, x, x_test, y: jax.Array, *, temperature: float,
+                 key: jax.Array) -> tuple[dict, dict]:
     """:func:`batched_nuts` for the samplers with their own draw loop (``laplace-is``, ``laplace-mh``): per row of
-    ``y``, one chain of ``num_draws · thinning`` draws (after ``num_warmup``) kept every ``thinning``, as
+    ``y``, one chain of ``cfg.num_samples`` draws (after ``cfg.num_warmup``) kept every ``cfg.thinning``, as
     ``sample_posterior`` makes them, then ``f`` drawn exactly given ``U``. Returns the observables
     ``{name: [R, S, ...]}`` and per-replication ``pareto_k`` (``laplace-is``) and ``prior_starts`` (none)."""
-    smp = get(sampler)
-    y = jnp.asarray(y, jnp.dtype(dtype))
-    inputs = prepare(net, x, y[0], x_test, temperature, dtype)
-    cfg = SamplerSettings(name=sampler, num_warmup=num_warmup, num_samples=num_draws * thinning, num_chains=1,
-                          thinning=thinning, dtype=dtype)
+    smp = get(cfg.name)
+    y = jnp.asarray(y, jnp.dtype(cfg.dtype))
+    inputs = prepare(net, x, y[0], x_test, temperature, cfg.dtype)
+    cfg = SamplerSettings(name=cfg.name, num_warmup=cfg.num_warmup, num_samples=cfg.num_samples, num_chains=1,
+                          thinning=cfg.thinning, dtype=cfg.dtype)
     R = y.shape[0]
     keys = jax.random.split(key, (R, 2))
     obs, khat = [], []
@@ -349,97 +334,85 @@ def true_and_drawn(net: Network, truth: dict, draws: dict,
     return np.concatenate(true, axis=1), np.concatenate(drawn, axis=2), labels
 
 
-def sbc_ranks(
-    net: Network,
-    x,
-    x_test,
-    *,
-    sampler: str,
-    temperature: float,
-    n_reps: int = 100,
-    num_warmup: int = 200,
-    num_draws: int = 19,
-    thinning: int = 5,
-    seed: int = 0,
-    likelihood_temperature: float | None = None,
-    n_train_obs: int = 1,
-    target_accept: float = 0.8,
-    max_tree_depth: int = 10,
-    dtype: str = "float64",
-    batch_size: int = 20,
-    start: str = "expansion",
-) -> SBCResult:
+SBC_SAMPLER = SamplerSettings(num_warmup=200, num_samples=95, num_chains=1, thinning=5)
+"""The settings :func:`sbc_ranks` gives a sampler named alone: 200 warm-up iterations, then 19 draws kept every 5
+(20 possible ranks)."""
+
+
+def sbc_ranks(net: Network, x, x_test, *, sampler: str | SamplerSettings, temperature: float, n_reps: int = 100,
+              likelihood_temperature: float | None = None, n_train_obs: int = 1, batch_size: int = 20) -> SBCResult:
     """SBC of one registered sampler: ``n_reps`` prior replications and the ranks of the truth.
 
     Args:
         net: the network; x: training inputs ``[P, T, N0]``; x_test: ``[P_test, T, N0]``.
-        sampler: a name of :data:`bayes_attn.samplers.SAMPLERS`.
+        sampler: a name of :data:`bayes_attn.samplers.SAMPLERS` (with :data:`SBC_SAMPLER`'s settings) or
+            the :class:`~bayes_attn.samplers.SamplerSettings` of every replication's chain: ``num_warmup``
+            warm-up iterations, then ``num_samples`` iterations kept every ``thinning`` (``S = num_samples //
+            thinning`` draws per replication); ``seed`` seeds the simulation, the chains and the conditional
+            draws; ``target_accept``, ``max_tree_depth`` (NUTS), ``dtype`` (the run enters the matching JAX
+            precision itself), ``start`` (``"expansion"``, as :func:`bayes_attn.sample_posterior` by default, or
+            ``"prior"``: where the chains of a sampler with an expansion start, ``wishart``, begin); one chain
+            per replication whatever ``num_chains``.
         temperature: the temperature the labels are simulated at.
         n_reps: replications ``R``.
-        num_warmup, num_draws, thinning: NUTS warm-up iterations, kept draws ``S``
-            per replication, and the iterations between kept draws.
-        seed: seeds the simulation, the chains and the conditional draws.
         likelihood_temperature: the temperature of the likelihood the sampler
             uses (default ``temperature``); another value is a negative control.
         n_train_obs: ``f`` at this many training inputs enters the ranks.
-        target_accept, max_tree_depth: NUTS settings.
-        dtype: ``"float64"`` (default) or ``"float32"``; the run enters the
-            matching JAX precision itself.
         batch_size: replications per ``vmap``-ed batch (:func:`batched_nuts`).
-        start: ``"expansion"`` (as :func:`bayes_attn.sample_posterior` by default) or ``"prior"``: where
-            the chains of a sampler with an expansion start (``wishart``) begin (:func:`batched_nuts`).
 
     The samplers with their own draw loop (``laplace-is``, ``laplace-mh``) run through
     :func:`guided_draws`, one replication after the other; for ``laplace-is`` ``thinning`` spreads the
-    ``num_draws`` kept draws over ``num_draws · thinning`` proposals.
+    kept draws over ``num_samples`` proposals.
 
     Returns:
         An :class:`SBCResult` (feed it to :func:`uniformity`).
     """
-    get(sampler)  # a clear error for an unknown name
-    _checks.choice("start", start, STARTS)
+    if isinstance(sampler, str):
+        cfg = SBC_SAMPLER.replace(name=sampler)  # a clear error for an unknown name
+    elif isinstance(sampler, SamplerSettings):
+        cfg = sampler
+    else:
+        raise ValueError(f"sampler must be a sampler name or a SamplerSettings, got {type(sampler).__name__}")
     x, x_test = net.check_inputs(x), net.check_inputs(x_test, "x_test")
     temperature = _checks.positive("temperature", temperature)
     Tl = (temperature if likelihood_temperature is None
           else _checks.positive("likelihood_temperature", likelihood_temperature))
-    n_reps, num_warmup, num_draws, thinning, n_train_obs, batch_size = (
+    n_reps, n_train_obs, batch_size = (
         _checks.positive_int(name, v, minimum=minimum) for name, v, minimum in (
-            ("n_reps", n_reps, 1), ("num_warmup", num_warmup, 0), ("num_draws", num_draws, 1),
-            ("thinning", thinning, 1), ("n_train_obs", n_train_obs, 0), ("batch_size", batch_size, 1)))
+            ("n_reps", n_reps, 1), ("n_train_obs", n_train_obs, 0), ("batch_size", batch_size, 1)))
     if n_train_obs > x.shape[0]:
         raise ValueError(f"n_train_obs must be at most P = {x.shape[0]}, got {n_train_obs}")
-    _checks.choice("dtype", dtype, DTYPES)
-    k_sim, k_run = jax.random.split(jax.random.key(seed))
-    with x64(dtype == "float64"):
+    num_draws = cfg.num_samples // cfg.thinning
+    k_sim, k_run = jax.random.split(jax.random.key(cfg.seed))
+    with x64(cfg.dtype == "float64"):
         truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)
         t0 = time.perf_counter()
-        draws, stats = _replication_draws(
-            sampler, net, x, x_test, truth["y"], Tl, k_run,
-            dict(num_warmup=num_warmup, num_draws=num_draws, thinning=thinning, dtype=dtype),
-            dict(target_accept=target_accept, max_tree_depth=max_tree_depth, batch_size=batch_size, start=start))
+        draws, stats = _replication_draws(cfg, (net, x, x_test), truth["y"], Tl, k_run, batch_size)
         draws = jax.block_until_ready(draws)
         seconds = time.perf_counter() - t0
     true, drawn, labels = true_and_drawn(net, truth, draws, n_train_obs)
     ranks = (drawn < true[:, None, :]).sum(axis=1)
-    config = dict(sampler=sampler, temperature=temperature, likelihood_temperature=Tl, n_reps=n_reps,
-                  num_warmup=num_warmup, num_draws=num_draws, thinning=thinning, seed=seed, heads=list(net.heads),
-                  widths=list(net.widths), variances=list(net.variances), N0=net.N0, P=int(x.shape[0]),
-                  P_test=int(x_test.shape[0]), n_train_obs=n_train_obs, target_accept=target_accept,
-                  max_tree_depth=max_tree_depth, dtype=dtype, batch_size=batch_size, start=start,
-                  prior_starts=int(np.sum(stats["prior_starts"])))
+    config = dict(sampler=cfg.name, temperature=temperature, likelihood_temperature=Tl, n_reps=n_reps,
+                  num_warmup=cfg.num_warmup, num_draws=num_draws, thinning=cfg.thinning, seed=cfg.seed,
+                  heads=list(net.heads), widths=list(net.widths), variances=list(net.variances), N0=net.N0,
+                  P=int(x.shape[0]), P_test=int(x_test.shape[0]), n_train_obs=n_train_obs,
+                  target_accept=cfg.target_accept, max_tree_depth=cfg.max_tree_depth, dtype=cfg.dtype,
+                  batch_size=batch_size, start=cfg.start, prior_starts=int(np.sum(stats["prior_starts"])))
     return SBCResult(ranks, labels, num_draws, np.asarray(stats["n_steps"]), np.asarray(stats["divergences"]),
                      seconds, config)
 
 
-def _replication_draws(sampler: str, net: Network, x, x_test, y, temperature: float, key, common: dict,
-                       nuts_only: dict) -> tuple[dict, dict]:
-    """The draws of every replication (row of ``y``) and their statistics: :func:`guided_draws` for a sampler with
-    its own draw loop (no leapfrog steps, no divergences), else :func:`batched_nuts` (with ``nuts_only``)."""
-    if get(sampler).draw is not None:
-        draws, stats = guided_draws(sampler, net, x, x_test, y, temperature=temperature, key=key, **common)
+def _replication_draws(cfg: SamplerSettings, problem: tuple, y, temperature: float, key,
+                       batch_size: int) -> tuple[dict, dict]:
+    """The draws of every replication (row of ``y``) of ``problem`` ``(net, x, x_test)`` and their statistics:
+    :func:`guided_draws` for a sampler with its own draw loop (no leapfrog steps, no divergences), else
+    :func:`batched_nuts`."""
+    net, x, x_test = problem
+    if get(cfg.name).draw is not None:
+        draws, stats = guided_draws(cfg, net, x, x_test, y, temperature=temperature, key=key)
         R = y.shape[0]
         return draws, stats | {"n_steps": np.full(R, np.nan), "divergences": np.zeros(R, int)}
-    return batched_nuts(sampler, net, x, x_test, y, temperature=temperature, key=key, **common, **nuts_only)
+    return batched_nuts(cfg, net, x, x_test, y, temperature=temperature, key=key, batch_size=batch_size)
 
 
 def uniformity(result: SBCResult, bins: int = 4) -> dict:

@@ -59,14 +59,21 @@ def _check_options(args) -> None:
         _checks.seed("--seed", args.seed)
 
 
-def _setup(args) -> tuple[Spec, Path, float]:
+def _setup(args, *, sampler: bool = True, samples: bool = True) -> tuple[Spec, Path]:
+    """The spec resolved once with the command line's options (the one value every step reads and the folder's
+    ``spec.toml`` records) and the output folder; ``sampler``: the command has sampler options; ``samples``: it
+    samples (:func:`_settings`)."""
     _check_options(args)
     spec = load_spec(args.spec)
     if args.temperature is not None and not args.temperature > 0:
         raise ValueError(f"--temperature must be positive, got {args.temperature}")
-    width = args.width or spec.network.width
+    width = getattr(args, "width", None) or spec.network.width
     out = args.out or Path(DEFAULT_OUT[args.command].replace("<spec name>", spec.name).replace("<width>", str(width)))
-    return spec, out, args.temperature or spec.temperature
+    spec = dataclasses.replace(spec, temperature=args.temperature or spec.temperature,
+                               network=dataclasses.replace(spec.network, width=width))
+    if getattr(args, "correction", None) is not None and args.command != "theory":
+        spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
+    return (dataclasses.replace(spec, sampler=_settings(spec, args, samples)) if sampler else spec), out
 
 
 def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
@@ -171,13 +178,11 @@ def sampling_plan(cfg: SamplerSettings, P: int) -> str:
 def cmd_sample(args) -> int:
     from .run.pipeline import sample_run
 
-    spec, out, temperature = _setup(args)
-    cfg = _settings(spec, args)
-    net = spec.net(args.width)
-    print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={spec.task.n_train}, temperature={temperature}, "
-          f"{sampling_plan(cfg, spec.task.n_train)}")
-    res = sample_run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
-                     force=args.force, **cfg.to_dict())
+    spec, out = _setup(args)
+    net = spec.net()
+    print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={spec.task.n_train}, "
+          f"temperature={spec.temperature}, {sampling_plan(spec.sampler, spec.task.n_train)}")
+    res = sample_run(spec, out, progress_bar=not args.no_progress, force=args.force)
     print(res.summary)
     print(f"wrote {res.out}/: posterior.nc, summary.txt, spec.toml")
     return _status(verdict.of_sampling({"": res.summary.diagnostics()}))
@@ -188,9 +193,9 @@ def cmd_theory(args) -> int:
 
     from .run.pipeline import theory_run
 
-    spec, out, temperature = _setup(args)
-    res = theory_run(spec, out, width=args.width, temperature=temperature, correction=args.correction,
-                     force=args.force)
+    spec, out = _setup(args, sampler=False)
+    temperature = spec.temperature
+    res = theory_run(spec, out, correction=args.correction, force=args.force)
     t = res.theory
     labels = t.net.path_labels
     table = lambda U: pd.DataFrame(U, index=labels, columns=labels).to_string(float_format=lambda v: f"{v:.5g}")  # noqa: E731
@@ -216,14 +221,10 @@ def cmd_run(args) -> int:
     from .run.pipeline import run
     from .run.report import comparison_report
 
-    spec, out, temperature = _setup(args)
-    if args.correction is not None:
-        spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
-    cfg = _settings(spec, args)
-    print(f"{spec.name}: theory + {sampling_plan(cfg, spec.task.n_train)} + comparison at "
-          f"N={args.width or spec.network.width} → {out}")
-    res = run(spec, out, width=args.width, temperature=temperature, progress_bar=not args.no_progress,
-              force=args.force, **cfg.to_dict())
+    spec, out = _setup(args)
+    print(f"{spec.name}: theory + {sampling_plan(spec.sampler, spec.task.n_train)} + comparison at "
+          f"N={spec.network.width} → {out}")
+    res = run(spec, out, progress_bar=not args.no_progress, force=args.force)
     print(res.posterior.summary())
     print()
     print(comparison_report(res.comparison))
@@ -238,9 +239,9 @@ def cmd_sweep(args) -> int:
     from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
     from .sweep.table import sweep, sweep_verdict
 
-    spec, out, temperature = _setup(args)
+    spec, out = _setup(args, sampler=False)
     sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
-    cfg = _settings(spec, args, samples=bool(sampled))
+    spec = dataclasses.replace(spec, sampler=_settings(spec, args, samples=bool(sampled)))
     cluster = spec.cluster if args.executor == "dask" and spec.cluster and not args.scheduler else None
     executor = executor_from_options(args.executor, args.workers, args.scheduler, cluster)
     if isinstance(executor, DaskLocal) and not (args.no_compile_cache or disabled_by_env()):
@@ -248,10 +249,9 @@ def cmd_sweep(args) -> int:
         executor = dataclasses.replace(executor, compilation_cache=cache_dir(),
                                        env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
     check_reachable(executor)  # no submit command or no scheduler: fail now, not after the theory
-    ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths,
-               temperature=None if args.temperatures else temperature, temperatures=args.temperatures,
+    ds = sweep(spec, out, widths=args.widths, sample_widths=args.sample_widths, temperatures=args.temperatures,
                executor=None if isinstance(executor, InProcess) else executor,
-               progress_bar=not args.no_progress, force=args.force, **cfg.to_dict())
+               progress_bar=not args.no_progress, force=args.force)
     for names in (["accuracy_theory", "accuracy_validation_theory"], ["accuracy_gp"],
                   ["best_temperature_theory", "accuracy_theory_at_best"],
                   ["accuracy_sampled", "accuracy_sampled_se", "verdict", "alternative_verdict"],

@@ -66,7 +66,6 @@ def sample_posterior(
     keep_weights: bool = False,
     keep_effective_weights: bool = False,
     progress_bar: bool = True,
-    **settings,
 ) -> Posterior:
     """Sample the posterior: NUTS (docs/theory.md §5, §7), or the samplers guided by the finite-width expansion (§9).
 
@@ -77,27 +76,26 @@ def sample_posterior(
         x_test: optional test inputs ``[P_test, T, N0]`` for ``f_test``.
         sampler: a sampler name (``"full"``, ``"full-token"``, ``"collapsed"``,
             ``"wishart"``, ``"laplace-is"``, ``"laplace-mh"``, ``"auto"``; see
-            :mod:`bayes_attn.samplers`) or a whole :class:`~bayes_attn.samplers.SamplerSettings`;
-            default: the settings' default. ``"auto"`` tries ``laplace-is``, then ``laplace-mh``,
+            :mod:`bayes_attn.samplers`) with the other settings at their defaults, or a whole
+            :class:`~bayes_attn.samplers.SamplerSettings` (draws, chains, seed, dtype, ...); default:
+            ``SamplerSettings()``. ``"auto"`` tries ``laplace-is``, then ``laplace-mh``,
             then ``wishart``, and keeps the first whose diagnostics pass (attribute ``auto``).
         keep_weights: also store the raw weights (large at large width).
         keep_effective_weights: also store ``w`` ``[D, N1]`` per draw.
-        **settings: fields of :class:`~bayes_attn.samplers.SamplerSettings`
-            (``num_warmup``, ``num_samples``, ``num_chains``, ``seed``, ``dtype``,
-            ``chain_method``, ``thinning``, ``target_accept``, ``max_tree_depth``).
+        progress_bar: NumPyro's progress bar (and the guided samplers' log lines).
 
     Returns:
         A :class:`Posterior` whose ``tree`` is an ArviZ ``DataTree``.
     """
     x, y, temperature, x_test, cfg, options = _arguments(net, x, y, temperature, x_test, sampler, keep_weights,
-                                                          keep_effective_weights, settings)
+                                                          keep_effective_weights)
     if cfg.name == AUTO:
         return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
-    return _sample(net, x, y, temperature, x_test, cfg, options, progress_bar)
+    return _sample((net, x, y, temperature, x_test), cfg, options, progress_bar)
 
 
 def _arguments(net: Network, x, y, temperature: float, x_test, sampler: str | SamplerSettings | None,
-               keep_weights: bool, keep_effective_weights: bool, settings: dict) -> tuple:
+               keep_weights: bool, keep_effective_weights: bool) -> tuple:
     """:func:`sample_posterior`'s arguments checked: ``(x, y, temperature, x_test, cfg, options)``."""
     if not isinstance(net, Network):
         raise ValueError(f"net must be a bayes_attn.Network, got {type(net).__name__}")
@@ -107,23 +105,25 @@ def _arguments(net: Network, x, y, temperature: float, x_test, sampler: str | Sa
     if x_test is not None:
         x_test = net.check_inputs(x_test, "x_test")
     if isinstance(sampler, SamplerSettings):
-        cfg = sampler.replace(**settings)
+        cfg = sampler
+    elif sampler is None or isinstance(sampler, str):
+        cfg = SamplerSettings().replace(name=sampler)
     else:
-        cfg = SamplerSettings().replace(name=sampler, **settings)
+        raise ValueError(f"sampler must be a sampler name or a SamplerSettings, got {type(sampler).__name__}")
     temperature = check_temperature(temperature, cfg.dtype)
     return x, y, temperature, x_test, cfg, Storage(bool(keep_weights), bool(keep_effective_weights))
 
 
 def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
                    sampler: str | SamplerSettings | None = None, keep_weights: bool = False,
-                   keep_effective_weights: bool = False, memory_check: bool = True, **settings) -> SamplerSettings:
+                   keep_effective_weights: bool = False, memory_check: bool = True) -> SamplerSettings:
     """Refuse (one-line ``ValueError``) what :func:`sample_posterior` would refuse before drawing, computing
     nothing: its arguments, the temperature for the dtype, weights of a sampler that draws none, and (unless
     ``memory_check`` is false) a run too big for this machine's memory (:func:`~bayes_attn.samplers.memory.check_fits`,
     the rule sampling applies); with ``"auto"``, an explicit ``guided_samples`` that cannot fit, or no sampler
     that fits. Returns the settings."""
     x, y, temperature, x_test, cfg, options = _arguments(net, x, y, temperature, x_test, sampler, keep_weights,
-                                                          keep_effective_weights, settings)
+                                                          keep_effective_weights)
     names = AUTO_ORDER if cfg.name == AUTO else (cfg.name,)
     with x64(cfg.dtype == "float64"):
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype) if memory_check else None
@@ -157,13 +157,14 @@ def _guided_refusal(cfg: SamplerSettings, err: Exception) -> ValueError:
     return ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}")
 
 
-def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
-            progress_bar: bool, guide_of: Callable | None = None, stop_above: float | None = None,
-            **attrs) -> Posterior:
-    """:func:`sample_posterior` with one registered sampler (arguments checked); ``guide_of``: where the guided
+def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar: bool,
+            guide_of: Callable | None = None, stop_above: float | None = None, **attrs) -> Posterior:
+    """:func:`sample_posterior` with one registered sampler on ``problem`` ``(net, x, y, temperature, x_test)``
+    (arguments checked); ``guide_of``: where the guided
     samplers and the expansion's start take their proposal (default: computed afresh); ``stop_above``: a guided
     sampler's pilot ``k̂`` above which it stops before its proposals
     (:class:`~bayes_attn.samplers.laplace.RuledOut`)."""
+    net, x, y, temperature, x_test = problem
     smp = get(cfg.name)
     _check_weights(smp, options)
     chain_method = resolve_chain_method(cfg.chain_method, cfg.num_chains)
@@ -183,8 +184,8 @@ def _sample(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings
             memory.check_fits(smp, inputs, cfg, options, (model, args))
             t0 = time.perf_counter()
             start, attrs = _start(smp, cfg, inputs, attrs, given)
-            mcmc = nuts.mcmc(smp, cfg, model, inputs, options, chain_method=chain_method, progress_bar=progress_bar,
-                             start=start)
+            mcmc = nuts.mcmc(smp, cfg.replace(chain_method=chain_method), model, inputs, options,
+                             progress_bar=progress_bar, start=start)
             mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
             draws = mcmc.get_samples(group_by_chain=True)
             stats = sample_stats(mcmc.get_extra_fields(group_by_chain=True))
@@ -239,7 +240,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
             continue
         t0 = time.perf_counter()
         try:
-            post = _sample(net, x, y, temperature, x_test, cfg.replace(name=name), options, progress_bar,
+            post = _sample((net, x, y, temperature, x_test), cfg.replace(name=name), options, progress_bar,
                            guide_of, PILOT_RULES_OUT if name in GUIDED else None, requested_sampler=AUTO)
         except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
             if name in GUIDED and cfg.guided_samples is not None:

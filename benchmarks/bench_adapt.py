@@ -62,8 +62,8 @@ def call(problem, rounds: int, seed: int, draws: int) -> dict:
     laplace.ADAPT_ROUNDS = rounds
     load = os.getloadavg()
     t0 = time.perf_counter()
-    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, sampler="laplace-is", num_chains=4,
-                               num_samples=draws, seed=seed, progress_bar=False)
+    settings = ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=draws, seed=seed)
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, sampler=settings, progress_bar=False)
     wall = time.perf_counter() - t0
     s = post.summary()
     ess = float(s.table[s.table.index.str.startswith("U[")]["ess_bulk"].min())

@@ -94,8 +94,10 @@ def one_call(problem, n: int, seed: int) -> dict:
     laplace.guide = wishart.guide = counting
     try:
         t0 = time.perf_counter()
-        post = ba.sample_posterior(net, x, y, temperature=T, x_test=xt, sampler="auto", num_chains=2,
-                                   num_warmup=n // 4, num_samples=n // 4, guided_samples=n, seed=seed, dtype=dtype,
+        post = ba.sample_posterior(net, x, y, temperature=T, x_test=xt,
+                                   sampler=ba.SamplerSettings(name="auto", num_chains=2, num_warmup=n // 4,
+                                                              num_samples=n // 4, guided_samples=n, seed=seed,
+                                                              dtype=dtype),
                                    progress_bar=False)
         wall = time.perf_counter() - t0
     finally:

@@ -54,10 +54,10 @@ def child(config: str, width: int, warmup: int, draws: int, chains: int) -> dict
 
     task, net = markov.fig2c(width=width)
     x, y = task.sample(100, np.random.default_rng(0))
-    kw = {} if config == "defaults" else {"chain_method": "vectorized"}
+    settings = ba.SamplerSettings(name="wishart", num_warmup=warmup, num_samples=draws, num_chains=chains,
+                                  chain_method="auto" if config == "defaults" else "vectorized")
     t0 = time.perf_counter()
-    post = ba.sample_posterior(net, x, y, temperature=0.01, sampler="wishart", num_warmup=warmup, num_samples=draws,
-                               num_chains=chains, progress_bar=False, **kw)
+    post = ba.sample_posterior(net, x, y, temperature=0.01, sampler=settings, progress_bar=False)
     sample_s = time.perf_counter() - t0
     ba.solve_theory(net, x, y, temperature=0.01)  # compiles
     theory = []

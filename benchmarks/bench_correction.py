@@ -177,8 +177,10 @@ def accuracy(widths, record: Record, num_samples: int, num_chains: int) -> dict:
         net = net0.with_width(N)
         sol = th.solve_theory(net, x, y, temperature=TEMPERATURE, correction="laplace")
         t = time.perf_counter()
-        post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, sampler="wishart", num_warmup=500,
-                                   num_samples=num_samples, num_chains=num_chains, seed=N, progress_bar=False)
+        post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE,
+                                   sampler=ba.SamplerSettings(name="wishart", num_warmup=500, num_samples=num_samples,
+                                                              num_chains=num_chains, seed=N),
+                                   progress_bar=False)
         seconds = time.perf_counter() - t
         s = post.summary()
         p = post.tree["posterior"]

@@ -96,7 +96,7 @@ def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer, sampler: str = "w
     t0 = time.perf_counter()
     inputs = samplers.prepare(net, x, y, xt, a.temperature, "float64")
     model, args = smp.build(inputs)
-    mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Storage(), chain_method="sequential",
+    mcmc = nuts.mcmc(smp, settings.replace(chain_method="sequential"), model, inputs, samplers.Storage(),
                      one_compile=(mode == "one-program"))
     k_mcmc, k_cond = jax.random.split(jax.random.key(a.seed))
     t1 = time.perf_counter()

@@ -103,8 +103,8 @@ def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
 def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, seed: int) -> dict:
     """One call of ``sample_posterior``, timed, with its diagnostics (float64 unless ``settings`` say otherwise)."""
     t0 = time.perf_counter()
-    post = ba.sample_posterior(net, x, y, temperature=temperature, x_test=xt, sampler=sampler, seed=seed,
-                               progress_bar=False, **settings)
+    post = ba.sample_posterior(net, x, y, temperature=temperature, x_test=xt,
+                               sampler=ba.SamplerSettings(name=sampler, seed=seed, **settings), progress_bar=False)
     wall = time.perf_counter() - t0
     s = post.summary()
     u = s.table[s.table.index.str.startswith("U[")]

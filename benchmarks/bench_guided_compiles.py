@@ -63,8 +63,10 @@ def worker(name: str) -> dict:
     rows = []
     for sampler, chains, draws, seed in CALLS:
         n0, t0 = timer.compilations, time.perf_counter()
-        post = ba.sample_posterior(net, x, y, temperature=T, x_test=xt, sampler=sampler, num_chains=chains,
-                                   num_warmup=100, num_samples=draws, seed=seed, progress_bar=False)
+        post = ba.sample_posterior(net, x, y, temperature=T, x_test=xt,
+                                   sampler=ba.SamplerSettings(name=sampler, num_chains=chains, num_warmup=100,
+                                                              num_samples=draws, seed=seed),
+                                   progress_bar=False)
         t1 = time.perf_counter()
         rows.append({"sampler": sampler, "chains": chains, "draws": draws, "seed": seed, "wall_seconds": t1 - t0,
                      "compile_seconds": timer.seconds_in(t0, t1), "compilations": timer.compilations - n0,

@@ -286,8 +286,10 @@ def storage(a) -> dict:
     x, y, xt, _ = task.generate()
     rows = [storage_formulas(net.heads, n, net.N0, P, P_test) for n in sorted({10, 100, 1000, N})]
     draws = 3 if a.quick else 10
-    post = ba.sample_posterior(net, x, y, temperature=a.temperature, x_test=xt, num_warmup=draws, num_samples=draws,
-                               num_chains=1, seed=a.seed, sampler="collapsed", keep_weights=True, progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=a.temperature, x_test=xt,
+                               sampler=ba.SamplerSettings(name="collapsed", num_warmup=draws, num_samples=draws,
+                                                          num_chains=1, seed=a.seed),
+                               keep_weights=True, progress_bar=False)
     p = post.tree["posterior"]
     n = p.sizes["chain"] * p.sizes["draw"]
     measured_obs = sum(p[v].nbytes for v in post.observables) / n

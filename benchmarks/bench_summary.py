@@ -73,8 +73,9 @@ def main(a: argparse.Namespace) -> dict:
     """Sample once, check the two tables equal, time them quiet and busy; the envelope."""
     task, net = markov.fig2c(width=100)
     x, y, xt, _ = task.generate()
-    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt[:100], sampler="laplace-is", num_chains=4,
-                               num_samples=a.draws, seed=0, progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt[:100],
+                               sampler=ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=a.draws, seed=0),
+                               progress_bar=False)
     draws = post.tree["posterior"].to_dataset()[post.observables]
     record = Record(a, network="markov.fig2c", width=100, sampler="laplace-is", chains=4, cores=threads.cores(),
                     entries=int(sum(np.prod(draws[v].shape[2:]) for v in draws)))

@@ -295,8 +295,8 @@ def timed_nuts(smp, inputs, model, args, options, *, num_warmup: int, num_sample
 
     settings = SamplerSettings(name=smp.name, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                                seed=seed, dtype=str(inputs.dtype), target_accept=target_accept,
-                               max_tree_depth=max_tree_depth)
-    mcmc = nuts.mcmc(smp, settings, model, inputs, options, chain_method=chain_method)
+                               max_tree_depth=max_tree_depth, chain_method=chain_method)
+    mcmc = nuts.mcmc(smp, settings, model, inputs, options)
     k_mcmc, k_cond = jax.random.split(jax.random.key(seed))
     t0 = time.perf_counter()
     mcmc.warmup(k_mcmc, *args, extra_fields=extra_fields)

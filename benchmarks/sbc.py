@@ -181,8 +181,10 @@ def main(a: argparse.Namespace) -> dict:
     t_start = time.perf_counter()
     ranks, report = {}, {}
     for name, kw in runs.items():
-        res = calibration.sbc_ranks(net, x, xt, temperature=a.temperature, num_warmup=a.warmup, num_draws=a.draws,
-                                    thinning=a.thinning, seed=a.seed, **kw)
+        settings = samplers.SamplerSettings(name=kw.pop("sampler"), num_warmup=a.warmup,
+                                            num_samples=a.draws * a.thinning, num_chains=1, thinning=a.thinning,
+                                            seed=a.seed)
+        res = calibration.sbc_ranks(net, x, xt, sampler=settings, temperature=a.temperature, **kw)
         u = calibration.uniformity(res, a.bins)
         ranks[name] = res
         report[name] = {**u, "config": res.config, "seconds": res.seconds,

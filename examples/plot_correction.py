@@ -26,8 +26,9 @@ for N in widths:
     task, net = markov.fig2c(width=N, n_test=20)
     x, y, x_test, y_test = task.generate()
     theory = ba.solve_theory(net, x, y, temperature=0.01, correction="laplace")
-    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test, sampler="auto",
-                               num_chains=4, num_samples=1000, progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
+                               sampler=ba.SamplerSettings(name="auto", num_chains=4, num_samples=1000),
+                               progress_bar=False)
     comparison = ba.compare(theory, post, x_test, y_test)  # headline: corrected; alternative: leading order
     print(f"N = {N:4d} ({post.summary().sampler}): {comparison.theories_summary()}")
     rows.append([comparison.theories[c].check("U (relative Frobenius)") for c in ("none", "laplace")])

@@ -26,8 +26,9 @@ print(theory.correction.U_leading.round(3))  # its leading order (§4)
 
 # %%
 # Sampling: four chains of the exact Wishart chain (any width costs the same).
-post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test, sampler="wishart",
-                           num_chains=4, num_warmup=300, num_samples=1000, progress_bar=False)
+post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
+                           sampler=ba.SamplerSettings(name="wishart", num_chains=4, num_warmup=300, num_samples=1000),
+                           progress_bar=False)
 print(post.summary())  # R-hat, ESS and MCSE of U, U_l, Ua, f_train, f_test
 
 # %%

@@ -22,14 +22,16 @@ from bayes_attn import markov
 
 task, net = markov.fig2c(width=100, n_test=20)
 x, y, x_test, y_test = task.generate()
-runs = {
-    "wishart": dict(num_chains=4, num_warmup=200, num_samples=1000),
-    "laplace-is": dict(num_chains=4, num_samples=1000),
-    "laplace-mh": dict(num_chains=4, num_warmup=100, num_samples=1000),
+runs = [
+    ba.SamplerSettings(name="wishart", num_chains=4, num_warmup=200, num_samples=1000),
+    ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=1000),
+    ba.SamplerSettings(name="laplace-mh", num_chains=4, num_warmup=100, num_samples=1000),
+]
+posteriors = {
+    settings.name: ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
+                                       sampler=settings, progress_bar=False)
+    for settings in runs
 }
-posteriors = {name: ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test, sampler=name,
-                                        progress_bar=False, **settings)
-              for name, settings in runs.items()}
 
 # %%
 # Time, the smallest bulk ESS over the entries of ``U``, and ESS per second.

@@ -23,8 +23,9 @@ from bayes_attn import markov
 
 task, net = markov.fig2c(width=100, n_test=20)
 x, y, x_test, y_test = task.generate()
-post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test, sampler="laplace-is",
-                           num_chains=4, num_samples=1000, progress_bar=False)
+post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
+                           sampler=ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=1000),
+                           progress_bar=False)
 folder = Path(tempfile.mkdtemp())
 post.save(folder / "posterior.nc")
 

@@ -22,10 +22,11 @@ import bayes_attn as ba
 from bayes_attn.sweep import sweep
 
 spec = ba.load_spec()  # the embedded default: models/markov_4paths.toml (Fig. 2c)
-spec = replace(spec, task=replace(spec.task, n_test=200))  # a smaller test set than the paper's 1000
+spec = replace(spec, task=replace(spec.task, n_test=200),  # a smaller test set than the paper's 1000
+               sampler=spec.sampler.replace(name="laplace-is", num_chains=3, num_samples=1000))
 out = Path(tempfile.mkdtemp()) / "sweep"
-ds = sweep(spec, out, widths=[10, 100, 1000, 10000], sample_widths=[100, 1000], progress_bar=False,
-           name="laplace-is", num_chains=3, num_samples=1000)
+ds = sweep(spec, out, widths=[10, 100, 1000, 10000], sample_widths=[100, 1000],
+           progress_bar=False)
 print(ds[["accuracy_theory", "accuracy_sampled", "accuracy_sampled_se"]])
 print("verdict:", ds.attrs["verdict"])
 print(sorted(p.name for p in out.iterdir()))

@@ -12,6 +12,7 @@ Writes OUT/alpha-<a>/alpha_sweep.nc and OUT/finite_size_alpha.png.
 """
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 
@@ -43,12 +44,13 @@ if __name__ == "__main__":
 
     numpyro.set_host_device_count(4)  # one CPU device per chain
     spec = load_spec("models/markov_4paths.toml")
+    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(name="wishart", num_chains=a.chains,
+                                                                  num_warmup=a.warmup, num_samples=a.samples))
     sweeps = {}
     for alpha in a.alphas:
         ws = widths_for(alpha, a.max_p)
         print(f"alpha = {alpha}: N = {ws}, P = {[round(alpha * w) for w in ws]}")
-        ds = alpha_sweep(spec, a.out / f"alpha-{alpha:g}", alpha=alpha, widths=ws, name="wishart",
-                         num_chains=a.chains, num_warmup=a.warmup, num_samples=a.samples)
+        ds = alpha_sweep(spec, a.out / f"alpha-{alpha:g}", alpha=alpha, widths=ws)
         print(ds[["check_gap", "check_mcse", "check_noise_floor"]].sel(
             check=["U (relative Frobenius)", "predictor mean (relative L2)"]).to_dataframe().to_string())
         print({k: v for k, v in ds.attrs.items() if k.startswith("slope")})

@@ -5,6 +5,7 @@ JAX's 64-bit mode (the package itself never does: see test_package.py).
 """
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import json
@@ -285,8 +286,9 @@ def tiny_sweep(tmp_path_factory):
     from bayes_attn.sweep import table
 
     spec = spec_from_dict(TINY)
+    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**SWEEP_SETTINGS))
     folder = tmp_path_factory.mktemp("tiny_sweep") / "sw"
-    return spec, folder, table.sweep(spec, folder, progress_bar=False, **SWEEP_SETTINGS)
+    return spec, folder, table.sweep(spec, folder, progress_bar=False)
 
 
 def spec_file(tmp_path, data=TINY):
@@ -334,10 +336,10 @@ def tiny_full():
     """The problem of :func:`tiny` at temperature 0.1, sampled with ``full`` (2 chains × (300 + 300), effective
     weights kept): ``(net, x, y, xt, posterior)``."""
     net, x, y, xt = tiny_problem()
-    post = ba.sample_posterior(
-        net, x, y, temperature=0.1, x_test=xt, num_warmup=300, num_samples=300, num_chains=2, seed=seed_of(3),
-        sampler="full", progress_bar=False, keep_effective_weights=True, target_accept=0.9,
-    )
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt,
+                               sampler=ba.SamplerSettings(name="full", num_warmup=300, num_samples=300, num_chains=2,
+                                                          seed=seed_of(3), target_accept=0.9),
+                               progress_bar=False, keep_effective_weights=True)
     return net, x, y, xt, post
 
 
@@ -414,7 +416,7 @@ def numpy_forward(params: Params, x, removed=None):
 # ----------------------------------------------------------------------------
 # exact posteriors shared by several test files (cached per worker; their tests share an xdist_group)
 # ----------------------------------------------------------------------------
-WISHART = dict(sampler="wishart", num_warmup=300, num_chains=2, progress_bar=False)
+WISHART = ba.SamplerSettings(name="wishart", num_warmup=300, num_chains=2)
 
 
 @functools.cache
@@ -428,8 +430,8 @@ def fig2c_wishart(N: int):
     net = task.network(markov.FIG2C_LAYERS, width=N, random_strength=1.0, random_seed=seed_of(1))
     x, y, xt, _ = task.generate()
     xt = xt[:40]
-    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, seed=seed_of(N),
-                               num_samples=800 if N <= 10 else 1500, **WISHART)
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, progress_bar=False,
+                               sampler=WISHART.replace(seed=seed_of(N), num_samples=800 if N <= 10 else 1500))
     s = post.summary()
     assert s.max_rhat < 1.02 and s.min_ess > 400 and s.divergences == 0, s.by_variable()
     return net, x, y, xt, post
@@ -448,7 +450,8 @@ def three_layers_wishart():
     net = task.network(layers, width=[10, 8, 12, 9], variances=[1.0, 0.7, 1.3, 0.8, 1.5], readout="mean",
                        random_seed=seed_of(1))
     x, y, _, _ = task.generate()
-    post = ba.sample_posterior(net, x, y, temperature=0.1, seed=seed_of(3), num_samples=8000, **WISHART)
+    post = ba.sample_posterior(net, x, y, temperature=0.1, progress_bar=False,
+                               sampler=WISHART.replace(seed=seed_of(3), num_samples=8000))
     s = post.summary()
     assert s.max_rhat < 1.02 and s.min_ess > 400, s.by_variable()
     return net, x, y, post

@@ -176,8 +176,10 @@ def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path, check):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of mean_correlation, is 9.33 sds
     from the statistic's mean (normal tail 5.4e-21)."""
     net, x, y, xt, yt, theory = problem
-    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="collapsed", num_warmup=200,
-                               num_samples=200, num_chains=2, seed=seed_of(0), progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt,
+                               sampler=ba.SamplerSettings(name="collapsed", num_warmup=200, num_samples=200,
+                                                          num_chains=2, seed=seed_of(0)),
+                               progress_bar=False)
     c = ba.compare(theory, post, xt, yt)
     check("mean_correlation", c.mean_correlation, 0.9, fails="below")
     ds = c.to_dataset()

@@ -217,7 +217,7 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(table, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
     with pytest.raises(KeyboardInterrupt):
-        table.sweep(spec, out, temperature=0.3, progress_bar=False)
+        table.sweep(spec, out, temperatures=[0.3], progress_bar=False)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}
     assert after == before
     assert not list(out.glob(outputs.STAGING_PREFIX + "*"))

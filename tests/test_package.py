@@ -262,6 +262,41 @@ def test_size_check_can_fail():
     assert _oversized(f"def f():\n{body[: body.rindex(chr(10))]}\n", "m.py") == []
 
 
+MAX_PARAMETERS, MAX_LONG_SIGNATURES = 8, 3
+"""Settings travel as values (issue 61): at most this many functions take more than 8 parameters."""
+SETTINGS_AS_VALUES = {"run/pipeline.py": ("run", "sample_run"), "sweep/table.py": ("sweep", "alpha_sweep"),
+                      "posterior.py": ("sample_posterior", "check_sampling")}
+"""The jobs and the sampler: no ``**`` settings in their signatures."""
+
+
+def _long_signatures(source: str, name: str) -> list[str]:
+    """``name:line f (n)`` of each function of ``source`` with more than :data:`MAX_PARAMETERS` parameters
+    (positional and keyword-only; ``self`` and ``cls`` aside)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            n = len([p for p in a.posonlyargs + a.args + a.kwonlyargs if p.arg not in ("self", "cls")])
+            out += [f"{name}:{node.lineno} {node.name} ({n})"] if n > MAX_PARAMETERS else []
+    return out
+
+
+def test_settings_travel_as_values():
+    long = [o for p in sorted((ROOT / "bayes_attn").rglob("*.py"))
+            for o in _long_signatures(p.read_text(), str(p.relative_to(ROOT)))]
+    assert len(long) <= MAX_LONG_SIGNATURES, long
+    for module, names in SETTINGS_AS_VALUES.items():
+        tree = ast.parse((ROOT / "bayes_attn" / module).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name in names:
+                assert node.args.kwarg is None, f"{module} {node.name} takes **{node.args.kwarg.arg}"
+
+
+def test_signature_check_can_fail():
+    assert _long_signatures("def f(a, b, c, d, e, f, g, h, i):\n    pass\n", "m.py") == ["m.py:1 f (9)"]
+    assert _long_signatures("class C:\n    def f(self, a, b, c, d, e, f, g, h):\n        pass\n", "m.py") == []
+
+
 TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?!\[[a-z-]+(,\s*[a-z-]+)*\])")
 """A ``# type: ignore`` comment without its error codes (``# type: ignore[attr-defined]`` names one)."""
 

@@ -1,5 +1,6 @@
 """NUTS posterior: diagnostics, storage, exact conditional draws, bad input."""
 
+import dataclasses
 import math
 import os
 
@@ -25,6 +26,8 @@ from bayes_attn import cli
 from bayes_attn import posterior as bp
 from bayes_attn.samplers import memory, nuts
 from bayes_attn.spec import spec_from_dict
+
+SETTINGS_KEYS = {f.name for f in dataclasses.fields(ba.SamplerSettings)} | {"method", "form"}
 
 Z = (7, MIN_ESS)  # 7 test inputs, MCSEs estimated -> false failures <= 1e-3 per comparison (check_max_abs_z)
 
@@ -257,8 +260,9 @@ def test_predict_equals_a_plain_loop_over_draws(tiny_full):
 @pytest.mark.slow
 def test_collapsed_with_raw_weights_gives_consistent_outputs(tiny):
     net, x, y, xt = tiny
-    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, num_warmup=50, num_samples=20, num_chains=1,
-                               sampler="collapsed", keep_weights=True, progress_bar=False)
+    settings = ba.SamplerSettings(name="collapsed", num_warmup=50, num_samples=20, num_chains=1)
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler=settings, keep_weights=True,
+                               progress_bar=False)
     p = post.tree["posterior"]
     assert p["V0"].shape == (1, 20, 4, 6)
     w = net.effective_weights(ba.Weights(p["V0"].values[0, 5], (p["V1"].values[0, 5], p["V2"].values[0, 5]),
@@ -291,8 +295,17 @@ def test_bad_sampler_input_fails_before_compiling(tiny, kwargs, match, monkeypat
     args = dict(temperature=0.1, y=y)
     args.update(kwargs)
     yy = args.pop("y")
+    settings = {k: args.pop(k) for k in list(args) if k in SETTINGS_KEYS}
     with pytest.raises(ValueError, match=match):
+        if settings:  # the sampler's settings are a value of their own, checked where it is made
+            args["sampler"] = ba.SamplerSettings(name=args.get("sampler", "full")).replace(**settings)
         ba.sample_posterior(net, x, yy, **args)
+
+
+def test_sampler_settings_are_a_value_not_keywords(tiny):
+    net, x, y, xt = tiny
+    with pytest.raises(TypeError, match="num_samples"):
+        ba.sample_posterior(net, x, y, temperature=0.1, num_samples=10)
 
 
 def test_x_with_nan_is_rejected(tiny):
@@ -323,8 +336,10 @@ def test_loaders_name_the_kind_of_file_they_need(tmp_path, tiny_full):
 @pytest.mark.slow
 def test_token_form_thinning_one_chain_without_test_inputs(tiny):
     net, x, y, xt = tiny
-    post = ba.sample_posterior(net, x, y, temperature=0.1, num_warmup=30, num_samples=20, num_chains=1, thinning=2,
-                               sampler="full-token", chain_method="sequential", progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.1,
+                               sampler=ba.SamplerSettings(name="full-token", num_warmup=30, num_samples=20,
+                                                          num_chains=1, thinning=2, chain_method="sequential"),
+                               progress_bar=False)
     p = post.tree["posterior"]
     assert p.sizes["draw"] == 10 and p.sizes["chain"] == 1 and "f_test" not in p
     assert np.all(np.isfinite(p["f_train"].values)) and post.sampler == "full-token"
@@ -342,7 +357,8 @@ def test_temperature_out_of_the_dtypes_range_is_refused_before_sampling(tiny, mo
     forbid_calls(monkeypatch, (bp, "prepare"))
     for sampler in ("wishart", "laplace-is", "auto"):
         with pytest.raises(ValueError, match=r"temperature 1e\+39 is out of range for dtype float32"):
-            ba.sample_posterior(net, x, y, temperature=1e39, sampler=sampler, dtype="float32", progress_bar=False)
+            ba.sample_posterior(net, x, y, temperature=1e39, sampler=ba.SamplerSettings(name=sampler, dtype="float32"),
+                                progress_bar=False)
 
 
 @pytest.mark.slow
@@ -355,5 +371,6 @@ def test_memory_estimate_refuses_a_run_too_big_before_compiling(tmp_path, capsys
     assert cli.main(["sample", str(spec_file(tmp_path)), "--width", "100000", "--out", str(tmp_path / "s")]) == 2
     assert "needs about" in capsys.readouterr().err
     # the estimate grows with the latent dimension; the wishart sampler's does not grow with width
-    ba.sample_posterior(spec.net(100_000), x, y, temperature=0.1, sampler="wishart", num_chains=1, num_warmup=5,
-                        num_samples=5, progress_bar=False)
+    ba.sample_posterior(spec.net(100_000), x, y, temperature=0.1,
+                        sampler=ba.SamplerSettings(name="wishart", num_chains=1, num_warmup=5, num_samples=5),
+                        progress_bar=False)

@@ -62,7 +62,8 @@ def test_sampling_records_settings_restores_blas_and_repeats_bit_for_bit(no_blas
     ``auto`` is sequential on one CPU device; the same settings give the same draws bit for bit."""
     net = random_network((2,), width=3)
     x, y = random_data(8)
-    kw = dict(temperature=0.1, sampler="wishart", num_warmup=30, num_samples=20, num_chains=2, progress_bar=False)
+    kw = dict(temperature=0.1, sampler=ba.SamplerSettings(name="wishart", num_warmup=30, num_samples=20, num_chains=2),
+              progress_bar=False)
     with threadpool_limits(2, user_api="blas"):
         posts = [ba.sample_posterior(net, x, y, **kw) for _ in range(2)]
         assert threads.blas_threads() == 2

@@ -322,7 +322,7 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     th, heads = spec.theory, model.config.heads
     net, _ = gd_model.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
     tr, val, te = ev.theory_train, ev.validation, ev.test
-    scan = temperature_scan(spec, net, tr.x, tr.y, val.x, val.y, te.x, te.y, progress_bar=progress_bar)
+    scan = temperature_scan(spec, net, (tr.x, tr.y), (val.x, val.y), (te.x, te.y), progress_bar=progress_bar)
     lap("theory scan")
     points = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, {N: scan.theory(N) for N in th.sample_widths},
                               progress_bar=progress_bar)
@@ -341,7 +341,8 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     trained_scores = head_scores(trained.U, heads)
     result = PruneResult(
         model=model.metrics, pruning=pruned,
-        spread=spread(spec, sets, net, model, scan, ev, score_theory, pruned, posteriors, progress_bar),
+        spread=spread(spec, (sets, ev), model, scan, score_theory, pruned, posteriors.get(th.score_width),
+                      progress_bar),
         score_width=th.score_width, score_temperature=th.score_temperature,
         trained_head_scores=[s.tolist() for s in trained_scores],
         trained_spearman=pruning.spearman(trained_scores, pruned.drops, seed=spec.pruning.seed),

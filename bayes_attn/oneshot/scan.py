@@ -99,15 +99,15 @@ def _checked(spec, net, **episodes) -> tuple:
     return tuple(out)
 
 
-def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test, y_test, *,
+def temperature_scan(spec: OneShotSpec, net: Network, train: tuple, validation: tuple, test: tuple, *,
                      progress_bar: bool = True) -> Scan:
     """Theory at every ``spec.theory.widths`` × ``temperatures`` and the GP limit per temperature.
 
     Args:
         net: the frozen network (any width; ``with_width`` gives each ``N``).
-        x, y: the ``P`` training episodes ``[P, T, N0]``, ``[P]`` ±1.
-        x_val, y_val: validation episodes (choose the temperature).
-        x_test, y_test: test episodes (reported at the chosen temperature only;
+        train: ``(x, y)``, the ``P`` training episodes ``[P, T, N0]``, ``[P]`` ±1.
+        validation: ``(x, y)``, validation episodes (choose the temperature).
+        test: ``(x, y)``, test episodes (reported at the chosen temperature only;
             never used for a choice).
 
     For each width the temperatures are solved from the highest down, each
@@ -115,6 +115,7 @@ def temperature_scan(spec: OneShotSpec, net: Network, x, y, x_val, y_val, x_test
     temperature maximises validation accuracy among converged solutions
     (ties: the lowest temperature); the GP limit chooses its own.
     """
+    (x, y), (x_val, y_val), (x_test, y_test) = train, validation, test
     x, y, x_val, y_val, x_test, y_test = _checked(spec, net, x=x, y=y, x_val=x_val, y_val=y_val, x_test=x_test,
                                                   y_test=y_test)
     th = spec.theory

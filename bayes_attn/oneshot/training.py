@@ -194,7 +194,7 @@ def train(
         else:
             xe, ye = x, y
         history.lr.append(lr)
-        params, opt_state, loss = _epoch(step, params, opt_state, xe, ye, rng, train_config.batch, dtype,
+        params, opt_state, loss = _epoch(step, params, opt_state, (xe, ye), rng, train_config.batch, dtype,
                                          jnp.asarray(lr / train_config.lr, dtype))
         history.loss.append(loss)
         line = f"epoch {epoch + 1}/{E}  loss {history.loss[-1]:.4f}"
@@ -266,9 +266,10 @@ def _step(opt):
     return step
 
 
-def _epoch(step, params, opt_state, xe, ye, rng, B: int, dtype, scale):
-    """One pass over ``xe, ye`` in mini-batches of ``B`` (permutation from ``rng``; the last batch padded and
-    masked); returns ``(params, opt_state, mean loss)``."""
+def _epoch(step, params, opt_state, episodes: tuple, rng, B: int, dtype, scale):
+    """One pass over ``episodes`` ``(xe, ye)`` in mini-batches of ``B`` (permutation from ``rng``; the last batch
+    padded and masked); returns ``(params, opt_state, mean loss)``."""
+    xe, ye = episodes
     P = xe.shape[0]
     perm = rng.permutation(P)
     pad = (-P) % B

@@ -12,6 +12,7 @@ import logging
 import numpy as np
 
 from .. import stats
+from ..posterior import Posterior
 from ..theory import Theory, head_scores, solve_theory
 from . import data, pruning
 from .data import Evaluation, ImageSets
@@ -42,12 +43,13 @@ def _flat_scores(U, heads) -> np.ndarray:
     return np.concatenate([np.ravel(s) for s in head_scores(U, heads)])
 
 
-def _draw_rows(spec: OneShotSpec, sets: ImageSets, net, heads, score_theory: Theory, ev: Evaluation, xi_tr, xi_te,
+def _draw_rows(spec: OneShotSpec, sets: ImageSets, heads, score_theory: Theory, ev: Evaluation, xis: tuple,
                progress_bar: bool) -> tuple[dict[str, list], pruning.TheoryAblation, list[str]]:
-    """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s, path inputs ``xi_tr``): the head scores of the
-    leading and of the corrected theory, and the theory-side ablation's drops on the test episodes (path inputs
-    ``xi_te``) ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
-    th = spec.theory
+    """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s; ``xis``: the path inputs of its episodes and of
+    the test episodes): the head scores of the leading and of the corrected theory, and the theory-side ablation's
+    drops on the test episodes ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
+    th, net = spec.theory, score_theory.net
+    xi_tr, xi_te = xis
     net_score = net.with_width(th.score_width)
     rows: dict[str, list] = {"leading": [], "corrected": [], "ablation": []}
     problems, first = [], None
@@ -76,14 +78,15 @@ def _spread_of(rows: list, drop_rows: list) -> pruning.SpearmanSpread | None:
         return None
 
 
-def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: Scan, ev: Evaluation,
-           score_theory: Theory, pruned: pruning.PruningResult, posteriors: dict | None = None,
+def spread(spec: OneShotSpec, data: tuple[ImageSets, Evaluation], model: TrainedModel, scan: Scan,
+           score_theory: Theory, pruned: pruning.PruningResult, post: Posterior | None = None,
            progress_bar: bool = False) -> Spread:
     """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ of
-    each score (the leading and the corrected theory's ``U``, the exact posterior's mean ``U`` at the score width
-    when it was sampled) and of the theory-side ablation with the model's drops, over draws of the ``P``
-    episodes × class bootstraps of the test episodes."""
-    th, pr = spec.theory, spec.pruning
+    each score (the leading and the corrected theory's ``U``, the exact posterior's mean ``U`` ``post`` at the
+    score width when it was sampled) and of the theory-side ablation with the model's drops, over draws of the
+    ``P`` episodes × class bootstraps of the test episodes. ``data``: the images and the evaluation episodes."""
+    sets, ev = data
+    net, pr = score_theory.net, spec.pruning
     tr, te = ev.theory_train, ev.test
     heads = model.config.heads
     query_class = te.episodes.classes[:, 2]
@@ -93,7 +96,7 @@ def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: S
     accuracies = _bootstrap_accuracies(spec, net, scan, ev, xi_tr, xi_te, boots, c0)
     se_method = (f"bootstrap over the query's class ({len(np.unique(query_class))} test classes, "
                  f"{pr.n_bootstrap} resamples)")
-    draws, ablation, problems = _draw_rows(spec, sets, net, heads, score_theory, ev, xi_tr, xi_te, progress_bar)
+    draws, ablation, problems = _draw_rows(spec, sets, heads, score_theory, ev, (xi_tr, xi_te), progress_bar)
     rho_score = pruning.spearman(pruned.head_scores, ablation.drops, seed=pr.seed)
     rho_drops = pruning.spearman(ablation.drops, pruned.drops, seed=pr.seed)
     removable = np.array([heads[l] > 1 for l, _ in pruning.all_heads(heads)])
@@ -101,7 +104,6 @@ def spread(spec: OneShotSpec, sets: ImageSets, net, model: TrainedModel, scan: S
     for i in pruning.class_bootstrap(query_class, pr.spread_bootstrap, seed=pr.seed + 1):
         d = c0[i].mean() - rows[:, i].mean(axis=1)
         drop_rows.append(np.where(removable, d, np.nan))
-    post = (posteriors or {}).get(th.score_width)
     others = {name: _spread_of(draws[name], drop_rows) for name in ("corrected", "ablation")}
     others["posterior"] = (None if post is None
                            else _spread_of([_flat_scores(post.order_parameter(1), heads)], drop_rows))

@@ -13,10 +13,9 @@ folder holding files this package did not write is refused unless ``force``.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -131,14 +130,11 @@ class SampleResult:
 
 
 def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
-               progress_bar: bool = True, force: bool = False, **sampler) -> SampleResult:
-    """The posterior at one width; writes ``posterior.nc``, ``summary.txt`` (ArviZ diagnostics), ``spec.toml``.
-
-    ``**sampler``: :class:`~bayes_attn.samplers.SamplerSettings` overrides. The
-    folder is held and its files replaced together, as in :func:`run`.
+               progress_bar: bool = True, force: bool = False) -> SampleResult:
+    """The posterior at one width (``spec.sampler``); writes ``posterior.nc``, ``summary.txt`` (ArviZ
+    diagnostics), ``spec.toml``. The folder is held and its files replaced together, as in :func:`run`.
     """
-    point = point_of(spec, width, temperature, correction="none", sampler=spec.sampler.replace(**sampler),
-                     progress_bar=progress_bar)
+    point = point_of(spec, width, temperature, correction="none", sampler=spec.sampler, progress_bar=progress_bar)
     net, temperature = point.net, point.temperature
     experiment.check(point)  # refused before the folder
     with outputs.output_folder(out, force=force, command="sample", files=SAMPLE_FILES) as stage:
@@ -146,20 +142,19 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
         post.save(stage.path("posterior.nc"))
         summary = post.summary()
         stage.path("summary.txt").write_text(str(summary) + "\n")
-        ran = _spec_as_run(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
+        ran = _spec_as_run(spec, net, temperature, post.settings)
         stage.path("spec.toml").write_text(ran.to_toml())
         stage.record.update(verdict=verdict.of_sampling({"": summary.diagnostics()}).value,
                             sampler_settings=ran.sampler.to_dict())
     return SampleResult(post, summary, stage.folder)
 
 
-def _spec_as_run(spec: Spec, net: Network, temperature: float, settings: dict | None = None) -> Spec:
-    """The spec of the run as it was made: overrides applied, the chain method as resolved."""
-    changes: dict[str, Any] = {"temperature": temperature,
-                               "network": dataclasses.replace(spec.network, width=net.widths[0])}
-    if settings is not None:
-        changes["sampler"] = spec.sampler.replace(**settings)
-    return dataclasses.replace(spec, **changes)
+def _spec_as_run(spec: Spec, net: Network, temperature: float, settings: SamplerSettings | None = None) -> Spec:
+    """The spec of the run as it was made: width and temperature applied, the sampler's ``settings`` as they ran
+    (the chain method resolved)."""
+    spec = dataclasses.replace(spec, temperature=temperature,
+                               network=dataclasses.replace(spec.network, width=net.widths[0]))
+    return spec if settings is None else dataclasses.replace(spec, sampler=settings)
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,8 +169,8 @@ class RunResult:
 
 
 def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: float | None = None,
-        progress_bar: bool = True, force: bool = False, **sampler) -> RunResult:
-    """Theory + GP + sampling + comparison at one width, written into ``out``.
+        progress_bar: bool = True, force: bool = False) -> RunResult:
+    """Theory + GP + sampling (``spec.sampler``) + comparison at one width, written into ``out``.
 
     The theory is solved with the finite-width correction (docs/theory.md §8) and
     compared both corrected and at leading order; ``spec.compare.correction``
@@ -187,7 +182,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     ``alignment.png``. The folder is held while the run computes (a second run
     into it fails at once) and its files are replaced together at the end.
     """
-    point = point_of(spec, width, temperature, sampler=spec.sampler.replace(**sampler), progress_bar=progress_bar)
+    point = point_of(spec, width, temperature, sampler=spec.sampler, progress_bar=progress_bar)
     net, temperature, xt, yt = point.net, point.temperature, point.x_test, point.y_test
     from . import figures
 
@@ -195,7 +190,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     with outputs.output_folder(out, force=force, command="run", files=RUN_FILES) as stage:
         result = experiment.evaluate(point)
         theory, gp, post, comp = result.theory, result.gp, result.posterior, result.comparison
-        ran = _spec_as_run(spec, net, temperature, json.loads(post.tree.attrs["settings"]))
+        ran = _spec_as_run(spec, net, temperature, post.settings)
         theory.save(stage.path("theory.nc"))
         gp.save(stage.path("gp.nc"))
         post.save(stage.path("posterior.nc"))

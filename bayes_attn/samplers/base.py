@@ -349,8 +349,8 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     keys = jax.random.split(key, math.prod(shape))
     flat = U_draws.reshape(-1, *U_draws.shape[2:])
     data, temperature = likelihood_data(inputs, form), jnp.asarray(inputs.temperature, flat.dtype)
-    outs = map_batches(lambda u, k: _conditional_f(u, k, data, inputs.xi, inputs.y, inputs.xi_test, temperature,
-                                                   form=form, s0sq=float(inputs.net.variances[0])),
+    given = (data, inputs.xi, inputs.y, inputs.xi_test, temperature)
+    outs = map_batches(lambda u, k: _conditional_f(u, k, given, form=form, s0sq=float(inputs.net.variances[0])),
                        (flat, keys), batch_size(inputs.y.shape[0], flat.dtype.itemsize, CONDITIONAL_BATCH))
     names = ["f_train", "f_test"][: len(outs)]
     return {n: o.reshape(*shape, -1) for n, o in zip(names, outs, strict=True)}
@@ -407,10 +407,10 @@ def batch_size(P: int, itemsize: int, most: int, memory: int = BATCH_BYTES) -> i
 
 
 @partial(jax.jit, static_argnames=("form", "s0sq"))
-def _conditional_f(U: jax.Array, keys: jax.Array, data: jax.Array, xi: jax.Array, y: jax.Array,
-                   xi_test: jax.Array | None, temperature: jax.Array, *, form: str, s0sq: float) -> list[jax.Array]:
-    """:func:`conditional_outputs` on one batch of draws ``[B, D, D]`` with one key each: ``[f_train [B, P],
-    (f_test [B, P_test])]``."""
+def _conditional_f(U: jax.Array, keys: jax.Array, given: tuple, *, form: str, s0sq: float) -> list[jax.Array]:
+    """:func:`conditional_outputs` on one batch of draws ``[B, D, D]`` with one key each, ``given`` ``(data, xi, y,
+    xi_test or None, temperature)``: ``[f_train [B, P], (f_test [B, P_test])]``."""
+    data, xi, y, xi_test, temperature = given
     xis = (xi,) if xi_test is None else (xi, xi_test)
 
     def one(U, k):

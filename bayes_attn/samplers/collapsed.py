@@ -65,16 +65,18 @@ def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Ar
     C = path_kernel_from_xi(inputs.xi, inputs.xi, net.variances[0])
     temperature = jnp.asarray(inputs.temperature, inputs.xi.dtype)
     L, widths = net.L, tuple(int(n) for n in net.widths)
-    (out,) = map_batches(lambda *b: _V0_batch(b[:L], b[L], b[L + 1], inputs.xi, C, inputs.y, temperature,
+    (out,) = map_batches(lambda *b: _V0_batch(b[:L], b[L], b[L + 1], (inputs.xi, C, inputs.y, temperature),
                                               s0sq=float(net.variances[0]), widths=widths),
                          (*V, a, keys), 64)
     return out.reshape(*shape, *out.shape[1:])
 
 
 @partial(jax.jit, static_argnames=("s0sq", "widths"))
-def _V0_batch(V: tuple[jax.Array, ...], a: jax.Array, keys: jax.Array, xi: jax.Array, C: jax.Array, y: jax.Array,
-              temperature: jax.Array, *, s0sq: float, widths: tuple[int, ...]) -> list[jax.Array]:
-    """:func:`conditional_V0` for one batch of ``B`` draws (``V``, ``a``, a key each): ``[V0 [B, N1, N0]]``."""
+def _V0_batch(V: tuple[jax.Array, ...], a: jax.Array, keys: jax.Array, data: tuple, *, s0sq: float,
+              widths: tuple[int, ...]) -> list[jax.Array]:
+    """:func:`conditional_V0` for one batch of ``B`` draws (``V``, ``a``, a key each) given ``data`` ``(xi, C, y,
+    temperature)``: ``[V0 [B, N1, N0]]``."""
+    xi, C, y, temperature = data
     N1, N0, D = widths[0], xi.shape[2], xi.shape[1]
 
     def one(V, a, k):

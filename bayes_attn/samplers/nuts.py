@@ -41,13 +41,16 @@ def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, 
 
 
 def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Storage, *,
-         chain_method: str, progress_bar: bool = False, one_compile: bool = True, start: Start | None = None) -> MCMC:
-    """``MCMC`` with the warm-up, draws, chains and thinning of ``settings``; each kept draw goes through
-    ``sampler.observables`` (``chain_method`` already resolved, e.g. by ``posterior.resolve_chain_method``);
-    ``start``: see :func:`kernel`.
+         progress_bar: bool = False, one_compile: bool = True, start: Start | None = None) -> MCMC:
+    """``MCMC`` with the warm-up, draws, chains, thinning and chain method of ``settings`` (the chain method
+    resolved, not ``"auto"``: e.g. by ``posterior.resolve_chain_method``); each kept draw goes through
+    ``sampler.observables``; ``start``: see :func:`kernel`.
 
     ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
     is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
+    chain_method = settings.chain_method
+    if chain_method == "auto":
+        raise ValueError("mcmc needs a resolved chain method (posterior.resolve_chain_method), got 'auto'")
     one = one_compile and chain_method == "sequential" and settings.num_chains > 1
     assert sampler.observables is not None  # a NUTS sampler's (only guided samplers have none)
     return MCMC(

@@ -243,13 +243,12 @@ def _provenance(spec: Spec, data, validation) -> dict:
             "path_names": json.dumps(spec.compare.path_names), "n_train": int(len(y))}
 
 
-def _with_sampler(spec: Spec, overrides: dict) -> Spec:
-    """The spec with sampler overrides; ``chain_method="auto"`` becomes ``"sequential"``, which every
-    worker can run (one device suffices), so a job's draws do not depend on where it ran."""
-    settings = spec.sampler.replace(**overrides)
-    if settings.chain_method == "auto":
-        settings = settings.replace(chain_method="sequential")
-    return dataclasses.replace(spec, sampler=settings)
+def _portable(spec: Spec) -> Spec:
+    """The spec with ``chain_method="auto"`` made ``"sequential"``, which every worker can run (one device
+    suffices), so that a job's draws do not depend on where it ran."""
+    if spec.sampler.chain_method != "auto":
+        return spec
+    return dataclasses.replace(spec, sampler=spec.sampler.replace(chain_method="sequential"))
 
 
 def _check_widths(name: str, widths, at_least_one: str | None = None) -> list[int]:
@@ -279,18 +278,16 @@ def _check_temperatures(temperatures) -> list[float]:
 # ----------------------------------------------------------------------------
 # the sweeps
 # ----------------------------------------------------------------------------
-def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, temperature: float | None = None,
-          temperatures=None, executor: Executor | None = None, progress_bar: bool = True, force: bool = False,
-          **sampler) -> xr.Dataset:
-    """Theory at ``widths`` and sampling at ``sample_widths``, at one temperature or a grid; writes ``sweep.nc``.
+def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, temperatures=None,
+          executor: Executor | None = None, progress_bar: bool = True, force: bool = False) -> xr.Dataset:
+    """Theory at ``widths`` and sampling (``spec.sampler``) at ``sample_widths``, at one temperature or a grid;
+    writes ``sweep.nc``.
 
     Args:
         spec: the run specification; ``widths``/``sample_widths`` default to its ``[compare]`` lists.
-        temperature: one temperature (default: the spec's); ``temperatures``: a grid instead, with the
-            best temperature per width chosen on the validation set (``sample_widths`` must then be among
-            ``widths``).
+        temperatures: default ``[spec.temperature]``; with several, the best temperature per width is
+            chosen on the validation set (``sample_widths`` must then be among ``widths``).
         executor: where the jobs run (:mod:`bayes_attn.sweep.executors`; default: this process).
-        **sampler: :class:`~bayes_attn.samplers.SamplerSettings` overrides.
 
     Per-job results go to ``out/widths/`` as they finish (a rerun resumes);
     ``sweep.nc`` and the figures replace the previous ones together when the
@@ -306,13 +303,10 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
                            at_least_one=" (--widths, or compare.widths in the spec)")
     sample_widths = _check_widths("sample_widths",
                                   spec.compare.sample_widths if sample_widths is None else sample_widths)
-    if temperature is not None and temperatures is not None:
-        raise ValueError("give temperature or temperatures, not both")
-    temps = _check_temperatures([spec.temperature if temperature is None else temperature]
-                                if temperatures is None else temperatures)
+    temps = _check_temperatures([spec.temperature] if temperatures is None else temperatures)
     if len(temps) > 1 and not set(sample_widths) <= set(widths):
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
-    spec = _with_sampler(spec, sampler)
+    spec = _portable(spec)
     data, validation = spec.data(), spec.validation()
     _check_sampling(spec, sample_widths, temps, executor)
     with outputs.output_folder(out, force=force, command="sweep", files=SWEEP_FILES) as stage:
@@ -448,7 +442,7 @@ def _sweep_figures(ds: xr.Dataset, spec: Spec, stage: outputs.Staging) -> None:
 
 
 def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperature: float | None = None,
-                progress_bar: bool = True, **sampler) -> xr.Dataset:
+                progress_bar: bool = True) -> xr.Dataset:
     """Theory against sampling along ``P = alpha N`` (the limit the theory is exact in, docs/theory.md §4).
 
     At each width ``N`` the task gets ``P = round(alpha N)`` training sequences
@@ -459,7 +453,7 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     alpha = _checks.positive("alpha", alpha)
     widths = _check_widths("widths", widths, at_least_one="")
     temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
-    spec = _with_sampler(spec, sampler)
+    spec = _portable(spec)
     specs = {N: dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=max(2, int(round(alpha * N)))))
              for N in widths}
     for N, s in specs.items():

@@ -88,7 +88,7 @@ from ..bartlett import factor_shapes, sites_of_order_parameters
 from ..precision import float64
 from .coordinate_maps import MAPS
 from .coordinates import log_cholesky, sizes
-from .newton import SolveReport, damped_newton
+from .newton import NewtonSolver, SolveReport, damped_newton
 from .objective import Problem, data_derivatives, data_term_and_factor
 
 __all__ = [
@@ -387,8 +387,8 @@ def find_mode(net, problem: Problem, Us0: Sequence[np.ndarray], Ua0: float, *, c
     def value(p):
         return float(_call64(_value, p, problem, coordinates, shapes))
 
-    run = damped_newton(x, vgh, value, lambda g, H, d, aux: math.sqrt(max(-float(g @ d), 0.0)), tol=tol,
-                        max_iter=max_iter, stalled_converged=1e-6, measure="Newton decrement")
+    run = damped_newton(x, vgh, value, lambda g, H, d, aux: math.sqrt(max(-float(g @ d), 0.0)),
+                        NewtonSolver(tol=tol, max_iter=max_iter), stalled_converged=1e-6, measure="Newton decrement")
     gd, Hd = (np.asarray(a) for a in run.aux)
     report = SolveReport(bool(run.converged), run.iterations, run.message, time.perf_counter() - t0, run.measure)
     return Mode(coordinates, shapes, run.x, float(run.value), run.grad, run.hess, gd, Hd, report)

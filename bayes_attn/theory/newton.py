@@ -177,10 +177,8 @@ class NewtonSolver:
             f, g, H, gt, Ht = vgh(p)
             return f, g, H, (gt, Ht)
 
-        run = damped_newton(x, step, value_at, lambda g, H, d, aux: float(np.max(np.abs(aux[0] / weights))),
-                            tol=self.tol, max_iter=self.max_iter, armijo=self.armijo, backtrack=self.backtrack,
-                            max_backtracks=self.max_backtracks, slack_ulps=self.slack_ulps,
-                            stall_steps=self.stall_steps, stall_ratio=self.stall_ratio, measure="max gradient")
+        run = damped_newton(x, step, value_at, lambda g, H, d, aux: float(np.max(np.abs(aux[0] / weights))), self,
+                            measure="max gradient")
         gt, Ht = run.aux
         message = "gradient below tol" if run.converged else run.message
         return NewtonResult(to_theta(run.x), run.value, gt, Ht, run.converged, run.iterations, message)
@@ -202,21 +200,23 @@ class NewtonRun(NamedTuple):
     measure: float
 
 
-def damped_newton(x: np.ndarray, vgh: Callable, value: Callable, size: Callable, *, tol: float, max_iter: int,
-                  armijo: float = 1e-4, backtrack: float = 0.5, max_backtracks: int = 60, slack_ulps: float = 64.0,
-                  stall_steps: int = 5, stall_ratio: float = 0.5, stalled_converged: float = 0.0,
-                  measure: str = "measure") -> NewtonRun:
+def damped_newton(x: np.ndarray, vgh: Callable, value: Callable, size: Callable, solver: NewtonSolver, *,
+                  stalled_converged: float = 0.0, measure: str = "measure") -> NewtonRun:
     """Damped Newton with a backtracking Armijo line search: the one driver of the leading-order solve (§4,
     :class:`NewtonSolver`) and of the expansion's mode (§8, :func:`~bayes_attn.theory.correction.find_mode`).
 
     ``vgh(x) -> (f, g, H, aux)``; ``value(x) -> f``; ``size(g, H, d, aux)``: the convergence measure at a point
-    with Newton direction ``d`` (:func:`newton_direction`), converged when at most ``tol``. The Armijo test
-    allows ``slack_ulps · eps · max(|f|, 1)`` of rounding; a direction that is not a descent direction falls
-    back to steepest descent. Stops as stalled after ``stall_steps`` consecutive steps that neither lower ``f``
-    beyond that slack nor shrink the measure below ``stall_ratio`` times its previous value (the rounding floor
-    of ``f``); a stalled run whose measure is at most ``stalled_converged`` counts as converged. ``measure``
-    names the measure in messages.
+    with Newton direction ``d`` (:func:`newton_direction`), converged when at most ``solver.tol``, after at most
+    ``solver.max_iter`` steps (``solver``: the line search's constants, its ``coordinates`` unused here). The
+    Armijo test allows ``slack_ulps · eps · max(|f|, 1)`` of rounding; a direction that is not a descent
+    direction falls back to steepest descent. Stops as stalled after ``stall_steps`` consecutive steps that
+    neither lower ``f`` beyond that slack nor shrink the measure below ``stall_ratio`` times its previous value
+    (the rounding floor of ``f``); a stalled run whose measure is at most ``stalled_converged`` counts as
+    converged. ``measure`` names the measure in messages.
     """
+    tol, max_iter, slack_ulps, armijo, backtrack = (solver.tol, solver.max_iter, solver.slack_ulps, solver.armijo,
+                                                    solver.backtrack)
+    stall_steps, stall_ratio = solver.stall_steps, solver.stall_ratio
     f, g, H, aux = vgh(x)
     if not np.isfinite(f):
         return NewtonRun(x, f, g, H, aux, False, 0, "action not finite at the initial point", float("nan"))
@@ -238,7 +238,7 @@ def damped_newton(x: np.ndarray, vgh: Callable, value: Callable, size: Callable,
         if it >= max_iter:
             return NewtonRun(x, f, g, H, aux, False, it, "maximum number of iterations reached", size_now)
         t, accepted = 1.0, False
-        for _ in range(max_backtracks):
+        for _ in range(solver.max_backtracks):
             f_new = value(x + t * d)
             if np.isfinite(f_new) and f_new <= f + armijo * t * gd + slack:
                 accepted = True

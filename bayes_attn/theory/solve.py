@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -39,8 +37,6 @@ def solve_theory(
     *,
     temperature: float,
     init: str | Sequence[np.ndarray] = "gp",
-    tol: float | None = None,
-    max_iter: int | None = None,
     solver: NewtonSolver | None = None,
     correction: str | None = None,
     basis: Basis | None = None,
@@ -57,10 +53,9 @@ def solve_theory(
         x: training inputs ``[P, T, N0]``; y: labels ``[P]``.
         temperature: likelihood variance (> 0).
         init: ``"gp"`` (GP values) or a list ``[U_1, ..., U_L]`` of SPD matrices.
-        tol: stop when ``max |∂(S/N_max)/∂U_l| <= tol`` (default: the solver's, 1e-8).
-        max_iter: maximum Newton iterations (default: the solver's, 200).
-        solver: the :class:`NewtonSolver` (default ``NewtonSolver()``); ``tol``
-            and ``max_iter``, when given, replace its own.
+        solver: the :class:`NewtonSolver` (default ``NewtonSolver()``: stop when
+            ``max |∂(S/N_max)/∂U_l| <= 1e-8``, at most 200 Newton steps); e.g.
+            ``NewtonSolver(tol=1e-10, max_iter=500)``.
         correction: ``None`` or ``"none"`` (default: the theory of §4, unchanged)
             or ``"laplace"`` (§8; skipped, with a warning, when the leading order did not
             converge to a minimum: then ``Theory.correction`` is ``None``).
@@ -78,8 +73,7 @@ def solve_theory(
         check_correction_fits(net, len(y))
     if solver is not None and not isinstance(solver, NewtonSolver):
         raise ValueError(f"solver must be a NewtonSolver, got {type(solver).__name__}")
-    changes: dict[str, Any] = {k: v for k, v in (("tol", tol), ("max_iter", max_iter)) if v is not None}
-    solver = dataclasses.replace(solver or NewtonSolver(), **changes)  # checks tol and max_iter
+    solver = solver or NewtonSolver()
     if isinstance(init, str):
         _checks.choice("init", init, ("gp",))
         Us0 = gp_order_parameters(net)[0]

@@ -29,7 +29,7 @@ def test_temperature_is_chosen_on_validation_never_on_test():
     xt, yt = random_data(50, seed=8)
     spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.02, 0.3, 3.0), sample_widths=(),
                                          score_width=3))
-    scan = temperature_scan(spec, net, x, y, xv, yv, xt, yt, progress_bar=False)
+    scan = temperature_scan(spec, net, (x, y), (xv, yv), (xt, yt), progress_bar=False)
     ds = scan.dataset
     for i, N in enumerate(ds["width"].values):
         acc = [np.mean(np.where(scan.theories[(int(N), float(T))].predict(xv)[0] >= 0, 1, -1) == yv)
@@ -37,7 +37,7 @@ def test_temperature_is_chosen_on_validation_never_on_test():
         ok = ds["converged"].values[i]
         assert float(ds["best_temperature"][i]) == ds["temperature"].values[int(np.argmax(np.where(ok, acc, -1)))]
         np.testing.assert_allclose(ds["accuracy_validation"].values[i], acc)
-    flipped = temperature_scan(spec, net, x, y, xv, yv, xt, -yt, progress_bar=False).dataset
+    flipped = temperature_scan(spec, net, (x, y), (xv, yv), (xt, -yt), progress_bar=False).dataset
     np.testing.assert_array_equal(flipped["best_temperature"], ds["best_temperature"])
     assert float(flipped["gp_best_temperature"]) == float(ds["gp_best_temperature"])
     np.testing.assert_allclose(flipped["accuracy_theory"], 1 - ds["accuracy_theory"])

@@ -33,6 +33,7 @@ from bayes_attn import calibration, gp, markov
 from bayes_attn.diagnostics import MAX_KHAT, MAX_RHAT, Summary
 from bayes_attn.precision import x64
 from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, weights, wishart
+from bayes_attn.samplers import proposal as proposal_module
 from bayes_attn.theory.correction import order_parameters_at
 
 ORDER = ("U", "U_2", "U_3", "Ua")
@@ -72,8 +73,8 @@ def _gaussian_target(n: int):
     H = A @ A.T + n * np.eye(n)
     centre = rng.normal(size=n)
     with x64(True):
-        return centre, H, (jnp.asarray(centre), jnp.linalg.cholesky(jnp.asarray(H)), _quadratic,
-                           (jnp.asarray(centre), jnp.asarray(H)))
+        proposal = proposal_module.Proposal(jnp.asarray(centre), jnp.linalg.cholesky(jnp.asarray(H)))
+        return centre, H, (proposal, _quadratic, (jnp.asarray(centre), jnp.asarray(H)))
 
 
 def test_proposals_do_not_depend_on_the_count_or_the_batching():
@@ -83,12 +84,12 @@ def test_proposals_do_not_depend_on_the_count_or_the_batching():
     _, _, args = _gaussian_target(3)
     with x64(True):
         with traced_programs() as first:
-            long = laplace.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
+            long = proposal_module.proposals(key_of(1), *args, count=1000, batch=128)  # 8 batches of 128 (24 padded)
         with traced_programs() as second:
-            short = laplace.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
-            few = laplace.proposals(key_of(1), *args, count=50, batch=128)  # one batch of 128 (78 padded)
+            short = proposal_module.proposals(key_of(1), *args, count=300, batch=128)  # 3 batches of 128 (84 padded)
+            few = proposal_module.proposals(key_of(1), *args, count=50, batch=128)  # one batch of 128 (78 padded)
         assert "_proposal_batch" in first and "_proposal_batch" not in second, (first, second)
-        whole = laplace.proposals(key_of(1), *args, count=1000, batch=100)  # 10 batches of 100
+        whole = proposal_module.proposals(key_of(1), *args, count=1000, batch=100)  # 10 batches of 100
     for a, b, c, d in zip(long, short, whole, few, strict=True):
         assert a.shape[0] == 1000 and b.shape[0] == 300 and d.shape[0] == 50
         np.testing.assert_allclose(b, a[:300], rtol=1e-12, atol=1e-12)
@@ -111,18 +112,18 @@ def test_weights_on_an_exactly_gaussian_target(mix, check):
     its null's tail 1.0e-03 (a p-value)."""
     centre, H, args = _gaussian_target(5)
     with x64(True):
-        theta, log_w = laplace.proposals(key_of(1), *args, count=20_000, batch=512, df=laplace.PROPOSAL_DF,
-                                         mix=mix)
+        proposal = args[0]._replace(df=proposal_module.PROPOSAL_DF, mix=mix)
+        theta, log_w = proposal_module.proposals(key_of(1), proposal, *args[1:], count=20_000, batch=512)
     theta, log_w = np.asarray(theta), np.asarray(log_w)
     cov = np.linalg.inv(H)
     log_n = scipy.stats.multivariate_normal(centre, cov).logpdf(theta)
-    log_t = scipy.stats.multivariate_t(centre, cov, df=laplace.PROPOSAL_DF).logpdf(theta)
+    log_t = scipy.stats.multivariate_t(centre, cov, df=proposal_module.PROPOSAL_DF).logpdf(theta)
     log_q = log_n if mix == 0 else np.logaddexp(np.log1p(-mix) + log_n, np.log(mix) + log_t)
     expected = log_n - log_q
     assert np.ptp(log_w - expected) < 1e-9
     if mix == 0:
         assert np.ptp(log_w) < 1e-9
-    scale = 1.0 if mix == 0 else (1 - mix) + mix * laplace.PROPOSAL_DF / (laplace.PROPOSAL_DF - 2)
+    scale = 1.0 if mix == 0 else (1 - mix) + mix * proposal_module.PROPOSAL_DF / (proposal_module.PROPOSAL_DF - 2)
     emp = np.cov(theta.T)
     centred = theta - theta.mean(0)
     se = (centred[:, :, None] * centred[:, None, :]).std(0) / np.sqrt(len(theta))
@@ -254,7 +255,10 @@ def test_resampled_draws_carry_the_importance_sampling_error(check):
 # ----------------------------------------------------------------------------
 # calibration
 # ----------------------------------------------------------------------------
-SBC_GUIDED = {"laplace-is": dict(num_warmup=0, thinning=50), "laplace-mh": dict(num_warmup=100, thinning=10)}
+SBC_GUIDED = {name: calibration.SBC_SAMPLER.replace(name=name, num_warmup=w, num_samples=19 * t, thinning=t,
+                                                   seed=seed_of(0))
+              for name, w, t in (("laplace-is", 0, 50), ("laplace-mh", 100, 10))}
+"""19 draws per replication, kept every 50 proposals (``laplace-is``) or every 10 steps after 100 (``laplace-mh``)."""
 SBC_LEVEL = 1e-3
 
 
@@ -279,11 +283,10 @@ def test_simulation_based_calibration(sampler, check):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled [laplace-is], has
     its null's tail 1.0e-03 (a p-value)."""
     net, x, xt = _sbc_problem()
-    res = calibration.sbc_ranks(net, x, xt, sampler=sampler, temperature=0.1, n_reps=100, num_draws=19,
-                                seed=seed_of(0), **SBC_GUIDED[sampler])
+    res = calibration.sbc_ranks(net, x, xt, sampler=SBC_GUIDED[sampler], temperature=0.1, n_reps=100)
     u = calibration.uniformity(res, 4)
-    wrong = calibration.sbc_ranks(net, x, xt, sampler=sampler, temperature=0.1, n_reps=100, num_draws=19,
-                                  seed=seed_of(0), likelihood_temperature=0.1 / 64, **SBC_GUIDED[sampler])
+    wrong = calibration.sbc_ranks(net, x, xt, sampler=SBC_GUIDED[sampler], temperature=0.1, n_reps=100,
+                                  likelihood_temperature=0.1 / 64)
     w = calibration.uniformity(wrong, 4)
     assert res.ranks.shape == (100, 16)
     check("p_pooled", u["p_pooled"], SBC_LEVEL, fails="below", scale="p", detail=u)
@@ -312,12 +315,11 @@ def test_simulation_based_calibration_with_the_pilot_adapted_proposal(monkeypatc
     monkeypatch.setattr(laplace, "PILOT_MIN_ESS_PER_DIMENSION", 0.0)
     monkeypatch.setattr(laplace, "adapt", counting)
     net, x, xt = _sbc_problem()
-    res = calibration.sbc_ranks(net, x, xt, sampler="laplace-is", temperature=0.1, n_reps=100, num_draws=19,
-                                seed=seed_of(0), **SBC_GUIDED["laplace-is"])
+    res = calibration.sbc_ranks(net, x, xt, sampler=SBC_GUIDED["laplace-is"], temperature=0.1, n_reps=100)
     u = calibration.uniformity(res, 4)
     share = float(np.mean(moved))
-    wrong = calibration.sbc_ranks(net, x, xt, sampler="laplace-is", temperature=0.1, n_reps=100, num_draws=19,
-                                  seed=seed_of(0), likelihood_temperature=0.1 / 64, **SBC_GUIDED["laplace-is"])
+    wrong = calibration.sbc_ranks(net, x, xt, sampler=SBC_GUIDED["laplace-is"], temperature=0.1, n_reps=100,
+                                  likelihood_temperature=0.1 / 64)
     w = calibration.uniformity(wrong, 4)
     check("share_adapted", share, 0.5, fails="below")
     check("p_pooled", u["p_pooled"], SBC_LEVEL, fails="below", scale="p", detail=u)
@@ -353,8 +355,9 @@ def test_auto_agrees_with_wishart_on_fig2c(N, check, record_property):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of max_abs_z_p [100], has its
     null's tail 1.0e-03 (a p-value)."""
     net, x, y, xt, exact = fig2c_wishart(N)
-    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt, sampler="auto", num_chains=4,
-                               num_samples=5000, seed=seed_of(7), progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=xt,
+                               sampler=ba.SamplerSettings(name="auto", num_chains=4, num_samples=5000, seed=seed_of(7)),
+                               progress_bar=False)
     s = post.summary()
     d = s.diagnostics()
     tried = json.loads(post.tree.attrs["auto"])
@@ -406,8 +409,10 @@ def test_metropolis_agrees_with_wishart_on_three_layers(check, record_property):
     net, x, y, exact = three_layers_wishart()
     attempts, first = 4, None
     for attempt in range(attempts):
-        post = ba.sample_posterior(net, x, y, temperature=0.1, sampler="laplace-mh", num_chains=4, num_warmup=200,
-                                   num_samples=40_000, thinning=8, seed=seed_of(5 + 100 * attempt),
+        post = ba.sample_posterior(net, x, y, temperature=0.1,
+                                   sampler=ba.SamplerSettings(name="laplace-mh", num_chains=4, num_warmup=200,
+                                                              num_samples=40_000, thinning=8,
+                                                              seed=seed_of(5 + 100 * attempt)),
                                    progress_bar=False)
         s = post.summary()
         first = s if first is None else first
@@ -454,8 +459,9 @@ def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property,
     # 2 x 6000 guided draws (cheap at P = 20): k-hat is fitted to a tail of 3 sqrt(S) draws; with 2 x 2000 its mean
     # over 10 offsets was 1.26 with sd 0.16, 3.4 sds above 0.7 (tests/robustness.md): 3 times the tail, sqrt(3) less
     # spread
-    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="auto", num_chains=2,
-                               num_warmup=200, num_samples=500, guided_samples=6000, seed=seed_of(2),
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt,
+                               sampler=ba.SamplerSettings(name="auto", num_chains=2, num_warmup=200, num_samples=500,
+                                                          guided_samples=6000, seed=seed_of(2)),
                                progress_bar=False)
     tried = json.loads(post.tree.attrs["auto"])
     record_property("tried", len(tried))
@@ -487,8 +493,10 @@ def test_guided_posterior_round_trips_and_says_how_it_was_made(tmp_path):
     ``thinning``-th resampled draw with its weight and source."""
     net, x, xt = calibration.random_problem((2, 2), width=12, N0=4, T=3, P=8, P_test=2, seed=seed_of(0))
     y = np.random.default_rng(seed_of(1)).normal(size=8)
-    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, sampler="laplace-is", num_chains=2,
-                               num_samples=400, guided_samples=600, thinning=3, seed=seed_of(2), progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt,
+                               sampler=ba.SamplerSettings(name="laplace-is", num_chains=2, num_samples=400,
+                                                          guided_samples=600, thinning=3, seed=seed_of(2)),
+                               progress_bar=False)
     assert post.tree["posterior"].sizes["draw"] == 200 and post.tree["sample_stats"].sizes["draw"] == 200
     src = post.tree["sample_stats"]["source"].values
     assert np.all(np.diff(src, axis=1) >= 0) and src.max() < 600  # copies kept in the proposals' order
@@ -499,8 +507,10 @@ def test_guided_posterior_round_trips_and_says_how_it_was_made(tmp_path):
     assert np.isnan(b.mean_steps) and b.divergences == 0 and len(b.bfmi) == 0
     assert "importance sampling" in back.method() and "k-hat" in back.method() and "k-hat" in str(b)
     assert np.array_equal(back.tree["posterior"]["U"].values, post.tree["posterior"]["U"].values)
-    mh = ba.sample_posterior(net, x, y, temperature=0.1, sampler="laplace-mh", num_chains=2, num_warmup=50,
-                             num_samples=200, seed=seed_of(3), progress_bar=False).summary()
+    mh = ba.sample_posterior(net, x, y, temperature=0.1,
+                             sampler=ba.SamplerSettings(name="laplace-mh", num_chains=2, num_warmup=50, num_samples=200,
+                                                        seed=seed_of(3)),
+                             progress_bar=False).summary()
     assert 0 < mh.acceptance_rate <= 1 and "pareto_k" not in mh.diagnostics() and "acceptance" in str(mh)
 
 
@@ -577,8 +587,10 @@ def test_auto_refuses_guided_samples_too_big_for_the_memory_rather_than_falling_
     net, x, y, xt = tiny_problem()
     forbid_calls(monkeypatch, (nuts, "mcmc"), (laplace, "guide"))
     with pytest.raises(ValueError, match=r"guided_samples=100000000000 cannot be honoured.*GiB") as err:
-        ba.sample_posterior(net, x, y, temperature=0.1, sampler="auto", num_chains=2, num_samples=50,
-                            guided_samples=100_000_000_000, progress_bar=False)
+        ba.sample_posterior(net, x, y, temperature=0.1,
+                            sampler=ba.SamplerSettings(name="auto", num_chains=2, num_samples=50,
+                                                       guided_samples=100_000_000_000),
+                            progress_bar=False)
     assert "\n" not in str(err.value)
 
 
@@ -591,8 +603,10 @@ def test_auto_logs_what_it_tried(monkeypatch, caplog):
     net, x, y, xt = tiny_problem()
     monkeypatch.setattr(posterior, "AUTO_ORDER", ("laplace-is",))  # one guided sampler: cheap
     with caplog.at_level(logging.INFO, logger="bayes_attn"):
-        post = ba.sample_posterior(net, x, y, temperature=0.1, sampler="auto", num_chains=2, num_samples=100,
-                                   seed=seed_of(4), progress_bar=False)
+        post = ba.sample_posterior(net, x, y, temperature=0.1,
+                                   sampler=ba.SamplerSettings(name="auto", num_chains=2, num_samples=100,
+                                                              seed=seed_of(4)),
+                                   progress_bar=False)
     tried = json.loads(post.tree.attrs["auto"])
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("auto: ")]
     assert len(logged) == len(tried) == 1 and logged[0].startswith("auto: laplace-is"), logged
@@ -613,8 +627,10 @@ def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
                         or real_propose(g, key, count, *a, **k))
     monkeypatch.setattr(laplace, "PILOT_RULES_OUT", -math.inf)
     monkeypatch.setattr(posterior, "AUTO_ORDER", ("laplace-is", "wishart"))  # the NUTS fallback kept cheap
-    post = ba.sample_posterior(net, x, y, temperature=0.1, sampler="auto", num_chains=2, num_warmup=50,
-                               num_samples=50, guided_samples=4000, seed=seed_of(5), progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=0.1,
+                               sampler=ba.SamplerSettings(name="auto", num_chains=2, num_warmup=50, num_samples=50,
+                                                          guided_samples=4000, seed=seed_of(5)),
+                               progress_bar=False)
     tried = json.loads(post.tree.attrs["auto"])
     assert [t["sampler"] for t in tried] == ["laplace-is", "wishart"] and post.sampler == "wishart", tried
     assert 1 <= len(drawn) <= laplace.ADAPT_ROUNDS and 2 * 4000 not in drawn, drawn  # the pilots alone
@@ -625,6 +641,8 @@ def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
                            SamplerSettings(num_chains=2, num_warmup=10, num_samples=50, guided_samples=400),
                            jax.random.key(0), stop_above=-math.inf)
     drawn.clear()
-    explicit = ba.sample_posterior(net, x, y, temperature=0.1, sampler="laplace-is", num_chains=2,
-                                   num_samples=50, guided_samples=4000, seed=seed_of(5), progress_bar=False)
+    explicit = ba.sample_posterior(net, x, y, temperature=0.1,
+                                   sampler=ba.SamplerSettings(name="laplace-is", num_chains=2, num_samples=50,
+                                                              guided_samples=4000, seed=seed_of(5)),
+                                   progress_bar=False)
     assert explicit.sampler == "laplace-is" and drawn[-1] == 2 * 4000, drawn

@@ -48,9 +48,11 @@ Z = (17, MIN_ESS)  # (comparisons, df) of check_max_abs_z
 def runs():
     """Full (path form) and collapsed NUTS on the same tiny problem, 2 chains × 500 draws."""
     net, x, y, xt = tiny_problem()
-    common = dict(temperature=TEMPERATURE, x_test=xt, num_warmup=500, num_samples=500, num_chains=2, progress_bar=False)
-    full = ba.sample_posterior(net, x, y, sampler="full", seed=seed_of(11), target_accept=0.9, **common)
-    coll = ba.sample_posterior(net, x, y, sampler="collapsed", seed=seed_of(12), **common)
+    common = dict(temperature=TEMPERATURE, x_test=xt, progress_bar=False)
+    draws = ba.SamplerSettings(num_warmup=500, num_samples=500, num_chains=2)
+    full = ba.sample_posterior(net, x, y, sampler=draws.replace(name="full", seed=seed_of(11), target_accept=0.9),
+                               **common)
+    coll = ba.sample_posterior(net, x, y, sampler=draws.replace(name="collapsed", seed=seed_of(12)), **common)
     return net, x, y, xt, full, coll
 
 
@@ -157,8 +159,10 @@ def test_float32_collapsed_sampling_matches_float64(runs, check):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of max_abs_z_p, has its null's
     tail 1.0e-03 (a p-value)."""
     net, x, y, xt, full, coll = runs
-    post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, x_test=xt, num_warmup=300, num_samples=500,
-                               num_chains=2, seed=seed_of(13), sampler="collapsed", dtype="float32", progress_bar=False)
+    post = ba.sample_posterior(net, x, y, temperature=TEMPERATURE, x_test=xt,
+                               sampler=ba.SamplerSettings(name="collapsed", num_warmup=300, num_samples=500,
+                                                          num_chains=2, seed=seed_of(13), dtype="float32"),
+                               progress_bar=False)
     assert post.tree.attrs["dtype"] == "float32"
     for name in ("U", "f_test"):
         v = post.tree["posterior"][name].values
@@ -172,7 +176,8 @@ def test_float32_collapsed_sampling_matches_float64(runs, check):
 # ----------------------------------------------------------------------------
 # simulation-based calibration
 # ----------------------------------------------------------------------------
-SBC_SETTINGS = dict(temperature=0.1, n_reps=100, num_warmup=200, num_draws=19, thinning=5, seed=seed_of(0))
+SBC_SETTINGS = dict(temperature=0.1, n_reps=100)
+SBC_SAMPLER = calibration.SBC_SAMPLER.replace(seed=seed_of(0))  # 200 warm-up, then 19 draws kept every 5
 SBC_BINS = 4  # 20 possible ranks -> 5 per bin; 25 expected counts per bin
 SBC_LEVEL = 1e-3  # the Bonferroni-pooled p-value is conservative: a calibrated sampler fails with probability <= this
 
@@ -197,7 +202,7 @@ def test_simulation_based_calibration(sampler, check):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled [collapsed], has its
     null's tail 1.0e-03 (a p-value)."""
     net, x, xt = _sbc_problem()
-    res = calibration.sbc_ranks(net, x, xt, sampler=sampler, **SBC_SETTINGS)
+    res = calibration.sbc_ranks(net, x, xt, sampler=SBC_SAMPLER.replace(name=sampler), **SBC_SETTINGS)
     assert res.ranks.shape == (100, 16)
     assert res.labels[:1] == ["U[1-1,1-1]"] and {"U_2[1,2]", "Ua", "f_test[0]", "f_train[0]"} <= set(res.labels)
     assert res.ranks.min() >= 0 and res.ranks.max() <= res.num_draws
@@ -220,8 +225,9 @@ def test_simulation_based_calibration_has_power(check):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of p_pooled_wrong_temperature,
     has its null's tail 9.8e-10 (a p-value)."""
     net, x, xt = _sbc_problem()
-    res = calibration.sbc_ranks(net, x, xt, sampler="wishart", likelihood_temperature=SBC_SETTINGS["temperature"] / 16,
-                                start="prior", **(SBC_SETTINGS | {"n_reps": 200}))
+    res = calibration.sbc_ranks(net, x, xt, sampler=SBC_SAMPLER.replace(name="wishart", start="prior"),
+                                likelihood_temperature=SBC_SETTINGS["temperature"] / 16,
+                                **(SBC_SETTINGS | {"n_reps": 200}))
     assert res.config["likelihood_temperature"] == SBC_SETTINGS["temperature"] / 16
     u = calibration.uniformity(res, SBC_BINS)
     check("p_pooled_wrong_temperature", u["p_pooled"], SBC_LEVEL, fails="above", scale="p", detail=u)
@@ -257,8 +263,8 @@ def test_sequential_chains_in_one_program_match_numpyro_loop():
         model, args = smp.build(inputs)
         U = {}
         for one in (True, False):
-            mcmc = nuts.mcmc(smp, settings, model, inputs, samplers.Storage(), chain_method="sequential",
-                                      one_compile=one)
+            mcmc = nuts.mcmc(smp, settings.replace(chain_method="sequential"), model, inputs, samplers.Storage(),
+                             one_compile=one)
             mcmc.run(key_of(1), *args)
             U[one] = np.asarray(mcmc.get_samples(group_by_chain=True)["U"])
     assert U[True].shape == (2, 10, 4, 4)

@@ -427,9 +427,10 @@ def test_posterior_matches_collapsed(layers, width, variances, check):
     task = markov.MarkovTask(feature_dim=10, seq_len=5, n_train=20, n_test=20, seed=seed_of(0))
     net = task.network(layers, width=width, variances=variances, random_seed=seed_of(1))
     x, y, xt, _ = task.generate()
-    common = dict(temperature=0.1, x_test=xt, num_warmup=500, num_samples=1500, num_chains=2, progress_bar=False)
-    wish = ba.sample_posterior(net, x, y, sampler="wishart", seed=seed_of(1), **common)
-    coll = ba.sample_posterior(net, x, y, sampler="collapsed", seed=seed_of(2), **common)
+    common = dict(temperature=0.1, x_test=xt, progress_bar=False)
+    draws = ba.SamplerSettings(num_warmup=500, num_samples=1500, num_chains=2)
+    wish = ba.sample_posterior(net, x, y, sampler=draws.replace(name="wishart", seed=seed_of(1)), **common)
+    coll = ba.sample_posterior(net, x, y, sampler=draws.replace(name="collapsed", seed=seed_of(2)), **common)
     names = [f"U_{l}" for l in range(2, net.L + 1)] + ["U", "Ua", "f_test"]
     ess = []
     for which, post in (("wishart", wish), ("collapsed", coll)):

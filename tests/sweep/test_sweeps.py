@@ -1,12 +1,13 @@
 """Sweeps end to end (bayes_attn.sweep): the same sweep.nc on Dask, the sweep command's failed jobs, verdicts and
 errors, its figure, the cluster section of a spec."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import SWEEP_SETTINGS, TINY, forbid_calls, one_line, spec_file
+from conftest import TINY, forbid_calls, one_line, spec_file
 
 from bayes_attn import cli, compile_cache, experiment
 from bayes_attn.spec import spec_from_dict
@@ -24,7 +25,7 @@ def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
     spec, _, here = tiny_sweep
     # the workers load the programs this process compiled (the run's cache, tests/conftest.py): same values
     executor = DaskLocal(2, compilation_cache=compile_cache.cache_dir())
-    there = table.sweep(spec, tmp_path / "there", executor=executor, progress_bar=False, **SWEEP_SETTINGS)
+    there = table.sweep(spec, tmp_path / "there", executor=executor, progress_bar=False)  # spec: SWEEP_SETTINGS
     xr.testing.assert_identical(_values(there), _values(here))
     assert float(here["sample_seconds"].sel(sample_width=3)) > 0
 
@@ -142,8 +143,9 @@ def test_sweep_library_refuses_before_the_first_job_on_any_executor(tmp_path, mo
     forbid_calls(monkeypatch, (table, "run_jobs"))
     spec = spec_from_dict(TINY)
     with pytest.raises(ValueError, match="guided_samples=100000000000 cannot be honoured"):
-        table.sweep(spec, tmp_path / "a", executor=DaskLocal(1), progress_bar=False, name="auto",
-                    guided_samples=10**11)
+        auto = dataclasses.replace(spec, sampler=spec.sampler.replace(name="auto", guided_samples=10**11))
+        table.sweep(auto, tmp_path / "a", executor=DaskLocal(1), progress_bar=False)
     with pytest.raises(ValueError, match="temperature 1e\\+30 is out of range for dtype float32"):
-        table.sweep(spec, tmp_path / "b", temperatures=[0.1, 1e30], progress_bar=False, dtype="float32")
+        f32 = dataclasses.replace(spec, sampler=spec.sampler.replace(dtype="float32"))
+        table.sweep(f32, tmp_path / "b", temperatures=[0.1, 1e30], progress_bar=False)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -10,6 +10,7 @@ from conftest import THEORY_ONLY, TINY, forbid_calls
 
 from bayes_attn import experiment
 from bayes_attn import posterior as ba_posterior
+from bayes_attn import theory as ba_theory
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import job_seed, table
 
@@ -40,7 +41,7 @@ def test_non_converged_theory_warns_on_resume_and_is_stored(tmp_path, monkeypatc
     spec = spec_from_dict(THEORY_ONLY)
     real = experiment.solve_theory
     with monkeypatch.context() as m:
-        m.setattr(experiment, "solve_theory", lambda *a, **k: real(*a, **k, max_iter=1))
+        m.setattr(experiment, "solve_theory", lambda *a, **k: real(*a, **k, solver=ba_theory.NewtonSolver(max_iter=1)))
         with pytest.warns(RuntimeWarning, match="did not converge"):
             table.sweep(spec, tmp_path / "sw", progress_bar=False)
     forbid_calls(monkeypatch, (experiment, "solve_theory"))
@@ -82,7 +83,7 @@ def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
         again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
     xr.testing.assert_identical(again.drop_attrs(), ds.drop_attrs())
     # other settings: finished widths are not reused
-    hot = table.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperature=0.5, progress_bar=False)
+    hot = table.sweep(spec, tmp_path / "sw", widths=[3], sample_widths=[], temperatures=[0.5], progress_bar=False)
     assert float(hot["Ua"].sel(width=3)) != float(ds["Ua"].sel(width=3))  # recomputed at the new temperature
 
 

@@ -231,7 +231,7 @@ def test_explicit_init_reaches_same_solution():
 def test_not_converged_warns():
     net, x, y = random_problem((2, 2), [6, 4, 9])
     with pytest.warns(RuntimeWarning, match="did not converge"):
-        sol = th.solve_theory(net, x, y, temperature=0.1, max_iter=1)
+        sol = th.solve_theory(net, x, y, temperature=0.1, solver=th.NewtonSolver(max_iter=1))
     assert not sol.converged and sol.iterations == 1
 
 
@@ -464,13 +464,13 @@ def test_a_convergence_message_names_the_gradient_once():
 
     from conftest import random_data, random_network
 
-    from bayes_attn.theory import solve_theory
+    from bayes_attn.theory import NewtonSolver, solve_theory
 
     net = random_network((2, 2), width=4)
     x, y = random_data(12)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        t = solve_theory(net, x, y, temperature=0.1, max_iter=0)
+        t = solve_theory(net, x, y, temperature=0.1, solver=NewtonSolver(max_iter=0))
     said = [str(w.message) for w in caught if "did not converge" in str(w.message)]
     assert len(said) == 1 and said[0].count("gradient") == 1, said
     assert t.problems[0].count("dS/dU") + t.problems[0].count("gradient") == 1, t.problems
