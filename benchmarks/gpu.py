@@ -6,14 +6,16 @@ stages are in ``benchmarks/gpu_stages.py``; CPU devices as ``bayes-attn`` sets t
 parallel and the GPU's vectorized, as ``chain_method="auto"`` chooses), the two alternating so that every pair is
 complete when time runs out. With ``JAX_PLATFORMS=cpu`` set both workers run on the CPU: the dry run.
 
-Stages, in this order (the image task's scale: the landed Fig. 3 model, P = 600, 16 paths, 200 test episodes):
+Stages (the image task's scale: the landed Fig. 3 model, P = 600, 16 paths, 200 test episodes), in the order of
+:data:`ORDER` (each on the device, then the CPU, but the CPU's N = 10 NUTS after ``laplace-is N=100``):
 
 1. ``gradient``: one ``wishart`` gradient (a leapfrog step of one chain) at N = 10 and 100, float32 and float64;
 2. ``wishart N=100 float32``, ``wishart N=10 float32``: NUTS as ``sample_posterior`` runs it, with the CPU spec's
    settings (``models/omniglot_oneshot.toml``: 4 chains × (150 + 350), tree depth 5; the CPU:
-   ``--cpu-warmup-fraction`` of the warm-up, ``--cpu-fraction`` of the draws): set-up, the expansion's start,
-   warm-up, sampling and the draws of ``f``, each with its compile seconds; leapfrog steps, useful gradients per
-   second over all chains (the rate compared), bulk ESS and R-hat of ``U`` (ArviZ), ESS/s;
+   ``--cpu-warmup-fraction`` of the warm-up, at least 50, and ``--cpu-fraction`` of the draws, at least 30):
+   set-up, the expansion's start, warm-up, sampling and the draws of ``f``, each with its compile seconds;
+   leapfrog steps, useful gradients per second over all chains (the rate compared), bulk ESS and R-hat of ``U``
+   (ArviZ), ESS/s;
 3. ``train``: one optimiser step of the paper-size model (``models/omniglot_paper.toml``);
 4. ``laplace-is N=100 float32``: ``sample_posterior``, 4 × 2500 proposals (the CPU: ``--cpu-fraction``);
 5. ``theory``: ``solve_theory`` (float64) at N = 100 twice, N = 10, and twice with the §8 correction;
@@ -55,6 +57,16 @@ PLATFORMS = ("device", "cpu")
 MARK = "@@gpu-stage@@ "
 """Prefix of a worker's JSON lines on its standard output (anything else there is the libraries' printing)."""
 HEADLINE = ("wishart N=100 float32", "gradients_per_s")
+ORDER = ("gradient @device", "gradient @cpu", "wishart N=100 float32 @device", "wishart N=100 float32 @cpu",
+         "wishart N=10 float32 @device", "train @device", "train @cpu", "laplace-is N=100 float32 @device",
+         "laplace-is N=100 float32 @cpu", "wishart N=10 float32 @cpu", "theory @device", "theory @cpu",
+         "laplace-is N=10 float32 @device", "laplace-is N=10 float32 @cpu", "wishart N=10 float64 @device",
+         "wishart N=10 float64 @cpu")
+"""The stages by value, each label's device run soon followed by its CPU run: what the budget leaves out is at the
+end (the CPU's N = 10 NUTS, dearest on the CPU, after the cheaper pairs)."""
+MIN_START_S = {"gradient": 15.0, "train": 15.0, "sample": 20.0, "theory": 25.0, "nuts": 40.0}
+"""Least budget left for a stage of each kind to start (a rough floor of its cost on the device; below it the stage
+is skipped, leaving the time to a cheaper one after it)."""
 STARTUP_S = 90.0
 """Most seconds a worker may take to start (load JAX, find its devices)."""
 QUICK_LABELS = ("theory", "gradient", "wishart N=100 float32", "train", "laplace-is N=100 float32")
@@ -68,11 +80,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=300.0, help="wall seconds for all stages (default 300)")
     ap.add_argument("--stage-cap-s", type=float, default=150.0, help="most wall seconds of one stage (default 150)")
     ap.add_argument("--min-start-s", type=float, default=15.0,
-                    help="a stage starts only with this much of the budget left (default 15)")
+                    help="a stage starts only with this much of the budget left (default 15; more for dearer kinds)")
     ap.add_argument("--cpu-fraction", type=float, default=0.1,
                     help="the CPU's share of the device's draws (default 0.1; its rates are per gradient or per draw)")
-    ap.add_argument("--cpu-warmup-fraction", type=float, default=0.5,
-                    help="the CPU's share of the device's NUTS warm-up (default 0.5)")
+    ap.add_argument("--cpu-warmup-fraction", type=float, default=0.34,
+                    help="the CPU's share of the device's NUTS warm-up (default 0.34; at least 50)")
     ap.add_argument("--stages", nargs="+", metavar="PREFIX", help="only the stages whose names start so")
     ap.add_argument("--worker", choices=PLATFORMS, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -94,33 +106,34 @@ def spec_sampler() -> dict:
 
 
 def plan(a: argparse.Namespace) -> list[dict]:
-    """``[{name, label, platform, kind, params}]``, in the order they run: each label on the device, then the CPU.
-    ``--quick``: one label of each kind (:data:`QUICK_LABELS`), at tiny sizes."""
+    """``[{name, label, platform, kind, params}]`` in the order of :data:`ORDER` (``--stages``: those whose label
+    starts so; ``--quick``: one label of each kind, :data:`QUICK_LABELS`, at tiny sizes)."""
     s = spec_sampler()
     q = a.quick
     data = dict(p_train=40, n_test=10) if q else dict(p_train=None, n_test=200)
     nuts = dict(chains=2, warmup=10, samples=10, max_tree_depth=3) if q else dict(
         chains=s["num_chains"], warmup=s["num_warmup"], samples=s["num_samples"], max_tree_depth=s["max_tree_depth"])
     guided = dict(chains=2, samples=50) if q else dict(chains=s["num_chains"], samples=s["guided_samples"])
-    labels = [  # by value: what is skipped when the budget ends is at the end
-        ("gradient", "gradient", dict(widths=[100], dtypes=["float32"], calls=3) if q else
-         dict(widths=[10, 100], dtypes=["float32", "float64"], calls=30)),
-        ("wishart N=100 float32", "nuts", dict(N=100, dtype="float32", **nuts)),
-        ("wishart N=10 float32", "nuts", dict(N=10, dtype="float32", **nuts)),
-        ("train", "train", dict(short=1, long=2, tiny=True) if q else dict(short=2, long=8)),
-        ("laplace-is N=100 float32", "sample", dict(sampler="laplace-is", N=100, dtype="float32", **guided)),
-        ("theory", "theory", dict(widths=[100], correction=False) if q else dict(widths=[100, 10], correction=True)),
-        ("laplace-is N=10 float32", "sample", dict(sampler="laplace-is", N=10, dtype="float32", **guided)),
-        ("wishart N=10 float64", "nuts", dict(N=10, dtype="float64", **nuts)),
-    ]
+    labels = {
+        "gradient": ("gradient", dict(widths=[100], dtypes=["float32"], calls=3) if q else
+                     dict(widths=[10, 100], dtypes=["float32", "float64"], calls=30)),
+        "wishart N=100 float32": ("nuts", dict(N=100, dtype="float32", **nuts)),
+        "wishart N=10 float32": ("nuts", dict(N=10, dtype="float32", **nuts)),
+        "train": ("train", dict(short=1, long=2, tiny=True) if q else dict(short=2, long=8)),
+        "laplace-is N=100 float32": ("sample", dict(sampler="laplace-is", N=100, dtype="float32", **guided)),
+        "theory": ("theory", dict(widths=[100], correction=False) if q else dict(widths=[100, 10], correction=True)),
+        "laplace-is N=10 float32": ("sample", dict(sampler="laplace-is", N=10, dtype="float32", **guided)),
+        "wishart N=10 float64": ("nuts", dict(N=10, dtype="float64", **nuts)),
+    }
     out = []
-    for label, kind, params in labels:
+    for name in ORDER:
+        label, platform = name.rsplit(" @", 1)
+        kind, params = labels[label]
         if (a.stages and not any(label.startswith(p) for p in a.stages)) or (q and label not in QUICK_LABELS):
             continue
         params = params | (data if kind != "train" else {})
-        for platform in PLATFORMS:
-            out.append({"name": f"{label} @{platform}", "label": label, "platform": platform, "kind": kind,
-                        "params": params if platform == "device" or q else cpu_params(kind, params, a)})
+        out.append({"name": name, "label": label, "platform": platform, "kind": kind,
+                    "params": params if platform == "device" or q else cpu_params(kind, params, a)})
     return out
 
 
@@ -156,6 +169,7 @@ class Worker:
                                      start_new_session=True)
         self.lines: queue.Queue = queue.Queue()
         self.tail: list[str] = []
+        self.partial: dict | None = None  # the running stage's last partial result
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -171,16 +185,23 @@ class Worker:
                 line = self.lines.get(timeout=max(0.0, deadline - time.perf_counter()))
             except queue.Empty:
                 self.stop()
-                return {"status": "timeout", "error": f"no answer within {timeout:.0f} s; the worker was stopped"}
+                return {"status": "timeout", "error": f"no answer within {timeout:.0f} s; the worker was stopped",
+                        "partial": self.partial}
             if line is None:
                 code = self.proc.wait()
                 return {"status": "error", "error": f"the worker ended (exit {code}); its log ends: "
-                        + log_tail(self.log) + " | stdout: " + " ".join(self.tail[-5:])[-500:]}
+                        + log_tail(self.log) + " | stdout: " + " ".join(self.tail[-5:])[-500:],
+                        "partial": self.partial}
             if line.startswith(MARK):
-                return json.loads(line[len(MARK):])
+                answer = json.loads(line[len(MARK):])
+                if answer.get("status") != "partial":
+                    return answer | ({"partial": self.partial} if answer["status"] != "ok" and self.partial else {})
+                self.partial = answer["result"]
+                continue
             self.tail = (self.tail + [line.strip()])[-20:]
 
     def call(self, stage: dict, timeout: float) -> dict:
+        self.partial = None
         try:
             self.proc.stdin.write(json.dumps({"kind": stage["kind"], "params": stage["params"]}) + "\n")
             self.proc.stdin.flush()
@@ -222,12 +243,13 @@ def worker_main(platform: str) -> None:
     def emit(obj: dict) -> None:
         print(MARK + json.dumps(obj, default=float), flush=True)
 
+    gpu_stages.REPORT = lambda fields: emit({"status": "partial", "result": fields})
     emit({"status": "ok", "hello": gpu_stages.device_info()})
     for line in sys.stdin:
         stage = json.loads(line)
         try:
             emit({"status": "ok", "result": gpu_stages.STAGES[stage["kind"]](**stage["params"])})
-        except Exception:  # noqa: BLE001 (recorded; the next stage runs)
+        except Exception:  # noqa: BLE001 (recorded with what it measured before; the next stage runs)
             emit({"status": "error", "error": traceback.format_exc()[-3000:]})
 
 
@@ -363,8 +385,10 @@ def main(a: argparse.Namespace) -> dict:
         for stage in stages:
             left = a.budget_s - (time.perf_counter() - t0)
             t1 = time.perf_counter()
-            if left < a.min_start_s:
-                rec = {"status": "skipped", "reason": f"budget spent: {left:.0f} s left of {a.budget_s:.0f} s"}
+            need = max(a.min_start_s, 0.0 if a.quick else MIN_START_S[stage["kind"]])
+            if left < need:
+                rec = {"status": "skipped", "reason": f"budget spent: {left:.0f} s left of {a.budget_s:.0f} s, "
+                                                      f"under the {need:.0f} s this stage needs at least"}
             else:
                 try:
                     rec = run_stage(stage, workers, a, left, results)

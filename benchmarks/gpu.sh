@@ -51,7 +51,7 @@ if [ "${GPU_SH_TESTS:-1}" != 0 ]; then
     ${GPU_SH_TEST_PATHS:-tests/samplers tests/theory tests/test_posterior.py tests/test_gp.py tests/test_kernels.py} \
     > "$OUT/gpu_tests.log" 2>&1
   code=$?
-  tail -n 25 "$OUT/gpu_tests.log"
+  tail -n 15 "$OUT/gpu_tests.log" | cut -c1-300
   echo "== tests: exit $code$([ $code = 124 ] && echo ' (stopped at the cap)'), at $(elapsed) s"
 fi
 

@@ -26,6 +26,16 @@ LANDED_SPEC = REPO / "models/omniglot_oneshot_plain.toml"
 PAPER_SPEC = REPO / "models/omniglot_paper.toml"
 
 
+REPORT = None
+"""Set by ``gpu.py``'s worker: a function sending a stage's partial result (kept where the stage is stopped)."""
+
+
+def partial(**fields) -> None:
+    """Send what a stage has measured so far (nothing outside a worker)."""
+    if REPORT is not None:
+        REPORT(fields)
+
+
 @functools.cache
 def timer() -> CompileTimer:
     """The process's one listener for JAX's compile events."""
@@ -106,6 +116,7 @@ def stage_gradient(widths: list[int], dtypes: list[str], calls: int, p_train: in
             out["cases"][key] = {"first_call_seconds": first, "seconds_per_gradient": statistics.median(times),
                                  "min_seconds": min(times), "calls": calls, **shapes(p_train, n_test, N)}
             out["compare"][f"gradient {key}"] = [statistics.median(times), "lower"]
+            partial(**out)
     return out
 
 
@@ -113,9 +124,10 @@ def stage_gradient(widths: list[int], dtypes: list[str], calls: int, p_train: in
 # sampling as the package samples
 # ----------------------------------------------------------------------------
 def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_tree_depth: int,
-               p_train: int | None, n_test: int, sampler: str = "wishart", seed: int = 0) -> dict:
+               p_train: int | None, n_test: int, sampler: str = "wishart", seed: int = 0,
+               chain_method: str = "auto") -> dict:
     """NUTS as :func:`bayes_attn.sample_posterior` runs it (``prepare``, ``build``, the expansion's start and metric,
-    ``nuts.mcmc`` with the chain method ``"auto"`` resolves to, the exact conditional draws of ``f``), its phases
+    ``nuts.mcmc`` with the chain method ``chain_method`` resolves to, the exact conditional draws of ``f``), its phases
     timed apart with their compile seconds, the leapfrog steps of warm-up and sampling counted: useful gradients
     per second over all chains (the rate to compare across platforms, whatever the draws), bulk ESS and R-hat of
     ``U``."""
@@ -129,7 +141,7 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
     smp, store = samplers.get(sampler), samplers.Storage()
     cfg = SamplerSettings(name=sampler, num_warmup=warmup, num_samples=samples, num_chains=chains, seed=seed,
                           dtype=dtype, max_tree_depth=max_tree_depth)
-    method = resolve_chain_method("auto", chains)
+    method = resolve_chain_method(chain_method, chains)
     fields = ("num_steps", "diverging", "accept_prob")
     t: dict = {}
     with x64(dtype == "float64"), threads.limits():
@@ -145,6 +157,7 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
         _, *t["warmup"] = timed(lambda: mcmc.warmup(k_mcmc, *args, extra_fields=fields, collect_warmup=True)
                                 or mcmc.post_warmup_state)
         warm_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
+        partial(chain_method=method, start=started, seconds=t, gradients_warmup=int(warm_steps.sum()))
         draws, *t["sampling"] = timed(lambda: mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=fields)
                                       or mcmc.get_samples(group_by_chain=True))
         extra = mcmc.get_extra_fields(group_by_chain=True)
@@ -242,6 +255,7 @@ def stage_theory(widths: list[int], correction: bool, p_train: int | None, n_tes
                              "action": float(th.action)})
         if N == widths[0]:
             out["compare"][f"solve N={N} correction={corr}, {kind}"] = [wall, "lower"]
+        partial(**out)
     return out
 
 
