@@ -11,7 +11,9 @@
   ``bench_cold_start`` (38: a cold ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36),
   ``bench_adapt`` (30), ``bench_paper_step`` (18: the paper-size model), ``bench_solver`` (17);
   ``bench_contention`` and ``bench_summary`` start one CPU-bound process per core, ``bench_sweep_dask`` two Dask
-  clusters; ``gpu_samplers`` is for a GPU.
+  clusters; ``gpu_samplers`` is for a GPU;
+- slow: the dry run of ``benchmarks/gpu.sh`` (the one command on a lent GPU machine) on the CPU, with ``gpu.py
+  --quick`` (its stages in two worker processes, every code path) and without its tests.
 """
 
 from __future__ import annotations
@@ -173,3 +175,36 @@ def test_report_flags_a_file_that_is_no_envelope(tmp_path):
     (tmp_path / "ok.json").write_text((BENCH / "results" / "solver.json").read_text())
     out, _ = run(BENCH / "report.py", ["--folder", str(tmp_path)], 60)
     assert out.returncode == 1 and "old.json" in out.stderr and "| ok.json" in out.stdout
+
+
+# ----------------------------------------------------------------------------
+# the GPU script's dry run
+# ----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_gpu_script_dry_run(tmp_path):
+    """``JAX_PLATFORMS=cpu GPU_SH_TESTS=0 bash benchmarks/gpu.sh --quick`` (the wheels of ``.whl/``, where
+    scripts/gpu-wheels put them, into a temporary folder; no pytest inside, so that the suite does not run
+    itself): exit 0, one envelope in ``$OUT`` whose every stage is ok and ran on the CPU, both platforms' workers
+    named, a ratio for every pair and the headline. ~45-85 s on 2 cores (two workers compile every stage's
+    programs; the second loads them from a shared cache)."""
+    out_dir = tmp_path / "out"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", GPU_SH_TESTS="0", OUT=str(out_dir), PYTHON=sys.executable,
+               GPU_SH_SITE=str(tmp_path / "site"), PYTHONDONTWRITEBYTECODE="1")
+    before = snapshot(BENCH)
+    done = subprocess.run(["bash", str(BENCH / "gpu.sh"), "--quick"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "default backend: cpu" in done.stdout and "== gpu.py: exit 0" in done.stdout, done.stdout[-3000:]
+    record = json.loads((out_dir / "gpu.json").read_text())
+    assert harness.validate(record) == []
+    assert record["benchmark"] == "gpu" and record["settings"]["quick"] is True
+    stages = record["results"]["stages"]
+    assert list(stages) == record["settings"]["stages"] and len(stages) == 10
+    failed = {name: s.get("error") or s.get("reason") for name, s in stages.items() if s["status"] != "ok"}
+    assert not failed, failed
+    machine = record["machine"]
+    assert machine["device_worker"]["backend"] == machine["cpu_worker"]["backend"] == "cpu"
+    assert machine["device"].startswith("cpu (cpu;") and machine["gpu"] is None
+    assert set(record["results"]["speedups"]) == {name.rsplit(" @", 1)[0] for name in stages}
+    assert record["headline"]["value"] > 0 and set(record["files"]) == {"gpu_device.log", "gpu_cpu.log"}
+    assert snapshot(BENCH) == before

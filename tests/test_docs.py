@@ -2,8 +2,9 @@
 
 - ``bash``: each command has a rule: ``make T`` names a target of the Makefile; ``bayes-attn …`` uses only
   options its subcommand has, and a concrete line (no ``[…]``, ``|`` or ``...``) parses as a whole;
-  ``python SCRIPT …`` names a script that exists and options its ``--help`` lists. A command without a rule fails
-  the test, so that a new kind of command gets one.
+  ``python SCRIPT …`` names a script that exists and options its ``--help`` lists; ``bash SCRIPT.sh …`` names a
+  script that exists and parses (``bash -n``); ``scripts/NAME`` names an executable file there. A command without a
+  rule fails the test, so that a new kind of command gets one.
 - ``python``: the README's runs in tests/test_examples.py; the getting-started page's runs here (slow).
 - ``toml``: parses; a ``[cluster]`` table is a valid dask-jobqueue cluster of the sweep's executors.
 - ``bibtex``: balanced braces, and the title the package's ``CITATION.cff`` cites.
@@ -95,6 +96,11 @@ def check_command(line: str) -> None:
         _check_bayes_attn(words, line)
     elif program.startswith("python") and any(w.endswith(".py") for w in words):
         _check_script(words, line)
+    elif program == "bash" and len(words) > 1 and words[1].endswith(".sh"):
+        assert (ROOT / words[1]).is_file(), f"{line!r}: no script {words[1]}"
+        subprocess.run(["bash", "-n", str(ROOT / words[1])], check=True)
+    elif words[0].startswith("scripts/"):
+        assert os.access(ROOT / words[0], os.X_OK), f"{line!r}: no executable {words[0]}"
     else:
         raise AssertionError(f"{line!r}: no rule checks a {program!r} command (tests/test_docs.py)")
 
@@ -118,7 +124,7 @@ def test_the_rules_catch_a_wrong_command():
     """The rules fail on what they are for: an unknown option, target or script, and a command without a rule."""
     for bad in ("bayes-attn run --widht 3", "make tests", "python inference/fig9.py",
                 "python inference/fig2c.py --nope", "bayes-attn sweep m.toml --executor slurm",
-                "pip install bayes_attn"):
+                "pip install bayes_attn", "bash benchmarks/nope.sh", "scripts/nope"):
         with pytest.raises((AssertionError, SystemExit)):
             check_command(bad)
 
