@@ -139,9 +139,9 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
     setup = problem_seconds(p_train, n_test)
     net, x, y, xt, chosen = image_problem(p_train, n_test)
     smp, store = samplers.get(sampler), samplers.Storage()
-    cfg = SamplerSettings(name=sampler, num_warmup=warmup, num_samples=samples, num_chains=chains, seed=seed,
-                          dtype=dtype, max_tree_depth=max_tree_depth)
     method = resolve_chain_method(chain_method, chains)
+    cfg = SamplerSettings(name=sampler, num_warmup=warmup, num_samples=samples, num_chains=chains, seed=seed,
+                          dtype=dtype, max_tree_depth=max_tree_depth, chain_method=method)
     fields = ("num_steps", "diverging", "accept_prob")
     t: dict = {}
     with x64(dtype == "float64"), threads.limits():
@@ -152,7 +152,7 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
             started = "expansion"
         except ValueError as err:  # as sample_posterior: the prior's start
             start, t["start"], started = None, (0.0, 0.0), f"prior ({err})"
-        mcmc = nuts.mcmc(smp, cfg, model, inputs, store, chain_method=method, start=start)
+        mcmc = nuts.mcmc(smp, cfg, model, inputs, store, start=start)
         k_mcmc, k_cond = jax.random.split(jax.random.key(seed))
         _, *t["warmup"] = timed(lambda: mcmc.warmup(k_mcmc, *args, extra_fields=fields, collect_warmup=True)
                                 or mcmc.post_warmup_state)
@@ -212,9 +212,9 @@ def stage_sample(sampler: str, N: int, dtype: str, chains: int, samples: int, p_
 
     setup = problem_seconds(p_train, n_test)
     net, x, y, xt, chosen = image_problem(p_train, n_test)
+    settings = ba.SamplerSettings(name=sampler, num_chains=chains, num_samples=samples, dtype=dtype, seed=seed)
     post, wall, comp = timed(lambda: ba.sample_posterior(net.with_width(N), x, y, temperature=chosen[N], x_test=xt,
-                                                          sampler=sampler, num_chains=chains, num_samples=samples,
-                                                          dtype=dtype, seed=seed, progress_bar=False))
+                                                          sampler=settings, progress_bar=False))
     t0 = time.perf_counter()
     s = post.summary()
     summary_s = time.perf_counter() - t0
