@@ -19,6 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+__all__ = ["assemble", "chi2_dofs", "factor_chain", "factor_shapes", "level_names", "lower_indices", "num_parameters",
+           "order_parameters_from_factors", "sites_of_order_parameters"]
+
 
 def level_names(L: int) -> list[str]:
     """Level labels in the order of ``widths``: ``["1", ..., "L", "a"]``."""

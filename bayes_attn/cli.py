@@ -37,6 +37,10 @@ from .theory.correction import THEORY_NAMES
 from .threads import one_blas_thread
 from .verdict import EXIT_INCONCLUSIVE, Verdict
 
+__all__ = ["EXIT_DIAGNOSTICS", "EXIT_FAILED", "EXIT_FAILED_JOBS", "EXIT_INTERRUPTED", "EXIT_USAGE", "INTERRUPTED",
+           "KEPT", "MAX_HOST_DEVICES", "MIN_CHAINS", "check_chains", "cmd_prune", "cmd_run", "cmd_sample", "cmd_sweep",
+           "cmd_theory", "configure_logging", "host_devices", "main", "parser", "sampling_plan"]
+
 log = logging.getLogger(__name__)
 
 

@@ -47,6 +47,8 @@ from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
+__all__ = ["Check", "Comparison", "TEMPERATURE_RTOL", "compare", "headline_of", "theories_line"]
+
 
 def headline_of(wanted: str, theory: Theory) -> str:
     """The headline ``wanted`` (``"laplace"`` or ``"none"``), or ``"none"`` when ``theory`` carries no

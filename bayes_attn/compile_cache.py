@@ -46,6 +46,9 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+__all__ = ["ENV_DIR", "ENV_NO_EXPORTED", "ENV_OFF", "UNREADABLE", "cache_dir", "disabled_by_env",
+           "enable_compile_cache", "exported_jit", "own_folder", "program_key"]
+
 ENV_DIR = "BAYES_ATTN_COMPILE_CACHE"
 ENV_OFF = "BAYES_ATTN_NO_COMPILE_CACHE"
 ENV_NO_EXPORTED = "BAYES_ATTN_NO_EXPORTED_PROGRAMS"

@@ -18,6 +18,9 @@ import xarray as xr
 
 from . import _checks, threads
 
+__all__ = ["EXTRA_FIELDS", "MAX_KHAT", "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "SUMMARY_WORKERS", "Summary",
+           "diagnostic_failures", "sample_stats", "summary_table"]
+
 MAX_RHAT = 1.01
 MIN_ESS = 100.0
 MIN_BFMI = 0.3

@@ -37,6 +37,10 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from .kernels import kernel_from_xi
 
+__all__ = ["CHOLESKY_LEAF", "TRIANGULAR_LEAF", "at_xi", "cholesky", "covariance", "cross_kernels", "dual_weights",
+           "gram_cholesky", "log_likelihood", "log_likelihood_features", "mean_from_xi", "moments", "moments_from_xi",
+           "pathwise_weights", "triangular_inverse", "xi_weights"]
+
 
 def covariance(K: jax.Array, temperature: float | jax.Array) -> jax.Array:
     """``G = K + temperature I`` ``[P, P]``, the covariance of the labels ``Y`` given the kernel ``K`` ``[P, P]``."""

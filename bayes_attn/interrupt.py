@@ -24,6 +24,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+__all__ = ["exit_on_interrupt"]
+
 
 def _watch(fd: int, message: bytes, status: int) -> None:
     """Read the signals the C handler writes to ``fd``; at SIGINT, write ``message`` to stderr and exit."""

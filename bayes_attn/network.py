@@ -25,6 +25,10 @@ import numpy as np
 from . import _checks, kernels
 from .kernels import kernel_from_xi, path_kernel_from_xi
 
+__all__ = ["Network", "READOUTS", "Weights", "effective_weights", "forward_from_xi", "forward_token", "head_labels",
+           "order_parameter_labels", "order_parameters_from_partial_weights", "order_parameters_from_weights",
+           "partial_effective_weights"]
+
 READOUTS = ("last", "first", "mean")
 
 

@@ -46,6 +46,10 @@ from pathlib import Path
 
 from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json  # noqa: F401
 
+__all__ = ["CACHE_FOLDERS", "ClashError", "FORMAT", "FailedAfterComputing", "FolderBusyError", "ForeignFolderError",
+           "LOCK", "MANIFEST", "MARKER", "ReplacesResultsError", "STAGING_PREFIX", "Staging", "cache_folder",
+           "check_ours", "check_writable", "clashes", "commit", "hold", "output_folder", "park", "remove_stale"]
+
 log = logging.getLogger(__name__)
 
 LOCK = ".lock"

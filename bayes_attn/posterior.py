@@ -41,6 +41,9 @@ from .samplers import SAMPLERS, SamplerSettings, Storage, get, memory, nuts, pre
 from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
 
+__all__ = ["GUIDED", "Posterior", "check_sampling", "invariant_observables", "load_posterior", "resolve_chain_method",
+           "sample_posterior"]
+
 log = logging.getLogger(__name__)
 GUIDED = ("laplace-is", "laplace-mh")
 """The samplers that draw ``guided_samples`` per chain (docs/theory.md §9)."""

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import jax
 
+__all__ = ["DTYPES", "check_temperature", "float64", "temperature_range", "x64"]
+
 DTYPES = ("float64", "float32")
 
 

@@ -38,6 +38,8 @@ from .samplers.settings import check_keys
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .theory.correction import CORRECTIONS
 
+__all__ = ["CompareSpec", "NetworkSpec", "SHIPPED_SPEC", "Spec", "load_spec", "spec_from_dict"]
+
 
 @dataclass(frozen=True)
 class NetworkSpec:

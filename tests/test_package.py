@@ -297,6 +297,43 @@ def test_signature_check_can_fail():
     assert _long_signatures("class C:\n    def f(self, a, b, c, d, e, f, g, h):\n        pass\n", "m.py") == []
 
 
+def _public_modules() -> list[Path]:
+    """The modules of ``bayes_attn`` no part of whose dotted name starts with ``_`` (``__init__`` files aside)."""
+    return [p for p in sorted((ROOT / "bayes_attn").rglob("*.py"))
+            if not any(part.startswith("_") for part in p.relative_to(ROOT / "bayes_attn").with_suffix("").parts)]
+
+
+def _declared_all(source: str) -> list[str] | None:
+    """The names of a module's top-level ``__all__`` (a literal list or tuple), ``None`` without one."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return [e.value for e in node.value.elts]  # type: ignore[attr-defined]
+    return None
+
+
+def test_every_public_module_says_what_is_public():
+    """Public = listed in ``__all__`` (issue 61): every public module has one, and each name it lists is
+    defined or imported there."""
+    missing, undefined = [], []
+    for path in _public_modules():
+        names = _declared_all(path.read_text())
+        if names is None:
+            missing.append(str(path.relative_to(ROOT)))
+            continue
+        tree = ast.parse(path.read_text())
+        bound = {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                 for a in n.names}
+        bound |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        targets = [t for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                   for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]
+        bound |= {e.id for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])
+                  if isinstance(e, ast.Name)}
+        bound |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        undefined += [f"{path.relative_to(ROOT)}: {name}" for name in names if name not in bound]
+    assert not missing, missing
+    assert not undefined, undefined
+
+
 TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?!\[[a-z-]+(,\s*[a-z-]+)*\])")
 """A ``# type: ignore`` comment without its error codes (``# type: ignore[attr-defined]`` names one)."""
 

@@ -17,6 +17,8 @@ from .. import _io
 from .model import ModelConfig, Params, check_params
 from .training import History, TrainConfig
 
+__all__ = ["FORMAT", "FORMAT_VERSION", "SavedModel", "changed", "load_model", "mismatches", "save_model"]
+
 FORMAT = "bayes_attn.training.gd_model"
 """The ``format`` of a saved model file (the name it has had since the first files; kept so they load)."""
 FORMAT_VERSION = 1

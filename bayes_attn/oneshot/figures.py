@@ -22,6 +22,9 @@ from ..precision import float64
 from ..theory import Theory
 from .prune_result import PruneResult
 
+__all__ = ["accuracy_vs_width", "cumulative_pruning", "not_sampled", "order_parameters", "path_kernels",
+           "score_vs_drop"]
+
 
 def _subplots(*grid: int, figsize: tuple[float, float]):
     fig = Figure(figsize=figsize)

@@ -33,6 +33,10 @@ import numpy as np
 from .. import _checks, stats
 from ..network import Network, Weights, order_parameters_from_weights
 
+__all__ = ["ModelConfig", "Params", "TrainedOrderParameters", "accuracy", "attention", "check_params", "config_of",
+           "correct", "forward", "init_params", "nearest_neighbour_accuracy", "predict", "to_network",
+           "trained_order_parameters"]
+
 
 # ----- configuration ----------------------------------------------------------
 @dataclass(frozen=True)

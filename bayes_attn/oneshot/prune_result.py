@@ -28,6 +28,10 @@ from .model import ModelConfig, Params
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
 from .training import History
 
+__all__ = ["Accuracy", "ModelMetrics", "OodAccuracy", "PAPER_SPEARMAN_RHO", "PruneResult", "SamplingVerdict",
+           "ScoreSpreads", "Spread", "Temperatures", "TheoryVerdict", "TrainedModel", "WidthComparison", "from_json",
+           "load_pruning", "to_json", "width_comparison", "write"]
+
 PAPER_SPEARMAN_RHO = 0.86
 """The paper's head score vs single-head drop Spearman ρ (its Fig. 3, 2 × 4 heads)."""
 

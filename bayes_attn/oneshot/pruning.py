@@ -25,6 +25,12 @@ from .. import _checks, stats
 from ..theory import head_scores  # noqa: F401  (re-exported: the one implementation lives with Theory)
 from .model import ModelConfig, Params, check_params, correct
 
+__all__ = ["ALTERNATIVES", "Cumulative", "HeadDrops", "PruningResult", "RandomPruning", "Spearman", "SpearmanSpread",
+           "TheoryAblation", "ablate", "all_heads", "ascending_order", "bootstrap_accuracy", "class_bootstrap",
+           "cumulative_pruning", "descending_order", "head_correctness", "path_factors", "pruning_report",
+           "random_orders", "random_pruning", "rank_correlation", "single_head_drops", "spearman", "spearman_spread",
+           "theory_head_drops"]
+
 ALTERNATIVES = ("greater", "less", "two-sided")
 
 

@@ -21,6 +21,9 @@ from ..verdict import NOT_COMPARED
 from . import figures
 from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
 
+__all__ = ["BINOMIAL_NOTE", "FIGURES", "comparison_dataset", "draw_figures", "figures_of", "report_markdown",
+           "results_dataset", "save_dataset"]
+
 FIGURES = {
     "accuracy_vs_width.png": "(a) test accuracy vs N: theory, GP, sampled; GD model and pixel baseline",
     "score_vs_drop.png": "(b) head score vs accuracy drop, Spearman ρ and p",

@@ -50,6 +50,10 @@ from ..tasks import OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
 from .model import ModelConfig
 from .training import TrainConfig
 
+__all__ = ["DEFAULT_DATA_DIR", "DIGITS_SPLIT", "KINDS", "ModelSpec", "ONESHOT_SPLIT", "OOD_SETS", "OPTIONAL_PARTS",
+           "OneShotSpec", "PAPER_RECIPE", "PAPER_STEPS", "PARTS", "PROJECT_ROOT", "PruningSpec", "SECTIONS",
+           "SHIPPED_SPEC", "TORCH_QK_SCALE", "TaskSpec", "TheorySpec", "deviations", "load_oneshot_spec"]
+
 KINDS = ("omniglot", "digits")
 OOD_SETS = ("all_runs", "digits")
 PARTS = ("gd_train", "validation", "test")

@@ -23,6 +23,8 @@ import optax
 from .. import _checks
 from .model import ModelConfig, Params, _check_pm1, accuracy, check_params, forward, init_params
 
+__all__ = ["History", "LEARNING_SIGMAS", "OPTIMIZERS", "TrainConfig", "train"]
+
 log = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adam", "adamw")

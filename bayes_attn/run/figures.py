@@ -22,6 +22,10 @@ from ..compare import THEORY_NAMES, Comparison
 from ..stats import power_law_slope
 from ..theory import Theory
 
+__all__ = ["FINITE_SIZE_CHECKS", "INCONCLUSIVE", "THEORY_COLORS", "alignment", "finite_size", "heatmap",
+           "inconclusive_points", "order_parameter", "order_parameter_sd", "plain_log_ticks", "predictor",
+           "sweep_accuracy"]
+
 
 def _subplots(*grid: int, figsize: tuple[float, float], layout: Literal["constrained", "tight"] | None = None):
     fig = Figure(figsize=figsize, layout=layout)

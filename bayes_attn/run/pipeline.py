@@ -33,6 +33,9 @@ if TYPE_CHECKING:  # imported where used: the theory command needs neither sampl
     from ..diagnostics import Summary
     from ..posterior import Posterior
 
+__all__ = ["RUN_FILES", "RunResult", "SAMPLE_FILES", "SampleResult", "THEORY_FILES", "TheoryResult", "gp_accuracies",
+           "gp_on_paths", "point_of", "run", "sample_run", "theory_accuracy", "theory_run"]
+
 
 def point_of(spec: Spec, width: int | None = None, temperature: float | None = None, *,
              correction: str = "laplace", sampler: SamplerSettings | None = None, progress_bar: bool = False) -> Point:

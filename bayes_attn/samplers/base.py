@@ -59,6 +59,11 @@ from ..kernels import (
 )
 from ..network import Network, forward_from_xi, order_parameters_from_partial_weights, partial_effective_weights
 
+__all__ = ["BATCH_BYTES", "CONDITIONAL_BATCH", "FeatureNormal", "GramNormal", "Sampler", "SamplerInputs", "Start",
+           "Storage", "batch_size", "conditional_outputs", "full_observables", "gram", "input_projection",
+           "likelihood_data", "likelihood_form", "map_batches", "no_conditional", "observation",
+           "order_parameter_observables", "pathwise_draw", "prepare", "upper", "upper_weights", "weight_observables"]
+
 
 class SamplerInputs(NamedTuple):
     """A sampling problem, with arrays in the sampling dtype.

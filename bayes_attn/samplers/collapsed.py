@@ -33,6 +33,8 @@ from .base import (
 )
 from .settings import SAMPLER_DESCRIPTIONS
 
+__all__ = ["SAMPLER", "build", "conditional", "conditional_V0", "model"]
+
 
 def model(data, y, *, heads, widths, variances, temperature, form="tensor"):
     """``Y ~ Normal(0, K(U) + temperature I)`` with ``U = w wᵀ / N1``; ``data`` as the likelihood's ``form`` reads it

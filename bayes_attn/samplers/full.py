@@ -16,6 +16,8 @@ from ..network import effective_weights, forward_from_xi
 from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
 from .settings import SAMPLER_DESCRIPTIONS
 
+__all__ = ["SAMPLER", "build", "model"]
+
 
 def model(xi, y, *, heads, widths, variances, temperature):
     """Priors of §1; ``y ~ Normal(f, temperature)`` with ``f`` from ``xi`` ``[P, D, N0]``."""

@@ -16,6 +16,8 @@ from ..network import Weights, forward_token
 from .base import Sampler, SamplerInputs, full_observables, input_projection, no_conditional, upper_weights
 from .settings import SAMPLER_DESCRIPTIONS
 
+__all__ = ["SAMPLER", "build", "model"]
+
 
 def model(x, omegas, y, *, heads, widths, variances, temperature):
     """``x`` ``[P, T, N0]``; ``omegas`` the fixed attention of every layer (``Network.attention_matrices``)."""

@@ -80,6 +80,11 @@ from .proposal import PROPOSAL_DF, PROPOSAL_MIX, Proposal, proposals
 from .settings import SAMPLER_DESCRIPTIONS, SamplerSettings
 from .weights import psis, systematic_resample
 
+__all__ = ["ADAPT_BELOW", "ADAPT_ROUNDS", "Guide", "GuideOnce", "GuidedDraws", "IS_SAMPLER", "MH_SAMPLER",
+           "MIN_CURVATURE", "PILOT_FRACTION", "PILOT_MIN_ESS_PER_DIMENSION", "PILOT_RULES_OUT", "PROPOSAL_BASIS_BYTES",
+           "PROPOSAL_BATCH", "RuledOut", "adapt", "guide", "importance", "metropolis", "observables_of", "plan",
+           "proposal_form", "propose"]
+
 MIN_CURVATURE = 1e-6
 """Smallest eigenvalue of the proposal's ``H``, relative to its largest (:func:`guide`)."""
 

@@ -20,6 +20,9 @@ from .base import Sampler, SamplerInputs, Storage
 from .laplace import proposal_form
 from .settings import SamplerSettings
 
+__all__ = ["HEADROOM", "TooBigError", "WORKING_COPIES", "abstract_build", "available_bytes", "check_fits",
+           "check_guided_draws", "check_memory", "estimate_bytes", "guided_bytes", "latent_sizes"]
+
 WORKING_COPIES = 30
 """Latent-sized arrays per chain held while sampling (a generous bound; NumPyro's NUTS keeps about 10)."""
 

@@ -28,6 +28,8 @@ from numpyro.infer.hmc import hmc
 from .base import Sampler, SamplerInputs, Start, Storage
 from .settings import SamplerSettings
 
+__all__ = ["functional", "kernel", "mcmc", "one_program"]
+
 
 def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, start: Start | None = None) -> NUTS:
     """NUTS on ``model`` with ``settings.target_accept`` and ``settings.max_tree_depth``, started by ``init_strategy``,

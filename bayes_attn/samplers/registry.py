@@ -8,6 +8,8 @@ from . import collapsed, full, full_token, laplace, wishart
 from .base import Sampler
 from .settings import AUTO, SAMPLER_NAMES
 
+__all__ = ["SAMPLERS"]
+
 SAMPLERS: dict[str, Sampler] = {s.name: s for s in (full.SAMPLER, full_token.SAMPLER, collapsed.SAMPLER,
                                                     wishart.SAMPLER, laplace.IS_SAMPLER, laplace.MH_SAMPLER)}
 """Sampler name → :class:`~bayes_attn.samplers.base.Sampler`: ``full``, ``full-token``, ``collapsed``, ``wishart``,

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from .. import _checks
 from ..precision import DTYPES
 
+__all__ = ["AUTO", "AUTO_ORDER", "CHAIN_METHODS", "DEFAULT_SAMPLER", "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES",
+           "STARTS", "SamplerSettings", "check_keys"]
+
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
 STARTS = ("expansion", "prior")
 AUTO = "auto"

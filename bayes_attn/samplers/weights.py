@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["psis", "systematic_resample"]
+
 
 def psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
     """Pareto-smoothed log weights (arviz-stats' ``psislw``) of ``log_w`` ``[chain, draw]``, pooled over all

@@ -110,6 +110,10 @@ from .base import (
 from .laplace import Guide, guide
 from .settings import SAMPLER_DESCRIPTIONS
 
+__all__ = ["SAMPLER", "StandardLogChi2", "build", "conditional", "diagonal_distribution", "factor_sites",
+           "factors_from_diagonals", "factors_from_draw", "factors_from_sites", "model", "observables", "prior_draw",
+           "site_sizes", "start"]
+
 
 class StandardLogChi2(dist.Distribution):
     """``t = (log c − log 2 − ψ(ν/2)) / sqrt(ψ'(ν/2))`` for ``c ~ χ²(ν)``: mean 0, variance 1, on the real line.

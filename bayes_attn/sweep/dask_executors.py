@@ -34,6 +34,8 @@ from typing import Any
 from ..compile_cache import own_folder
 from .jobs import Job, Outcome, Progress, check_int, describe_exception, say
 
+__all__ = ["CONNECT_TIMEOUT", "DaskJobqueue", "DaskLocal", "DaskScheduler", "JOBQUEUE_CLASSES", "SHELL_OPTIONS"]
+
 JOBQUEUE_CLASSES = ("SLURMCluster", "PBSCluster", "SGECluster", "LSFCluster", "HTCondorCluster", "OARCluster",
                     "MoabCluster")
 _BLAS_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -24,6 +24,8 @@ from typing import Any, TextIO
 
 from .._io import digest
 
+__all__ = ["InProcess", "Job", "Outcome", "Progress", "check_int", "describe_exception", "job_seed", "run_jobs", "say"]
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")

@@ -37,6 +37,9 @@ from ..spec import Spec, spec_from_dict
 from ..stats import accuracy, choose_temperature, power_law_slope
 from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
 
+__all__ = ["CACHE_VERSION", "MIN_CHAINS_SE", "SWEEP_FILES", "THEORY_VARS", "alpha_sweep", "best_temperature_view",
+           "run_job", "sample_job", "sweep", "sweep_jobs", "sweep_verdict", "theory_job"]
+
 log = logging.getLogger(__name__)
 
 CACHE_VERSION = 5

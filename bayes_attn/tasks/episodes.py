@@ -17,6 +17,8 @@ import numpy as np
 from .. import _checks
 from .images import ImageSet
 
+__all__ = ["Episodes", "N_IMAGES", "Tokenizer", "make_episodes"]
+
 N_IMAGES = 3
 """Images per episode: support 0, support 1, query (label embeddings 0, 1, 2)."""
 

@@ -23,6 +23,9 @@ from PIL import Image
 
 from .. import _checks
 
+__all__ = ["DEFAULT_SPLIT", "ImageSet", "OMNIGLOT_FULL_FILES", "OMNIGLOT_RUNS_FILE", "OMNIGLOT_SMALL_FILES",
+           "ROTATIONS", "read_digits", "read_omniglot", "read_omniglot_runs", "split_by_class", "split_by_group"]
+
 OMNIGLOT_SMALL_FILES = ("images_background_small1.zip", "images_background_small2.zip")
 """The two "small" Omniglot background sets (Greek and Latin are in both)."""
 

@@ -18,6 +18,8 @@ import numpy as np
 from .. import _checks
 from ..network import Network
 
+__all__ = ["FIG2C_LAYERS", "FIG2E_LAYERS", "HEADS", "MarkovTask", "fig2c", "fig2e"]
+
 HEADS = ("same_token", "different_token", "uniform", "random")
 
 

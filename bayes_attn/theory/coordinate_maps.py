@@ -18,6 +18,9 @@ from ..bartlett import assemble, order_parameters_from_factors
 from .coordinates import log_cholesky_to_vech, sizes, unpack
 from .objective import Problem
 
+__all__ = ["MAPS", "bartlett_order_parameters", "bartlett_prior", "log_cholesky_order_parameters", "log_cholesky_prior",
+           "log_cholesky_split", "n_diagonals", "n_lower"]
+
 
 def n_diagonals(shapes) -> int:
     return sum(r for _, r in shapes)
