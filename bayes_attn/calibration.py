@@ -68,9 +68,9 @@ import scipy.stats
 from numpyro.distributions import biject_to
 from numpyro.infer.util import initialize_model
 
-from . import _checks
+from ._internal import checks as _checks
+from ._internal.precision import x64
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
-from .precision import x64
 from .samplers import SamplerSettings, Storage, get, nuts, prepare
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]

@@ -25,16 +25,17 @@ import re
 import sys
 from pathlib import Path
 
-from . import _checks, verdict
-from ._arguments import DEFAULT_OUT, build
-from .compile_cache import enable_compile_cache
-from .interrupt import exit_on_interrupt
-from .outputs import FailedAfterComputing, FolderBusyError
-from .precision import check_temperature
+from . import verdict
+from ._internal import checks as _checks
+from ._internal.arguments import DEFAULT_OUT, build
+from ._internal.compile_cache import enable_compile_cache
+from ._internal.interrupt import exit_on_interrupt
+from ._internal.outputs import FailedAfterComputing, FolderBusyError
+from ._internal.precision import check_temperature
+from ._internal.threads import one_blas_thread
 from .samplers.settings import AUTO, AUTO_ORDER, SamplerSettings
 from .spec import Spec, load_spec
 from .theory.correction import THEORY_NAMES
-from .threads import one_blas_thread
 from .verdict import EXIT_INCONCLUSIVE, Verdict
 
 __all__ = ["EXIT_DIAGNOSTICS", "EXIT_FAILED", "EXIT_FAILED_JOBS", "EXIT_INTERRUPTED", "EXIT_USAGE", "INTERRUPTED",
@@ -180,7 +181,7 @@ def sampling_plan(cfg: SamplerSettings, P: int) -> str:
 
 
 def cmd_sample(args) -> int:
-    from .run.pipeline import sample_run
+    from .runs.pipeline import sample_run
 
     spec, out = _setup(args)
     net = spec.net()
@@ -195,7 +196,7 @@ def cmd_sample(args) -> int:
 def cmd_theory(args) -> int:
     import pandas as pd
 
-    from .run.pipeline import theory_run
+    from .runs.pipeline import theory_run
 
     spec, out = _setup(args, sampler=False)
     temperature = spec.temperature
@@ -222,8 +223,8 @@ def cmd_theory(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .run.pipeline import run
-    from .run.report import comparison_report
+    from .runs.pipeline import run
+    from .runs.report import comparison_report
 
     spec, out = _setup(args)
     print(f"{spec.name}: theory + {sampling_plan(spec.sampler, spec.task.n_train)} + comparison at "
@@ -239,7 +240,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .compile_cache import cache_dir, disabled_by_env
+    from ._internal.compile_cache import cache_dir, disabled_by_env
     from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
     from .sweep.table import sweep, sweep_verdict
 

@@ -3,7 +3,7 @@
 :class:`Summary` holds ArviZ's table of the invariant observables with the
 sampler's own statistics; :func:`diagnostic_failures` says why draws cannot be
 trusted (R-hat, bulk ESS, divergences, BFMI, the Pareto ``k̂`` of importance
-sampling), the rule the verdicts of :mod:`bayes_attn.compare` and ``auto``'s
+sampling), the rule the verdicts of :mod:`bayes_attn.comparison` and ``auto``'s
 choice of sampler read.
 """
 
@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from . import _checks, threads
+from ._internal import checks as _checks
+from ._internal import threads
 
 __all__ = ["EXTRA_FIELDS", "MAX_KHAT", "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "SUMMARY_WORKERS", "Summary",
            "diagnostic_failures", "sample_stats", "summary_table"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _checks
+from ._internal import checks as _checks
 from .kernels import Basis
 from .network import Network
 from .samplers import SamplerSettings
@@ -30,7 +30,7 @@ from .theory.corrected import check_correction_fits
 from .theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: a theory-only point needs neither sampling nor the comparison
-    from .compare import Comparison
+    from .comparison import Comparison
     from .posterior import Posterior
     from .verdict import Verdict
 
@@ -146,7 +146,7 @@ def evaluate(point: Point, *, theory: Theory | None = None) -> PointResult:
         _check_theory(point, theory)
         limit = gp_of(point)
     assert limit is not None
-    from .compare import compare, headline_of
+    from .comparison import compare, headline_of
 
     t0 = time.perf_counter()
     post = sample(point)

@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks
-from .fingerprints import fingerprint
-from .precision import float64
-from .threads import limits
+from ._internal import checks as _checks
+from ._internal.fingerprints import fingerprint
+from ._internal.precision import float64
+from ._internal.threads import limits
 
 __all__ = [
     "omegas", "xi", "path_kernel_from_xi", "kernel_from_C", "kernel_diag_from_xi", "kernel_from_xi",

@@ -22,7 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _checks, kernels
+from . import kernels
+from ._internal import checks as _checks
 from .kernels import kernel_from_xi, path_kernel_from_xi
 
 __all__ = ["Network", "READOUTS", "Weights", "effective_weights", "forward_from_xi", "forward_token", "head_labels",

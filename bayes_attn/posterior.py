@@ -31,12 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from . import _checks, _io, gp, threads
+from . import gp
+from ._internal import checks as _checks
+from ._internal import io as _io
+from ._internal import threads
+from ._internal.fingerprints import fingerprint
+from ._internal.precision import check_temperature, x64
 from .diagnostics import EXTRA_FIELDS, Summary, sample_stats, summary_table
-from .fingerprints import fingerprint
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
-from .precision import check_temperature, x64
 from .samplers import SAMPLERS, SamplerSettings, Storage, get, memory, nuts, prepare
 from .samplers.base import map_batches
 from .samplers.settings import AUTO, AUTO_ORDER
@@ -401,7 +404,7 @@ class Posterior:
         """ArviZ diagnostics on the invariant observables, plus sampler statistics (those the sampler has).
 
         Computed at the first call and returned again after (ArviZ's diagnostics of every output over every draw:
-        ``auto``, ``bayes-attn sample`` and :func:`~bayes_attn.compare.compare` all read it)."""
+        ``auto``, ``bayes-attn sample`` and :func:`~bayes_attn.comparison.compare` all read it)."""
         return self._summary
 
     @functools.cached_property

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _checks
-from ._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
+from ._internal import checks as _checks
+from ._internal.spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
 from .network import Network
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys

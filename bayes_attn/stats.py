@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _checks
+from ._internal import checks as _checks
 
 __all__ = ["accuracy", "accuracy_se", "binomial_se", "choose_temperature", "correct", "power_law_slope", "proportion",
            "sign"]

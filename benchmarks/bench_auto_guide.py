@@ -61,7 +61,7 @@ from bench_guided import landed_fig3  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from bayes_attn.precision import x64  # noqa: E402
+from bayes_attn._internal.precision import x64  # noqa: E402
 from bayes_attn.samplers import laplace, prepare, wishart  # noqa: E402
 
 

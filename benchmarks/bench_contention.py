@@ -11,9 +11,9 @@ pays it).
 Configurations, measured side by side in one run:
 
 - ``defaults``: the library as it is (one BLAS thread inside each call,
-  ``chain_method="auto"`` → sequential on a CPU; :mod:`bayes_attn.threads`);
+  ``chain_method="auto"`` → sequential on a CPU; :mod:`bayes_attn._internal.threads`);
 - ``all_threads``: the behaviour before those defaults: BLAS with one thread
-  per core (``OMP_NUM_THREADS`` = cores, which :func:`bayes_attn.threads.limits`
+  per core (``OMP_NUM_THREADS`` = cores, which :func:`bayes_attn._internal.threads.limits`
   respects) and ``chain_method="vectorized"``.
 
 Conditions: ``quiet`` (nothing started by the benchmark; other users' load is

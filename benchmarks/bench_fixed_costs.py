@@ -80,12 +80,13 @@ jax.config.update("jax_enable_x64", True)
 
 from harness import CompileTimer  # noqa: E402
 
-from bayes_attn import samplers, threads  # noqa: E402
+from bayes_attn import samplers  # noqa: E402
+from bayes_attn._internal import threads  # noqa: E402
 from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
 from bayes_attn.posterior import Posterior  # noqa: E402
 from bayes_attn.samplers import nuts  # noqa: E402
-from bayes_attn.samplers.wishart import num_parameters  # noqa: E402
 from bayes_attn.tasks import markov  # noqa: E402
+from bayes_attn.theory.bartlett import num_parameters  # noqa: E402
 
 
 def run_once(mode: str, net, x, y, xt, a, timer: CompileTimer, sampler: str = "wishart") -> dict:

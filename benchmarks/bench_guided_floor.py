@@ -13,7 +13,7 @@ rounds, after compilation:
 - ``conditional``: ``f_train``, ``f_test`` for 20 000 draws of ``U`` on their own (``samplers.conditional_outputs``,
   the NUTS samplers' draws and ``laplace-is``'s repeated copies), per draw;
 - ``cholesky``: one batched ``P × P`` Cholesky factorisation (jitted, batches of 1024), per matrix
-  (these three inside ``bayes_attn.threads.limits()``, as the library runs them);
+  (these three inside ``bayes_attn._internal.threads.limits()``, as the library runs them);
 - ``laplace-is`` and ``wishart`` 4 × (500 + 2000) through ``sample_posterior`` (second calls), with their
   ESS of ``U``.
 
@@ -69,7 +69,8 @@ import numpy as np  # noqa: E402
 from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
 from harness import times  # noqa: E402
 
-from bayes_attn import markov, threads  # noqa: E402
+from bayes_attn import markov  # noqa: E402
+from bayes_attn._internal import threads  # noqa: E402
 from bayes_attn.samplers import conditional_outputs, laplace, prepare  # noqa: E402
 
 NUTS_STEPS_PER_DRAW = 22.0
@@ -143,8 +144,8 @@ def fig2c(rounds: int, quick: bool) -> dict:
 def image(rounds: int, quick: bool) -> dict:
     from bench_kernel_forms import gradient_fn, problem  # benchmarks/bench_kernel_forms.py
 
-    from bayes_attn.precision import x64
-    from bayes_attn.samplers.wishart import factor_shapes
+    from bayes_attn._internal.precision import x64
+    from bayes_attn.theory.bartlett import factor_shapes
 
     cfg = dict(heads=(2, 2), P=120, N0=16, T=8, width=10) if quick else dict(heads=(4, 4), P=600, N0=64, T=8, width=10)
     net, x, y = problem(**cfg)

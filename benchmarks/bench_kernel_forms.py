@@ -75,12 +75,13 @@ import numpyro.distributions as dist  # noqa: E402
 from numpyro.infer.util import initialize_model  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
-from bayes_attn import threads  # noqa: E402
+from bayes_attn._internal import threads  # noqa: E402
+from bayes_attn._internal.precision import x64  # noqa: E402
 from bayes_attn.kernels import choose_kernel_form, kernel_form_costs  # noqa: E402
-from bayes_attn.precision import x64  # noqa: E402
 from bayes_attn.samplers import prepare  # noqa: E402
 from bayes_attn.samplers.base import gram, likelihood_data  # noqa: E402
-from bayes_attn.samplers.wishart import factor_chain, factor_shapes, factor_sites, model  # noqa: E402
+from bayes_attn.samplers.wishart import factor_sites, model  # noqa: E402
+from bayes_attn.theory.bartlett import factor_chain, factor_shapes  # noqa: E402
 
 CASES = {
     "image N=100": dict(heads=(4, 4), P=600, N0=64, T=8, width=100),

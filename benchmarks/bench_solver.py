@@ -72,7 +72,7 @@ from harness import times  # noqa: E402
 
 from bayes_attn import markov  # noqa: E402
 from bayes_attn import theory as th  # noqa: E402
-from bayes_attn.precision import float64  # noqa: E402
+from bayes_attn._internal.precision import float64  # noqa: E402
 from bayes_attn.theory.coordinates import (  # noqa: E402
     log_cholesky,
     log_cholesky_to_vech,

@@ -49,7 +49,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
-from bayes_attn import markov, threads  # noqa: E402
+from bayes_attn import markov  # noqa: E402
+from bayes_attn._internal import threads  # noqa: E402
 from bayes_attn.diagnostics import summary_table  # noqa: E402
 
 

@@ -97,7 +97,7 @@ from harness import CompileTimer, timed_nuts  # noqa: E402
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin  # noqa: E402
 
 from bayes_attn import markov, samplers  # noqa: E402
-from bayes_attn.precision import x64  # noqa: E402
+from bayes_attn._internal.precision import x64  # noqa: E402
 
 
 def diagnostics(U, f_test) -> dict:

@@ -95,8 +95,9 @@ def stage_gradient(widths: list[int], dtypes: list[str], calls: int, p_train: in
     the median of ``calls`` calls."""
     from numpyro.infer.util import initialize_model
 
-    from bayes_attn import samplers, threads
-    from bayes_attn.precision import x64
+    from bayes_attn import samplers
+    from bayes_attn._internal import threads
+    from bayes_attn._internal.precision import x64
 
     setup = problem_seconds(p_train, n_test)
     net, x, y, _, chosen = image_problem(p_train, n_test)
@@ -131,9 +132,10 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
     timed apart with their compile seconds, the leapfrog steps of warm-up and sampling counted: useful gradients
     per second over all chains (the rate to compare across platforms, whatever the draws), bulk ESS and R-hat of
     ``U``."""
-    from bayes_attn import samplers, threads
+    from bayes_attn import samplers
+    from bayes_attn._internal import threads
+    from bayes_attn._internal.precision import x64
     from bayes_attn.posterior import resolve_chain_method
-    from bayes_attn.precision import x64
     from bayes_attn.samplers import SamplerSettings, nuts
 
     setup = problem_seconds(p_train, n_test)

@@ -32,14 +32,14 @@ if __name__ == "__main__":
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--samples", type=int, default=1000)
     a = p.parse_args()
-    from bayes_attn.threads import one_blas_thread  # after parsing: --help imports nothing heavy
+    from bayes_attn._internal.threads import one_blas_thread  # after parsing: --help imports nothing heavy
 
     one_blas_thread()
     import numpyro
     import xarray as xr
 
     from bayes_attn import load_spec
-    from bayes_attn.run import figures
+    from bayes_attn.runs import figures
     from bayes_attn.sweep.table import alpha_sweep
 
     numpyro.set_host_device_count(4)  # one CPU device per chain

@@ -19,7 +19,7 @@ if __name__ == "__main__":
     import xarray as xr  # after parsing: --help imports nothing heavy
 
     from bayes_attn import gp_limit, solve_theory
-    from bayes_attn.run import figures
+    from bayes_attn.runs import figures
     from bayes_attn.spec import load_spec
 
     spec = load_spec("models/markov_4paths.toml")

@@ -96,7 +96,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--patience", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=160)
     args = ap.parse_args(argv)
-    from bayes_attn import outputs
+    from bayes_attn._internal import outputs
     from bayes_attn.cli import configure_logging
 
     configure_logging(1)

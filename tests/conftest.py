@@ -19,7 +19,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: chains in parallel on 2 cores
 # One persistent compilation cache per test run, in a temporary folder (never the user's cache folder): the
 # xdist workers and the commands the tests start in subprocesses load what another process compiled. Results
-# do not depend on it (bayes_attn.compile_cache). tests/test_threads.py checks the command's cache switches
+# do not depend on it (bayes_attn._internal.compile_cache). tests/test_threads.py checks the command's cache switches
 # with its own settings. The controlling process makes the folder before the workers start and removes it.
 os.environ.pop("BAYES_ATTN_NO_COMPILE_CACHE", None)
 
@@ -29,7 +29,7 @@ import numpyro  # noqa: E402
 import pytest  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
-from bayes_attn.compare import MIN_ESS as COMPARE_MIN_ESS  # noqa: E402
+from bayes_attn.diagnostics import MIN_ESS as COMPARE_MIN_ESS  # noqa: E402
 from bayes_attn.oneshot.model import ModelConfig, Params, init_params  # noqa: E402
 
 numpyro.set_host_device_count(2)
@@ -161,7 +161,7 @@ def pytest_sessionstart(session):
 
 
 def pytest_configure(config):
-    from bayes_attn.compile_cache import ENV_DIR, ENV_NO_EXPORTED, enable_compile_cache
+    from bayes_attn._internal.compile_cache import ENV_DIR, ENV_NO_EXPORTED, enable_compile_cache
 
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
         os.environ[ENV_DIR] = config.stash[_RUN_CACHE] = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")

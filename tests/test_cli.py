@@ -14,12 +14,13 @@ from conftest import one_line as _one_line
 from conftest import spec_file as _spec_file
 
 import bayes_attn as ba
-from bayes_attn import cli, experiment, outputs
+from bayes_attn import cli, experiment
+from bayes_attn._internal import outputs
 from bayes_attn.spec import spec_from_dict
 
 
 def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypatch):
-    from bayes_attn.run import pipeline
+    from bayes_attn.runs import pipeline
     from bayes_attn.sweep import table
 
     path = _spec_file(tmp_path)
@@ -110,7 +111,7 @@ def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_pat
         assert cli.main(argv) == cli.EXIT_USAGE
         line = _one_line(capsys.readouterr().err)
         assert "temperature" in line and "float32" in line, line
-    from bayes_attn.precision import check_temperature
+    from bayes_attn._internal.precision import check_temperature
 
     assert check_temperature(1e39, "float64") == 1e39 and check_temperature(0.01, "float32") == 0.01
     for bad in (float("inf"), float("nan"), 0.0, -1.0):
@@ -145,7 +146,7 @@ def test_disk_full_is_one_line(tmp_path, capsys, monkeypatch):
         raise RuntimeError("NetCDF: HDF error")
 
     monkeypatch.setattr(xr.Dataset, "to_netcdf", full)
-    monkeypatch.setattr(xr.Dataset, "dump_to_store", full)  # how bayes_attn._io writes a Dataset in memory
+    monkeypatch.setattr(xr.Dataset, "dump_to_store", full)  # how bayes_attn._internal.io writes a Dataset in memory
     monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0))
     assert cli.main(["theory", str(_spec_file(tmp_path)), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)

@@ -10,11 +10,11 @@ import xarray as xr
 from conftest import random_data, random_network, record_check, rng_of, seed_of
 
 import bayes_attn as ba
-from bayes_attn.compare import MAX_RHAT, MIN_BFMI, MIN_ESS, Check, Comparison
-from bayes_attn.diagnostics import sample_stats
-from bayes_attn.fingerprints import fingerprint
+from bayes_attn._internal.fingerprints import fingerprint
+from bayes_attn.comparison import Check, Comparison
+from bayes_attn.diagnostics import MAX_RHAT, MIN_BFMI, MIN_ESS, sample_stats
 from bayes_attn.posterior import Posterior
-from bayes_attn.run.report import comparison_report
+from bayes_attn.runs.report import comparison_report
 from bayes_attn.stats import accuracy
 
 

@@ -17,7 +17,7 @@ from bayes_attn.samplers import SamplerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIENCE = ("solve_theory", "gp_limit", "sample_posterior", "compare")
-JOBS = ("run/pipeline.py", "sweep/table.py", "oneshot/pipeline.py", "cli.py")
+JOBS = ("runs/pipeline.py", "sweep/table.py", "oneshot/pipeline.py", "cli.py")
 """The job modules: each reaches the science through :mod:`bayes_attn.experiment` alone."""
 
 
@@ -48,7 +48,7 @@ def test_no_job_wires_the_science_itself(module):
 
 
 def test_run_sweep_and_prune_evaluate_the_same_point():
-    for module in ("run/pipeline.py", "sweep/table.py", "oneshot/scan.py"):
+    for module in ("runs/pipeline.py", "sweep/table.py", "oneshot/scan.py"):
         assert "evaluate" in _called(ROOT / "bayes_attn" / module), module
     # prune's scan solves the theory grid; its points take that theory and sample and compare through the point
     assert not _called(ROOT / "bayes_attn/oneshot/scan.py") & {"gp_limit", "sample_posterior", "compare"}

@@ -15,7 +15,7 @@ def test_kernel_forms_agree_in_float64(rank):
     gradient in float64, and the tensor and ξ forms the same Gram matrix; P = 30 > rank · N0 so Woodbury applies."""
     import jax.numpy as jnp
 
-    from bayes_attn.precision import x64
+    from bayes_attn._internal.precision import x64
     from bayes_attn.samplers.base import FeatureNormal, gram, likelihood_data, observation, prepare
 
     net = ba.Network(random_network((2, 2), N0=5).attention, 3, [0.7, 1.1, 0.9, 1.3])

@@ -1,6 +1,6 @@
-"""Output folders and files (bayes_attn.outputs): whose files may be replaced, one writer, staging, interrupted
-and replaced runs, foreign manifests, linked locks and stale temporaries; checksums, JSON attributes and package
-versions of saved files."""
+"""Output folders and files (bayes_attn._internal.outputs): whose files may be replaced, one writer, staging,
+interrupted and replaced runs, foreign manifests, linked locks and stale temporaries; checksums, JSON attributes and
+package versions of saved files."""
 
 import json
 import os
@@ -25,8 +25,9 @@ from conftest import (
 )
 
 import bayes_attn as ba
-from bayes_attn import cli, experiment, outputs
-from bayes_attn.run import pipeline
+from bayes_attn import cli, experiment
+from bayes_attn._internal import outputs
+from bayes_attn.runs import pipeline
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 

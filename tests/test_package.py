@@ -19,7 +19,7 @@ import json, os, sys
 before = dict(os.environ)
 import jax
 import bayes_attn
-import bayes_attn.run.figures, bayes_attn.run.pipeline, bayes_attn.cli
+import bayes_attn.runs.figures, bayes_attn.runs.pipeline, bayes_attn.cli
 print(json.dumps({
     "x64": bool(jax.config.jax_enable_x64),
     "env_changed": sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)),
@@ -36,14 +36,22 @@ def test_import_changes_no_global_state():
     assert state == {"x64": False, "env_changed": [], "pyplot": False}
 
 
+INTERNAL = "bayes_attn._internal"
+"""The package's plumbing: its own tests, benchmarks and scripts may import it; nothing else private."""
+
+
+def _private(dotted: str) -> bool:
+    return any(p.startswith("_") for p in dotted.split(".")) and not (dotted + ".").startswith(INTERNAL + ".")
+
+
 def _private_uses(path: Path) -> list[str]:
-    """``from bayes_attn... import _name``, ``import bayes_attn._mod`` and ``<bayes_attn module>._name`` in a file."""
+    """``from bayes_attn... import _name``, ``import bayes_attn._mod`` and ``<bayes_attn module>._name`` in a file
+    (:data:`INTERNAL` aside)."""
     tree = ast.parse(path.read_text())
     aliases, found = set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bayes_attn":
-            parts = node.module.split(".")
-            found += [f"{node.module}" for p in parts if p.startswith("_")]
+            found += [node.module] if _private(node.module) else []
             for a in node.names:
                 if a.name.startswith("_"):
                     found.append(f"{node.module}.{a.name}")
@@ -51,7 +59,7 @@ def _private_uses(path: Path) -> list[str]:
         elif isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] == "bayes_attn":
-                    found += [a.name for p in a.name.split(".") if p.startswith("_")]
+                    found += [a.name] if _private(a.name) else []
                     aliases.add(a.asname or a.name.split(".")[0])
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
@@ -72,8 +80,8 @@ def test_scripts_and_tests_use_only_public_names(folder):
 def test_private_name_detector_can_fail(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\n"
-                 "ba.theory._newton\n")
-    assert len(_private_uses(f)) == 3
+                 "ba.theory._newton\nfrom bayes_attn._internal import outputs\nimport bayes_attn._internal.io\n")
+    assert len(_private_uses(f)) == 3  # the plumbing of bayes_attn._internal is allowed
 
 
 SAMPLE_WITH_PROGRESS_BAR = """
@@ -84,8 +92,8 @@ import bayes_attn as ba
 rng = np.random.default_rng(0)
 net = ba.Network([rng.normal(size=(2, 4, 4))], 3)
 x, y = rng.normal(size=(6, 3, 4)), np.where(rng.random(6) < 0.5, -1.0, 1.0)
-post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=x[:2], sampler="wishart", num_chains=2,
-                           num_warmup=10, num_samples=10, chain_method="parallel", progress_bar=True)
+settings = ba.SamplerSettings(name="wishart", num_chains=2, num_warmup=10, num_samples=10, chain_method="parallel")
+post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=x[:2], sampler=settings, progress_bar=True)
 print(jax.config.jax_enable_x64, post.tree["posterior"]["U"].dtype, post.tree.attrs["dtype"])
 """
 
@@ -103,24 +111,29 @@ def test_float64_sampling_with_progress_bar_in_a_float32_process():
 # The one-way flow (task → network → theory | posterior → compare → jobs → command): each group may
 # import only from the groups before it (and itself).
 LAYERS = [
-    {"_checks", "_io", "_markdown", "precision", "threads", "outputs", "_spec_types", "stats", "compile_cache",
-     "fingerprints", "interrupt"},
-    {"kernels", "network", "tasks", "bartlett"},
+    {"_internal", "stats"},
+    {"kernels", "network", "tasks"},
     {"gp", "theory", "samplers"},
     {"diagnostics", "verdict", "posterior", "calibration"},
-    {"compare"},
+    {"comparison"},
     {"experiment"},
     {"spec"},
-    {"run"},
+    {"runs"},
     {"sweep", "oneshot"},
-    {"_arguments", "cli"},
+    {"_internal.arguments", "cli"},
     {"__main__"},
 ]
 
 
 def _layer(module: str) -> int:
-    top = module.split(".")[1] if module.count(".") else module
-    return next(i for i, group in enumerate(LAYERS) if top in group)
+    """The layer of ``module`` (``bayes_attn.x...``): that of its first two names below the package if a layer
+    lists them (``_internal.arguments``), else of its first."""
+    parts = module.split(".")[1:] or [module]
+    for key in (".".join(parts[:2]), parts[0]):
+        found = [i for i, group in enumerate(LAYERS) if key in group]
+        if found:
+            return found[0]
+    raise KeyError(module)
 
 
 def _imports(module: str, source: str) -> set[str]:
@@ -154,9 +167,9 @@ def test_no_module_imports_up_the_flow():
 
 
 def test_upward_import_detector_can_fail():
-    found = _imports("bayes_attn.theory.solve", "from ..run import pipeline\nfrom . import result\n")
-    assert found == {"bayes_attn.run", "bayes_attn.theory.result"}
-    assert _layer("bayes_attn.run") > _layer("bayes_attn.theory.solve")
+    found = _imports("bayes_attn.theory.solve", "from ..runs import pipeline\nfrom . import result\n")
+    assert found == {"bayes_attn.runs", "bayes_attn.theory.result"}
+    assert _layer("bayes_attn.runs") > _layer("bayes_attn.theory.solve")
 
 
 def test_docstrings_cite_the_theory_document_the_repository_has():
@@ -264,7 +277,7 @@ def test_size_check_can_fail():
 
 MAX_PARAMETERS, MAX_LONG_SIGNATURES = 8, 3
 """Settings travel as values (issue 61): at most this many functions take more than 8 parameters."""
-SETTINGS_AS_VALUES = {"run/pipeline.py": ("run", "sample_run"), "sweep/table.py": ("sweep", "alpha_sweep"),
+SETTINGS_AS_VALUES = {"runs/pipeline.py": ("run", "sample_run"), "sweep/table.py": ("sweep", "alpha_sweep"),
                       "posterior.py": ("sample_posterior", "check_sampling")}
 """The jobs and the sampler: no ``**`` settings in their signatures."""
 
@@ -332,6 +345,34 @@ def test_every_public_module_says_what_is_public():
         undefined += [f"{path.relative_to(ROOT)}: {name}" for name in names if name not in bound]
     assert not missing, missing
     assert not undefined, undefined
+
+
+MAX_TOP_MODULES = 12
+"""Modules directly in ``bayes_attn/`` (``__init__`` and ``__main__`` aside): the science and the command; the
+plumbing lives in ``bayes_attn/_internal/`` (issue 61)."""
+
+
+def test_the_top_of_the_package_fits_on_a_screen():
+    top = sorted(p.name for p in (ROOT / "bayes_attn").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_no_public_name_is_also_a_module_of_the_same_package():
+    """``bayes_attn.compare`` is the function (its module is ``comparison``): in no package is a public name that
+    is not a module also the name of one of its modules, so that importing the module cannot replace the name."""
+    import importlib
+    import types
+
+    clashes = []
+    for init in sorted((ROOT / "bayes_attn").rglob("__init__.py")):
+        folder = init.parent
+        dotted = ".".join(folder.relative_to(ROOT).parts)
+        package = importlib.import_module(dotted)
+        modules = {p.stem for p in folder.glob("*.py")}
+        modules |= {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+        clashes += [f"{dotted}.{n}" for n in set(getattr(package, "__all__", [])) & modules
+                    if not isinstance(getattr(package, n), types.ModuleType)]
+    assert not clashes, clashes
 
 
 TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore(?!\[[a-z-]+(,\s*[a-z-]+)*\])")

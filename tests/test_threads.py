@@ -1,4 +1,5 @@
-"""Thread settings as a context (bayes_attn.threads) and the command's compilation cache (bayes_attn.compile_cache)."""
+"""Thread settings as a context (bayes_attn._internal.threads) and the command's compilation cache
+(bayes_attn._internal.compile_cache)."""
 
 import json
 import logging
@@ -15,13 +16,20 @@ from conftest import random_data, random_network, spec_file
 from threadpoolctl import threadpool_limits
 
 import bayes_attn as ba
-from bayes_attn import cli, compile_cache, threads
+from bayes_attn import cli
+from bayes_attn._internal import compile_cache, threads
 
 
-def test_threads_reachable_after_plain_import():
-    code = "import bayes_attn; print(bayes_attn.threads.one_blas_thread.__name__, bayes_attn.threads.limits.__name__)"
+def test_a_moved_module_imports_under_its_old_name_with_a_warning():
+    """``bayes_attn.threads`` (and every old name of ``bayes_attn.MOVED``) still imports for one release, as the
+    new module's names, with a ``DeprecationWarning`` that names the new home."""
+    code = ("import warnings; warnings.simplefilter('error'); import bayes_attn\n"
+            "try:\n    bayes_attn.threads\nexcept DeprecationWarning as w:\n    print(w)\n"
+            "warnings.simplefilter('ignore'); from bayes_attn.threads import limits; from bayes_attn.run import run\n"
+            "import bayes_attn._internal.threads as t, bayes_attn.runs as r; print(limits is t.limits, run is r.run)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["one_blas_thread", "limits"]
+    assert out.stdout.splitlines() == ["bayes_attn.threads moved to bayes_attn._internal.threads: import it from there "
+                                       "(bayes_attn.threads goes in the next release)", "True True"], out.stdout
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _io
+from .._internal import io as _io
 from .model import ModelConfig, Params, check_params
 from .training import History, TrainConfig
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _checks
+from .._internal import checks as _checks
 from ..tasks import (
     Episodes,
     ImageSet,

@@ -16,9 +16,9 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
+from .._internal.precision import float64
 from ..kernels import kernel_from_xi
 from ..network import head_labels
-from ..precision import float64
 from ..theory import Theory
 from .prune_result import PruneResult
 

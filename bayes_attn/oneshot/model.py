@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, stats
+from .. import stats
+from .._internal import checks as _checks
 from ..network import Network, Weights, order_parameters_from_weights
 
 __all__ = ["ModelConfig", "Params", "TrainedOrderParameters", "accuracy", "attention", "check_params", "config_of",

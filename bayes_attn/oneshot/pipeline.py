@@ -46,7 +46,10 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import _checks, _io, experiment, outputs, stats, verdict
+from .. import experiment, stats, verdict
+from .._internal import checks as _checks
+from .._internal import io as _io
+from .._internal import outputs
 from ..experiment import Point
 from ..theory import head_scores
 from . import checkpoints, data, figures, pruning, results, training

@@ -21,8 +21,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from .. import _io
-from ..compare import Check, Comparison, theories_line
+from .._internal import io as _io
+from ..comparison import Check, Comparison, theories_line
 from ..verdict import NOT_SAMPLED, Verdict, combine
 from .model import ModelConfig, Params
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
@@ -94,7 +94,7 @@ class SamplingVerdict:
 @dataclass(frozen=True)
 class TheoryVerdict:
     """One theory against the exact posterior at one width: its three-valued verdict (``agree``, ``disagree``,
-    ``inconclusive``, with the reasons of the last), its checks (:class:`~bayes_attn.compare.Check`: ``U``,
+    ``inconclusive``, with the reasons of the last), its checks (:class:`~bayes_attn.comparison.Check`: ``U``,
     the deeper order parameters, the predictor's mean and variance on the test episodes) and the test accuracy
     of the sign of its predictor mean."""
 
@@ -107,7 +107,7 @@ class TheoryVerdict:
 @dataclass(frozen=True)
 class WidthComparison:
     """The theory against the exact posterior at one sampled width, as ``bayes-attn run`` compares them
-    (:func:`bayes_attn.compare.compare`).
+    (:func:`bayes_attn.comparison.compare`).
 
     theories: by correction (``"laplace"``, ``"none"``), the headline first: the corrected theory (§8) where it
     exists, the leading order (§4) beside it; correction_problems: why the correction is missing or unreliable;
@@ -136,7 +136,7 @@ class WidthComparison:
 
 
 def width_comparison(comp: Comparison, temperature: float, problems: list[str]) -> WidthComparison:
-    """The typed value of a :class:`~bayes_attn.compare.Comparison` at its width (``problems``: of the
+    """The typed value of a :class:`~bayes_attn.comparison.Comparison` at its width (``problems``: of the
     correction, besides the comparison's own warnings)."""
     theories = {name: TheoryVerdict(c.verdict, list(c.inconclusive_reasons), list(c.checks),
                                     float(c.accuracy["theory"])) for name, c in comp.theories.items()}

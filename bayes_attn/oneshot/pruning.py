@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from .. import _checks, stats
+from .. import stats
+from .._internal import checks as _checks
 from ..theory import head_scores  # noqa: F401  (re-exported: the one implementation lives with Theory)
 from .model import ModelConfig, Params, check_params, correct
 

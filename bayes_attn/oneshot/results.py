@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .. import _io, _markdown
-from ..compare import THEORY_NAMES
+from .._internal import io as _io
+from .._internal import markdown as _markdown
+from ..comparison import THEORY_NAMES
 from ..network import head_labels
-from ..run import figures as run_figures
+from ..runs import figures as run_figures
 from ..verdict import NOT_COMPARED
 from . import figures
 from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
@@ -87,7 +88,7 @@ def results_dataset(scan: xr.Dataset, sampled: xr.Dataset, result: PruneResult, 
 def comparison_dataset(result: PruneResult) -> xr.Dataset:
     """The comparisons over the sampled widths in a sweep's layout (``check_value``, ``check_mcse``,
     ``check_noise_floor``, ``check_gap`` ``[sample_width, check]`` of the headline theory, ``alternative_…`` of
-    the other, ``verdict``), as :func:`bayes_attn.run.figures.finite_size` draws them."""
+    the other, ``verdict``), as :func:`bayes_attn.runs.figures.finite_size` draws them."""
     comps = list(result.comparisons.values())
     if not comps:
         return xr.Dataset()

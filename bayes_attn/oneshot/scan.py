@@ -25,10 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _checks, gp, stats
+from .. import gp, stats
+from .._internal import checks as _checks
+from .._internal.precision import float64
 from ..experiment import Point, PointResult, evaluate
 from ..network import Network
-from ..precision import float64
 from ..theory import Theory, kernel_basis, laplace_correction, solve_theory
 from .spec import OneShotSpec
 

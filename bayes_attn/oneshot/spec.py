@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import _checks, _io
-from .._spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
+from .._internal import checks as _checks
+from .._internal import io as _io
+from .._internal.spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
 from ..tasks import OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _checks
+from .._internal import checks as _checks
 from .model import ModelConfig, Params, _check_pm1, accuracy, check_params, forward, init_params
 
 __all__ = ["History", "LEARNING_SIGMAS", "OPTIMIZERS", "TrainConfig", "train"]

@@ -61,8 +61,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._internal.precision import float64
 from ..kernels import cheapest_form
-from ..precision import float64
 from ..theory.coordinates import unpack
 from ..theory.correction import Mode, action_and_factor_at, action_at, find_mode, order_parameters_at
 from ..theory.newton import NewtonSolver

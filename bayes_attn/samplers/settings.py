@@ -12,8 +12,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from .. import _checks
-from ..precision import DTYPES
+from .._internal import checks as _checks
+from .._internal.precision import DTYPES
 
 __all__ = ["AUTO", "AUTO_ORDER", "CHAIN_METHODS", "DEFAULT_SAMPLER", "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES",
            "STARTS", "SamplerSettings", "check_keys"]

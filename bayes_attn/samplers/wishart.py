@@ -86,14 +86,11 @@ from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 from numpyro.infer import init_to_uniform
 
-from ..bartlett import (  # noqa: F401 (level_names, num_parameters, chi2_dofs: the sampler's public names too)
+from ..theory.bartlett import (
     assemble,
     chi2_dofs,
     factor_chain,
     factor_shapes,
-    level_names,
-    lower_indices,
-    num_parameters,
     order_parameters_from_factors,
 )
 from .base import (

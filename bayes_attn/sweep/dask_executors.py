@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from ..compile_cache import own_folder
+from .._internal.compile_cache import own_folder
 from .jobs import Job, Outcome, Progress, check_int, describe_exception, say
 
 __all__ = ["CONNECT_TIMEOUT", "DaskJobqueue", "DaskLocal", "DaskScheduler", "JOBQUEUE_CLASSES", "SHELL_OPTIONS"]

@@ -21,7 +21,7 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
-from ..threads import cores
+from .._internal.threads import cores
 from .dask_executors import JOBQUEUE_CLASSES, DaskJobqueue, DaskLocal, DaskScheduler
 from .jobs import InProcess, Job, Outcome, check_int, job_seed, run_jobs
 

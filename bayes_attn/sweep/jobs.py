@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TextIO
 
-from .._io import digest
+from .._internal.io import digest
 
 __all__ = ["InProcess", "Job", "Outcome", "Progress", "check_int", "describe_exception", "job_seed", "run_jobs", "say"]
 

@@ -28,10 +28,13 @@ from typing import cast
 import numpy as np
 import xarray as xr
 
-from .. import _checks, _io, experiment, outputs, verdict
-from ..fingerprints import data_fingerprint
-from ..run import figures
-from ..run.pipeline import gp_accuracies, point_of, theory_accuracy
+from .. import experiment, verdict
+from .._internal import checks as _checks
+from .._internal import io as _io
+from .._internal import outputs
+from .._internal.fingerprints import data_fingerprint
+from ..runs import figures
+from ..runs.pipeline import gp_accuracies, point_of, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..stats import accuracy, choose_temperature, power_law_slope

@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .. import _checks
+from .._internal import checks as _checks
 from .images import ImageSet
 
 __all__ = ["Episodes", "N_IMAGES", "Tokenizer", "make_episodes"]

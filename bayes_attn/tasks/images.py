@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .. import _checks
+from .._internal import checks as _checks
 
 __all__ = ["DEFAULT_SPLIT", "ImageSet", "OMNIGLOT_FULL_FILES", "OMNIGLOT_RUNS_FILE", "OMNIGLOT_SMALL_FILES",
            "ROTATIONS", "read_digits", "read_omniglot", "read_omniglot_runs", "split_by_class", "split_by_group"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _checks
+from .._internal import checks as _checks
 from ..network import Network
 
 __all__ = ["FIG2C_LAYERS", "FIG2E_LAYERS", "HEADS", "MarkovTask", "fig2c", "fig2e"]

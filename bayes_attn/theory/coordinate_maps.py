@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from ..bartlett import assemble, order_parameters_from_factors
+from .bartlett import assemble, order_parameters_from_factors
 from .coordinates import log_cholesky_to_vech, sizes, unpack
 from .objective import Problem
 

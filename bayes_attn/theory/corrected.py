@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from .. import _checks
+from .._internal import checks as _checks
 from .coordinates import sizes, unpack
 from .correction import check_coordinates, expand
 from .objective import Problem, make_problem

@@ -83,9 +83,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from .. import _checks
-from ..bartlett import factor_shapes, sites_of_order_parameters
-from ..precision import float64
+from .._internal import checks as _checks
+from .._internal.precision import float64
+from .bartlett import factor_shapes, sites_of_order_parameters
 from .coordinate_maps import MAPS
 from .coordinates import log_cholesky, sizes
 from .newton import NewtonSolver, SolveReport, damped_newton

@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.linalg
 
-from .. import _checks, threads
-from ..precision import float64
+from .._internal import checks as _checks
+from .._internal import threads
+from .._internal.precision import float64
 from .coordinates import log_cholesky, pack, vech_weights
 from .objective import (
     Problem,

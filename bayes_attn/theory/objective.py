@@ -30,11 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, gp, threads
-from ..compile_cache import exported_jit
+from .. import gp
+from .._internal import checks as _checks
+from .._internal import threads
+from .._internal.compile_cache import exported_jit
+from .._internal.precision import float64
 from ..kernels import Basis, basis_array, inputs_key, make_basis
 from ..network import Network
-from ..precision import float64
 from .coordinates import log_cholesky_to_vech, matrix_gradients, pack, sizes, symmetric, unpack
 
 __all__ = [

@@ -15,10 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _checks, _io, gp
+from .. import gp
+from .._internal import checks as _checks
+from .._internal import io as _io
+from .._internal.precision import float64
 from ..kernels import kernel_from_xi
 from ..network import Network, head_labels, order_parameter_labels
-from ..precision import float64
 from .correction import Mode, shapes_of
 from .newton import SolveReport
 from .objective import gp_order_parameters

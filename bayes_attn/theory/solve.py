@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import _checks
+from .._internal import checks as _checks
+from .._internal.precision import float64
 from ..kernels import Basis
 from ..network import Network
-from ..precision import float64
 from .coordinates import matrix_gradients, pack, unpack
 from .corrected import check_correction_fits, corrected_theory
 from .correction import CORRECTIONS

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import seed_of
 
-from bayes_attn import oneshot, outputs
+from bayes_attn import oneshot
+from bayes_attn._internal import outputs
 from bayes_attn.oneshot import checkpoints, model, prune_result, training
 from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
 from bayes_attn.oneshot.training import TrainConfig
@@ -405,7 +406,8 @@ def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path,
 def test_prune_verdict_from_rhat_and_divergences(tmp_path, capsys, monkeypatch):
     import xarray as xr
 
-    from bayes_attn import cli, outputs
+    from bayes_attn import cli
+    from bayes_attn._internal import outputs
     from bayes_attn.oneshot import pipeline
 
     ds = xr.Dataset({"rhat_U": ("sample_width", [2.49, 1.0]), "divergences": ("sample_width", [9, 0])},
@@ -620,7 +622,8 @@ def test_trained_U_is_trained_order_parameters_and_network_forward_matches(tiny_
 
 @pytest.mark.slow
 def test_prune_command_holds_its_folder_and_reuses_the_model(tiny_run, capsys):
-    from bayes_attn import cli, outputs
+    from bayes_attn import cli
+    from bayes_attn._internal import outputs
 
     out, result = tiny_run
     spec_path = out.parent / "tiny_cli.toml"

@@ -57,8 +57,8 @@ def test_ablating_one_head_equals_the_hand_computed_rescaled_forward(layer, head
 def test_ablating_heads_equals_removing_their_paths_from_the_network_path_sum(removed):
     import jax.numpy as jnp
 
+    from bayes_attn._internal.precision import float64
     from bayes_attn.network import forward_from_xi
-    from bayes_attn.precision import float64
 
     with float64():  # both sides in float64, so 1e-6 tests the algebra, not float32 round-off
         params = model.init_params(SMALL, jax.random.PRNGKey(seed_of(6)), dtype=jnp.float64)

@@ -30,8 +30,8 @@ from conftest import (
 
 import bayes_attn as ba
 from bayes_attn import calibration, gp, markov
+from bayes_attn._internal.precision import x64
 from bayes_attn.diagnostics import MAX_KHAT, MAX_RHAT, Summary
-from bayes_attn.precision import x64
 from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, weights, wishart
 from bayes_attn.samplers import proposal as proposal_module
 from bayes_attn.theory.correction import order_parameters_at

@@ -36,6 +36,7 @@ from numpyro.infer.util import potential_energy
 
 import bayes_attn as ba
 from bayes_attn import calibration, samplers
+from bayes_attn._internal.precision import x64 as x64_context
 from bayes_attn.samplers import nuts
 
 TEMPERATURE = 0.1
@@ -258,7 +259,7 @@ def test_sequential_chains_in_one_program_match_numpyro_loop():
     x, y = random_data(12)
     smp = samplers.get("wishart")
     settings = samplers.SamplerSettings(name="wishart", num_warmup=15, num_samples=10, num_chains=2, seed=seed_of(1))
-    with ba.precision.x64(True):
+    with x64_context(True):
         inputs = samplers.prepare(net, x, y, None, TEMPERATURE, "float64")
         model, args = smp.build(inputs)
         U = {}
@@ -284,7 +285,7 @@ def test_conditional_draws_compile_once_per_shape(monkeypatch):
     net = random_network((2, 2), width=4)
     x, y = random_data(6)
     xt, _ = random_data(3, seed=4)
-    with ba.precision.x64(True):
+    with x64_context(True):
         inputs = samplers.prepare(net, x, y, xt, TEMPERATURE, "float64")
         U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 5, 4, 4))
         with traced_programs() as traced:
@@ -295,7 +296,7 @@ def test_conditional_draws_compile_once_per_shape(monkeypatch):
         assert len(compiles) == n
     for k in ("f_train", "f_test"):
         np.testing.assert_array_equal(first[k], second[k])
-    with ba.precision.x64(True):
+    with x64_context(True):
         hotter = samplers.prepare(net, x, y, xt, 2 * TEMPERATURE, "float64")
         U = jax.numpy.broadcast_to(jax.numpy.eye(4), (2, 20, 4, 4))
         with traced_programs() as traced:

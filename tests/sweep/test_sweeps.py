@@ -9,7 +9,8 @@ import pytest
 import xarray as xr
 from conftest import TINY, forbid_calls, one_line, spec_file
 
-from bayes_attn import cli, compile_cache, experiment
+from bayes_attn import cli, experiment
+from bayes_attn._internal import compile_cache
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
@@ -69,7 +70,7 @@ def test_sweep_on_unconverged_chains_is_inconclusive_and_exits_3(tmp_path, capsy
 
 
 def test_inconclusive_points_are_ringed_in_the_sweep_figure(tmp_path):
-    from bayes_attn.run import figures
+    from bayes_attn.runs import figures
 
     ds = xr.Dataset(
         {"accuracy_theory": ("width", [0.8, 0.9]), "accuracy_sampled": ("sample_width", [0.7, 0.85]),

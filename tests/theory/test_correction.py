@@ -38,11 +38,12 @@ import bayes_attn as ba
 import bayes_attn.theory.solve as solve_module
 from bayes_attn import Network, gp, markov
 from bayes_attn import theory as th
+from bayes_attn._internal.precision import x64
 from bayes_attn.kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
-from bayes_attn.precision import x64
 from bayes_attn.samplers import get, prepare
-from bayes_attn.samplers.wishart import factor_shapes, site_sizes
+from bayes_attn.samplers.wishart import site_sizes
 from bayes_attn.theory import correction as cr
+from bayes_attn.theory.bartlett import factor_shapes
 from bayes_attn.theory.coordinates import log_cholesky_to_vech, unpack
 
 MARKOV_LAYERS = (("same_token", "random"), ("uniform", "random"))

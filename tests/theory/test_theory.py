@@ -21,8 +21,9 @@ from conftest import CONFIGS, N0, TOKENS, random_problem, random_spd, rng_of, se
 
 import bayes_attn as ba
 import bayes_attn.theory.solve as solve_module
-from bayes_attn import Network, markov, precision
+from bayes_attn import Network, markov
 from bayes_attn import theory as th
+from bayes_attn._internal import precision
 from bayes_attn.theory.coordinates import (
     log_cholesky,
     log_cholesky_to_vech,

@@ -18,7 +18,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from .. import verdict
-from ..compare import THEORY_NAMES, Comparison
+from ..comparison import THEORY_NAMES, Comparison
 from ..stats import power_law_slope
 from ..theory import Theory
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import _checks, _io, experiment, outputs, verdict
+from .. import experiment, verdict
+from .._internal import checks as _checks, io as _io, outputs
 from ..experiment import Point
 from ..network import Network
 from ..samplers import SamplerSettings
@@ -29,7 +30,7 @@ from ..theory import Theory
 from ..theory.correction import CORRECTIONS
 
 if TYPE_CHECKING:  # imported where used: the theory command needs neither sampling nor figures
-    from ..compare import Comparison
+    from ..comparison import Comparison
     from ..diagnostics import Summary
     from ..posterior import Posterior
 

@@ -6,10 +6,10 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS
+from ..spec import CompareSpec
+from ..theory.correction import CORRECTIONS
 from .precision import DTYPES
-from .samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS
-from .spec import CompareSpec
-from .theory.correction import CORRECTIONS
 
 DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<spec name>-N<width>-sample",
                "run": "runs/<spec name>-N<width>", "sweep": "runs/<spec name>-sweep", "prune": "runs/<spec name>"}

@@ -51,7 +51,7 @@ def temperature_range(dtype: str) -> tuple[float, float]:
 def check_temperature(temperature, dtype: str, name: str = "temperature") -> float:
     """``temperature`` as a float, checked finite, > 0 and within :func:`temperature_range` of ``dtype`` (a
     one-line ``ValueError`` naming both, before computing)."""
-    from . import _checks
+    from . import checks as _checks
 
     t = _checks.positive(name, temperature)
     low, high = temperature_range(dtype)

@@ -17,10 +17,7 @@ once under another name (``model.parked.npz``), claimed by ``manifest.json`` (``
 previous run's files, which stay one set; the run's commit moves it to its own name. Resumable caches (a sweep's
 ``widths/``) are written straight into the held folder, one atomic file at a time, with their own :data:`MARKER`
 (:func:`cache_folder`).
-
-The package's netCDF files (checksummed, with the package versions) are
-written by :func:`save` and read by :func:`load_dataset`, which raises
-:class:`CorruptFileError` for a file that fails its checks.
+The package's netCDF files are written and read by :mod:`~bayes_attn._internal.io`.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json  # noqa: F401
+from .io import TMP_PREFIX, CorruptFileError, is_temporary, load_dataset, save, versions, write_json  # noqa: F401
 
 __all__ = ["CACHE_FOLDERS", "ClashError", "FORMAT", "FailedAfterComputing", "FolderBusyError", "ForeignFolderError",
            "LOCK", "MANIFEST", "MARKER", "ReplacesResultsError", "STAGING_PREFIX", "Staging", "cache_folder",

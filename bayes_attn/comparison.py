@@ -14,9 +14,9 @@ A difference counts as a disagreement only when it is larger than the
 relative tolerance *and* more than ``n_sigma`` Monte-Carlo standard errors.
 The verdict has three values: ``"agree"``, ``"disagree"``, and
 ``"inconclusive"`` when the sampler's own diagnostics fail (R-hat above
-:data:`MAX_RHAT`, bulk ESS below :data:`MIN_ESS` on a compared observable,
-any divergence, BFMI below :data:`MIN_BFMI`, an importance-sampling Pareto
-``k̂`` above :data:`MAX_KHAT`; :func:`bayes_attn.diagnostics.diagnostic_failures`):
+:data:`~bayes_attn.diagnostics.MAX_RHAT`, bulk ESS below :data:`~bayes_attn.diagnostics.MIN_ESS` on a compared
+observable, any divergence, BFMI below :data:`~bayes_attn.diagnostics.MIN_BFMI`, an importance-sampling Pareto
+``k̂`` above :data:`~bayes_attn.diagnostics.MAX_KHAT`; :func:`bayes_attn.diagnostics.diagnostic_failures`):
 Monte-Carlo error bars of unconverged chains mean nothing, so neither "agree"
 nor "disagree" is said.
 """
@@ -33,15 +33,11 @@ from typing import cast
 import numpy as np
 import xarray as xr
 
-from . import _checks, _io, verdict
-from .diagnostics import (  # noqa: F401  (the verdict's thresholds, defined with the diagnostics they read)
-    MAX_KHAT,
-    MAX_RHAT,
-    MIN_BFMI,
-    MIN_ESS,
-    diagnostic_failures,
-)
-from .fingerprints import data_fingerprint, fingerprint
+from . import verdict
+from ._internal import checks as _checks
+from ._internal import io as _io
+from ._internal.fingerprints import data_fingerprint, fingerprint
+from .diagnostics import diagnostic_failures
 from .posterior import Posterior
 from .stats import accuracy
 from .theory import Theory, gp_limit

@@ -1,4 +1,4 @@
-"""Specs, the run pipeline and its figures (bayes_attn.run) and the bayes-attn command on a tiny Markov problem."""
+"""Specs, the run pipeline and its figures (bayes_attn.runs) and the bayes-attn command on a tiny Markov problem."""
 
 import json
 import tomllib
@@ -10,7 +10,7 @@ from conftest import TINY, spec_file
 
 import bayes_attn as ba
 from bayes_attn import cli, gp_limit
-from bayes_attn.run import pipeline
+from bayes_attn.runs import pipeline
 from bayes_attn.spec import Spec, load_spec, spec_from_dict
 
 
@@ -99,7 +99,7 @@ def test_gp_on_paths_equals_gp_of_subnetwork():
 def test_log_axis_ticks_are_plain_numbers_and_heatmap_numbers_readable():
     from matplotlib.figure import Figure
 
-    from bayes_attn.run import figures
+    from bayes_attn.runs import figures
 
     fig = Figure()
     ax = fig.subplots()

@@ -1,9 +1,9 @@
-"""The Markdown report of a theory-against-sampling comparison (:class:`bayes_attn.compare.Comparison`).
+"""The Markdown report of a theory-against-sampling comparison (:class:`bayes_attn.comparison.Comparison`).
 
 :func:`comparison_report` writes the text (checks, verdict, accuracies, ``U``
 and the predictor); the statistics, the verdict and the headline line
-(:meth:`~bayes_attn.compare.Comparison.theories_summary`) are
-:mod:`bayes_attn.compare`'s.
+(:meth:`~bayes_attn.comparison.Comparison.theories_summary`) are
+:mod:`bayes_attn.comparison`'s.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import _markdown, stats, verdict
-from ..compare import THEORY_NAMES, Comparison
+from .. import stats, verdict
+from .._internal import markdown as _markdown
+from ..comparison import THEORY_NAMES, Comparison
 
 __all__ = ["comparison_report"]
 
@@ -101,7 +102,7 @@ def _checks_and_accuracy(comp: Comparison) -> list[str]:
 
 
 def comparison_report(comp: Comparison) -> str:
-    """The Markdown report of a :class:`~bayes_attn.compare.Comparison` (what ``Comparison.report()`` gave)."""
+    """The Markdown report of a :class:`~bayes_attn.comparison.Comparison` (what ``Comparison.report()`` gave)."""
     labels = comp.path_labels
     frame = lambda a: pd.DataFrame(a, index=labels, columns=labels).to_markdown(floatfmt=".4g")  # noqa: E731
     return "\n".join(
