@@ -184,7 +184,7 @@ def test_staging_symlink_is_neither_followed_nor_an_error(tmp_path, capsys):
 def test_second_writer_fails_at_once(tmp_path, capsys, monkeypatch):
     path = _spec_file(tmp_path, THEORY_ONLY)
     out = tmp_path / "sw"
-    _forbid(monkeypatch, (experiment, "solve_theory"), (table, "gp_limit"))
+    _forbid(monkeypatch, (experiment, "solve_theory"), (experiment, "gp_limit"))
     with outputs.hold(out):
         assert cli.main(["sweep", str(path), "--out", str(out)]) == cli.EXIT_USAGE
         err = capsys.readouterr().err
