@@ -3,7 +3,7 @@
 Every subcommand reads a TOML spec (see ``models/``); without one it uses the
 embedded default, the Fig. 2c Markov network at width 10 (``prune``: the
 shipped one-shot spec ``models/omniglot_oneshot.toml``). Each calls one
-library function, which holds its own output folder (:mod:`bayes_attn.outputs`);
+library function, which holds its own output folder (:mod:`bayes_attn._internal.outputs`);
 each has its own default folder, so that no command replaces another's files.
 Exit status: 0 success, 1 failed after computing (one line; what was kept is
 named), 2 bad input (before anything is computed), 3 inconclusive (the
@@ -328,8 +328,8 @@ INTERRUPTED = "interrupted (Ctrl-C); the output folder keeps the previous run's 
 
 def _interrupt_handling(args) -> contextlib.AbstractContextManager:
     """Ctrl-C during a command: one line and :data:`EXIT_INTERRUPTED` at once, without unwinding
-    (:func:`bayes_attn.interrupt.exit_on_interrupt`: no ``KeyboardInterrupt`` inside a JAX callback, no exit racing
-    XLA's threads). A Dask sweep keeps ``KeyboardInterrupt``, so that its cluster is shut down."""
+    (:func:`bayes_attn._internal.interrupt.exit_on_interrupt`: no ``KeyboardInterrupt`` inside a JAX callback, no
+    exit racing XLA's threads). A Dask sweep keeps ``KeyboardInterrupt``, so that its cluster is shut down."""
     if getattr(args, "executor", None) == "dask":
         return contextlib.nullcontext()
     lead = "" if getattr(args, "no_progress", True) else "\n"  # after a progress bar's unfinished line
@@ -340,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(logging.DEBUG if args.verbose else logging.WARNING if getattr(args, "no_progress", False)
                       else logging.INFO)
-    one_blas_thread()  # this process only; see bayes_attn.threads
-    enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn.compile_cache
+    one_blas_thread()  # this process only; see bayes_attn._internal.threads
+    enable_compile_cache(not args.no_compile_cache)  # the user's cache folder; see bayes_attn._internal.compile_cache
     # One CPU device per chain, so chains run in parallel rather than in lockstep
     # (vectorized NUTS waits for the longest trajectory of all chains at every
     # draw); must happen before JAX starts its backend.
@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 KEPT = "the output folder keeps the previous run's files"
-"""What a failed run keeps: its results are committed together at its end (:func:`bayes_attn.outputs.commit`)."""
+"""What a failed run keeps: its results are committed together at its end
+(:func:`bayes_attn._internal.outputs.commit`)."""
 
 
 def _late_failure(command: str, err: BaseException) -> int:

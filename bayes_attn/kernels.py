@@ -194,7 +194,7 @@ def basis_form(D: int, P: int) -> str:
 
 
 def inputs_key(x: np.ndarray, att: Sequence[np.ndarray], readout: str, s0sq: float) -> str:
-    """What a :class:`Basis` is computed from: shapes and :func:`~bayes_attn.fingerprints.fingerprint` of the
+    """What a :class:`Basis` is computed from: shapes and :func:`~bayes_attn._internal.fingerprints.fingerprint` of the
     inputs and of every attention matrix, the readout and ``s0²``."""
     arrays = (x, *att)
     return repr(([np.shape(a) for a in arrays], [fingerprint(a) for a in arrays], readout, float(s0sq)))

@@ -282,7 +282,8 @@ def _tried(name: str, seconds: float, left_because: str) -> dict:
 
 def resolve_chain_method(chain_method: str, num_chains: int) -> str:
     """NumPyro's chain method for ``"auto"``: ``parallel`` with a device per chain, ``vectorized`` on an
-    accelerator, else ``sequential`` (see :mod:`bayes_attn.threads`); other values are returned as they are."""
+    accelerator, else ``sequential`` (see :mod:`bayes_attn._internal.threads`); other values are returned as they
+    are."""
     if chain_method != "auto":
         return chain_method
     if jax.local_device_count() >= num_chains:

@@ -9,7 +9,7 @@ interpreter that exits while XLA's threads still run can crash. So, for the
 command's run, SIGINT's Python handler does nothing and its C handler wakes a
 watcher thread (``signal.set_wakeup_fd``), which writes the message and ends
 the process with ``os._exit``: no exception in any frame, no interpreter
-teardown. The output folder's design makes this safe (:mod:`bayes_attn.outputs`:
+teardown. The output folder's design makes this safe (:mod:`bayes_attn._internal.outputs`:
 files move in only when the set is complete, the manifest names every file
 while they move, and the next run removes the staging folder and temporaries
 a killed run left; the folder's lock goes with the process).

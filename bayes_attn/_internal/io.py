@@ -148,7 +148,7 @@ def atomic(path: str | os.PathLike, suffix: str = TMP_SUFFIX) -> Iterator[Path]:
 
     An existing file at ``path`` is replaced only once the new one is complete;
     on an error the temporary file is removed (a killed process leaves it for
-    :func:`bayes_attn.outputs.remove_stale`).
+    :func:`bayes_attn._internal.outputs.remove_stale`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

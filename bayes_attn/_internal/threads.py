@@ -45,7 +45,7 @@ difference into a different (equally valid) chain, so draws made under other
 settings agree only in distribution, not draw by draw.
 
 Not for concurrent use from several threads of one process (``threadpoolctl``
-changes process-wide state, as :mod:`bayes_attn.precision` does).
+changes process-wide state, as :mod:`bayes_attn._internal.precision` does).
 """
 
 from __future__ import annotations

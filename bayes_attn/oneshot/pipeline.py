@@ -285,7 +285,7 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
 def _run_oneshot(spec: OneShotSpec, stage: outputs.Staging, data_dir, retrain: bool, progress_bar: bool) -> PruneResult:
     """:func:`run_oneshot` in the held folder ``stage``: a newly trained model is parked in the output folder as
     soon as training ends (:data:`PARKED_FILES`), and a later failure is
-    :class:`~bayes_attn.outputs.FailedAfterComputing`."""
+    :class:`~bayes_attn._internal.outputs.FailedAfterComputing`."""
     out = stage.staging
     _io.write_text(out / "spec.toml", spec.to_toml())
     clock, seconds = time.perf_counter(), {}

@@ -5,7 +5,7 @@
 - :func:`run`: one width: theory, GP limit, sampling, comparison, report and figures.
 
 Sweeps over width and temperature are in :mod:`bayes_attn.sweep.table`. Every run
-holds its output folder (:mod:`bayes_attn.outputs`): checked writable and
+holds its output folder (:mod:`bayes_attn._internal.outputs`): checked writable and
 locked before computing, its files replaced together when it finishes; a
 folder holding files this package did not write is refused unless ``force``.
 """

@@ -2,7 +2,7 @@
 
 ``sample_posterior``, the spec's ``[sampler]`` table and the ``bayes-attn``
 command all read :class:`SamplerSettings`; the command derives its choices
-from :data:`CHAIN_METHODS`, :data:`bayes_attn.precision.DTYPES` and the
+from :data:`CHAIN_METHODS`, :data:`bayes_attn._internal.precision.DTYPES` and the
 sampler registry.
 """
 
@@ -58,7 +58,7 @@ class SamplerSettings:
         dtype: ``"float64"`` or ``"float32"`` (float32 suits GPUs).
         chain_method: NumPyro's ``"parallel"``, ``"vectorized"``, ``"sequential"``,
             or ``"auto"`` (parallel when there is a device per chain, else vectorized on an
-            accelerator and sequential on a CPU; see :mod:`bayes_attn.threads`).
+            accelerator and sequential on a CPU; see :mod:`bayes_attn._internal.threads`).
         thinning: keep every ``thinning``-th draw.
         target_accept: NUTS target acceptance probability, in (0, 1).
         max_tree_depth: NUTS maximum tree depth (at most ``2**depth - 1`` leapfrog steps).

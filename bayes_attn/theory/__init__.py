@@ -30,7 +30,7 @@ Modules:
   corrected theory, :func:`laplace_correction`, used by
   ``solve_theory(..., correction="laplace")``.
 
-All JAX computations run in float64 inside :func:`bayes_attn.precision.float64`,
+All JAX computations run in float64 inside :func:`bayes_attn._internal.precision.float64`,
 whatever the caller's JAX default; results are NumPy float64.
 """
 

@@ -3,7 +3,7 @@ part of ``S(θ)`` (``− log p(U) − log |∂U/∂θ|``, no training data), in 
 
 Pure JAX, traced by :mod:`bayes_attn.theory.correction`: ``theta`` ``[n]``, ``problem`` a
 :class:`~bayes_attn.theory.objective.Problem`, ``shapes`` the factor shapes ``[(m_k, r_k)]`` of
-:func:`bayes_attn.bartlett.factor_shapes` (Bartlett sites only).
+:func:`bayes_attn.theory.bartlett.factor_shapes` (Bartlett sites only).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ finite-dimensional Laplace expansion. Symbols of §8:
 Coordinates (:data:`COORDINATES`):
 
 - ``"bartlett"`` (default): the sites of the exact sampler (§7,
-  :mod:`bayes_attn.samplers.wishart`, factors of :mod:`bayes_attn.bartlett`): for every level ``k = 1, ..., L, a``
-  the logs ``log c_i`` of the chi-square diagonals of the Bartlett factor
+  :mod:`bayes_attn.samplers.wishart`, factors of :mod:`bayes_attn.theory.bartlett`): for every level
+  ``k = 1, ..., L, a`` the logs ``log c_i`` of the chi-square diagonals of the Bartlett factor
   ``A_k`` and its strictly lower entries (standard normal under the prior).
   There the density is a product of log-chi-square and normal densities
   times the likelihood, regular at every width, also where ``N_l < D_l`` and
@@ -63,7 +63,7 @@ on ``θ`` only through ``U_1``; :meth:`Theory.predict` expands them around
 that of ``f(x*)``: ``E[variance] + Var[mean]`` (law of total variance, both
 terms to next order).
 
-Everything runs in float64 (:func:`bayes_attn.precision.float64`); the
+Everything runs in float64 (:func:`bayes_attn._internal.precision.float64`); the
 functions are jit-compiled once per head structure, coordinate choice,
 factor shapes and training-set size (widths, variances and temperature
 are traced, except that they fix which levels are singular).
@@ -306,7 +306,7 @@ def shapes_of(heads, widths, coordinates: str):
 # ----------------------------------------------------------------------------
 def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "bartlett") -> np.ndarray:
     """Coordinates ``θ`` of positive definite ``[U_1, ..., U_L]`` and ``Ua`` (NumPy); Bartlett sites by
-    :func:`bayes_attn.bartlett.sites_of_order_parameters`."""
+    :func:`bayes_attn.theory.bartlett.sites_of_order_parameters`."""
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
         return np.concatenate([log_cholesky(Us), [math.log(Ua)]])

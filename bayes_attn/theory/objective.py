@@ -12,7 +12,7 @@ the vech entries ``theta`` of all ``U_l`` (or of their log-Cholesky
 coordinates ``psi``; see :mod:`.coordinates`). The entropy is differentiated
 by ``jax``; the data term's gradient and Hessian are in closed form.
 
-Everything JAX runs in float64 (:func:`bayes_attn.precision.float64`),
+Everything JAX runs in float64 (:func:`bayes_attn._internal.precision.float64`),
 whatever the caller's default. The jitted functions compile once per head
 structure, kernel form and training-set size: widths, variances and
 temperature are traced. No inverse is formed: every solve and log-determinant
@@ -330,9 +330,9 @@ def _vgh(theta: jax.Array, problem: Problem) -> tuple[jax.Array, jax.Array, jax.
 # jit-compiled entry points (float64 whatever the caller's JAX default)
 # ----------------------------------------------------------------------------
 def _jit_float64(fn: Callable) -> Callable:
-    """``jax.jit(fn)``, called under float64 and :func:`bayes_attn.threads.limits` with ``numpy``
+    """``jax.jit(fn)``, called under float64 and :func:`bayes_attn._internal.threads.limits` with ``numpy``
     arguments read as float64 (it waits for the result, so that the thread limit covers the work); its traced
-    program is kept with the command's compilation cache (:func:`bayes_attn.compile_cache.exported_jit`)."""
+    program is kept with the command's compilation cache (:func:`bayes_attn._internal.compile_cache.exported_jit`)."""
     jitted = exported_jit(fn)
 
     @functools.wraps(fn)
