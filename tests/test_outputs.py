@@ -216,7 +216,7 @@ def test_interrupt_keeps_previous_results_whole(tmp_path, monkeypatch):
     def interrupt(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(table, "gp_limit", interrupt)  # after the new per-job files, before sweep.nc
+    monkeypatch.setattr(experiment, "gp_of", interrupt)  # after the new per-job files, before sweep.nc
     with pytest.raises(KeyboardInterrupt):
         table.sweep(spec, out, temperatures=[0.3], progress_bar=False)
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name not in (".lock", outputs.MARKER)}

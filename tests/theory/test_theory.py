@@ -428,8 +428,6 @@ def test_bad_inputs(monkeypatch):
         (dict(init=[np.eye(3), np.eye(2)]), "init"),
         (dict(init=[-np.eye(4), np.eye(2)]), "init"),
         (dict(init=[np.eye(4) + np.triu(np.ones((4, 4)), 1), np.eye(2)]), "init"),
-        (dict(tol=0.0), "tol"),
-        (dict(max_iter=-1), "max_iter"),
         (dict(solver="newton"), "solver"),
         (dict(temperature="0.1"), r"temperature must be a positive number, got '0.1' \(str\)"),
         (dict(temperature=True), "temperature"),
@@ -442,6 +440,9 @@ def test_bad_inputs(monkeypatch):
         kw = dict(net=net, x=x, y=y, temperature=0.1) | change
         with pytest.raises(ValueError, match=name):
             th.solve_theory(kw.pop("net"), kw.pop("x"), kw.pop("y"), **kw)
+    for change, name in ((dict(tol=0.0), "tol"), (dict(max_iter=-1), "max_iter")):  # the solver's, a value
+        with pytest.raises(ValueError, match=name):
+            th.solve_theory(net, x, y, temperature=0.1, solver=th.NewtonSolver(**change))
     with pytest.raises(ValueError, match="temperature"):
         th.gp_limit(net, x, y, temperature=0)
     with pytest.raises(ValueError, match="y"):
