@@ -2,7 +2,8 @@
 
 - ``bash``: each command has a rule: ``make T`` names a target of the Makefile; ``bayes-attn …`` uses only
   options its subcommand has, and a concrete line (no ``[…]``, ``|`` or ``...``) parses as a whole;
-  ``python SCRIPT …`` names a script that exists and options its ``--help`` lists; ``bash SCRIPT.sh …`` names a
+  ``python SCRIPT …`` names a script that exists and options its ``--help`` lists; ``pip install`` installs this
+  repository with extras it has, or a dependency (``jax[cuda12]``); ``bash SCRIPT.sh …`` names a
   script that exists and parses (``bash -n``); ``scripts/NAME`` names an executable file there. A command without a
   rule fails the test, so that a new kind of command gets one.
 - ``python``: the README's runs in tests/test_examples.py; the getting-started page's runs here (slow).
@@ -86,11 +87,30 @@ def _check_script(words: list[str], line: str) -> None:
         assert not missing, f"{line!r}: {script.name} --help lists no {missing}"
 
 
+def _check_pip(words: list[str], line: str) -> None:
+    """``pip install`` of this repository (``.``, ``.[extras]`` with extras of pyproject.toml, ``-e``, ``-U``) or
+    of one of the package's dependencies (``jax[cuda12]``): never a package named like this one from an index."""
+    assert "install" in words, f"{line!r}: only pip install has a rule"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    depends = {re.split(r"[\[<>=!~ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    for arg in words[words.index("install") + 1:]:
+        if arg.startswith("-"):
+            continue
+        local = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", arg)
+        if local:
+            assert set((local.group(1) or "").split(",")) - {""} <= extras, f"{line!r}: unknown extra"
+        else:
+            assert re.split(r"[\[<>=!~]", arg, maxsplit=1)[0].lower() in depends, f"{line!r}: installs {arg!r}"
+
+
 def check_command(line: str) -> None:
     """One command of a shell block, by its rule (module docstring)."""
     words = [w for w in shlex.split(line) if not re.fullmatch(r"[A-Z_]+=\S*", w)]  # VAR=value prefixes dropped
     program = os.path.basename(words[0])
-    if program == "make":
+    if program == "pip" or (program.startswith("python") and words[1:3] == ["-m", "pip"]):
+        _check_pip(words, line)
+    elif program == "make":
         assert set(words[1:]) <= _make_targets(), f"{line!r}: not a Makefile target"
     elif program == "bayes-attn":
         _check_bayes_attn(words, line)
@@ -124,7 +144,8 @@ def test_the_rules_catch_a_wrong_command():
     """The rules fail on what they are for: an unknown option, target or script, and a command without a rule."""
     for bad in ("bayes-attn run --widht 3", "make tests", "python inference/fig9.py",
                 "python inference/fig2c.py --nope", "bayes-attn sweep m.toml --executor slurm",
-                "pip install bayes_attn", "bash benchmarks/nope.sh", "scripts/nope"):
+                "pip install bayes_attn", "python -m pip install -e '.[gpu]'", "bash benchmarks/nope.sh",
+                "scripts/nope"):
         with pytest.raises((AssertionError, SystemExit)):
             check_command(bad)
 
