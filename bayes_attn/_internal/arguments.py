@@ -134,9 +134,10 @@ SUBCOMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]
     "sweep": (
         "theory over widths and sampling at some of them (paper Fig. 2c/2e); resumable",
         "Theory at every --widths and sampling at --sample-widths, into one sweep.nc with a width "
-        "dimension and the figures accuracy_vs_width.png and finite_size.png. Finished widths are kept in "
-        "OUT/widths/ and not recomputed when the sweep is run again with the same settings. Exit status 3 when "
-        "the sampler's diagnostics failed at some width (those points are ringed in the figures).",
+        "dimension and the figures accuracy_vs_width.png, finite_size.png and (with sampled widths at one "
+        "temperature) order_parameter_sd.png. Finished widths are kept in OUT/widths/ and not recomputed when the "
+        "sweep is run again with the same settings. Exit status 3 when the sampler's diagnostics failed at some "
+        "width (those points are ringed in the figures) or the theory is not a solution at some width.",
         _sweep,
     ),
     "prune": (

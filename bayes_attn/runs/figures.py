@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import json
+
 import numpy as np
 import xarray as xr
 from matplotlib import ticker
@@ -147,8 +149,10 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     ax.plot(w, ds["accuracy_theory"], "o-", color="tab:orange", label="theory (finite width)")
     if "sample_width" in ds.dims and ds.sizes["sample_width"]:
         se = ds["accuracy_sampled_se"].values
+        sampler = json.loads(ds.attrs.get("sampler_settings", "{}")).get("name", "exact posterior")
         ax.errorbar(ds["sample_width"], ds["accuracy_sampled"], yerr=se, fmt="s", ms=7, color="black", capsize=3,
-                    label="sampled (NUTS), ±1 s.e. over chains" + (" (none: < 3 chains)" if np.isnan(se).any() else ""))
+                    label=f"sampled ({sampler}), ±1 s.e. over chains" + (" (none: < 3 chains)" if np.isnan(se).any()
+                                                                          else ""))
         bad = inconclusive_points(ds)
         if bad.any():
             ax.scatter(ds["sample_width"].values[bad], ds["accuracy_sampled"].values[bad], **INCONCLUSIVE,
