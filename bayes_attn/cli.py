@@ -64,10 +64,10 @@ def _check_options(args) -> None:
         _checks.seed("--seed", args.seed)
 
 
-def _setup(args, *, sampler: bool = True, samples: bool = True) -> tuple[Spec, Path]:
+def _setup(args, *, sampler: bool = True) -> tuple[Spec, Path]:
     """The spec resolved once with the command line's options (the one value every step reads and the folder's
-    ``spec.toml`` records) and the output folder; ``sampler``: the command has sampler options; ``samples``: it
-    samples (:func:`_settings`)."""
+    ``spec.toml`` records) and the output folder; ``sampler``: the command samples at the spec's width and
+    temperature (its sampler options are applied and checked, :func:`_settings`)."""
     _check_options(args)
     spec = load_spec(args.spec)
     if args.temperature is not None and not args.temperature > 0:
@@ -78,7 +78,7 @@ def _setup(args, *, sampler: bool = True, samples: bool = True) -> tuple[Spec, P
                                network=dataclasses.replace(spec.network, width=width))
     if getattr(args, "correction", None) is not None and args.command != "theory":
         spec = dataclasses.replace(spec, compare=dataclasses.replace(spec.compare, correction=args.correction))
-    return (dataclasses.replace(spec, sampler=_settings(spec, args, samples)) if sampler else spec), out
+    return (dataclasses.replace(spec, sampler=_settings(spec, args)) if sampler else spec), out
 
 
 def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:

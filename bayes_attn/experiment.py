@@ -72,11 +72,6 @@ class Point:
         if self.sampler is not None and not isinstance(self.sampler, SamplerSettings):
             raise ValueError(f"sampler must be a SamplerSettings or None, got {type(self.sampler).__name__}")
 
-    @property
-    def width(self) -> int:
-        """The width ``N`` of the first layer."""
-        return int(self.net.widths[0])
-
 
 @dataclass(frozen=True, eq=False)
 class Solved:

@@ -329,7 +329,7 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     lap("theory scan")
     points = sample_at_widths(spec, net, tr.x, tr.y, te.x, te.y, {N: scan.theory(N) for N in th.sample_widths},
                               progress_bar=progress_bar)
-    sampled, posteriors = points.dataset, {N: r.posterior for N, r in points.points.items()}
+    sampled = points.dataset
     comparisons = {N: width_comparison(r.comparison, r.point.temperature, points.correction_problems[N])
                    for N, r in points.points.items()}
     lap("sampling and the theory against the samples")
@@ -344,7 +344,7 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     trained_scores = head_scores(trained.U, heads)
     result = PruneResult(
         model=model.metrics, pruning=pruned,
-        spread=spread(spec, (sets, ev), model, scan, score_theory, pruned, posteriors.get(th.score_width),
+        spread=spread(spec, (sets, ev), model, scan, score_theory, pruned, points.points.get(th.score_width),
                       progress_bar),
         score_width=th.score_width, score_temperature=th.score_temperature,
         trained_head_scores=[s.tolist() for s in trained_scores],

@@ -204,8 +204,8 @@ class Sampled(NamedTuple):
     correction_problems: dict[int, list[str]]
 
 
-def _point_at(spec: OneShotSpec, net: Network, x, y, x_test, y_test, leading: Theory,
-              progress_bar: bool) -> tuple[PointResult, list[str]]:
+def _point_at(spec: OneShotSpec, x, y, x_test, y_test, leading: Theory, progress_bar: bool) -> tuple[PointResult,
+                                                                                                     list[str]]:
     """The point at ``leading``'s width and temperature, evaluated with its correction where it can be made."""
     theory, why = corrected(leading)
     problems = [] if theory is not None else [
@@ -239,7 +239,7 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, theo
     problems: dict[int, list[str]] = {}
     for N, leading in theories.items():
         temperature = leading.temperature
-        res, problems[int(N)] = _point_at(spec, net, x, y, x_test, y_test, leading, progress_bar)
+        res, problems[int(N)] = _point_at(spec, x, y, x_test, y_test, leading, progress_bar)
         points[int(N)] = res
         f = np.asarray(res.posterior.tree["posterior"]["f_test"].mean(("chain", "draw")).values)
         theory_mean = predictor_mean(leading.U, temperature, xi, y, xi_test, s0sq=net.variances[0])

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from .. import stats
-from ..posterior import Posterior
+from ..experiment import PointResult
 from ..theory import Theory, head_scores, solve_theory
 from . import data, pruning
 from .data import Evaluation, ImageSets
@@ -44,10 +44,12 @@ def _flat_scores(U, heads) -> np.ndarray:
 
 
 def _draw_rows(spec: OneShotSpec, sets: ImageSets, heads, score_theory: Theory, ev: Evaluation, xis: tuple,
-               progress_bar: bool) -> tuple[dict[str, list], pruning.TheoryAblation, list[str]]:
+               progress_bar: bool, made: Theory | None = None) -> tuple[dict[str, list], pruning.TheoryAblation,
+                                                                         list[str]]:
     """Per draw of the ``P`` episodes (draw 0: ``score_theory``'s; ``xis``: the path inputs of its episodes and of
     the test episodes): the head scores of the leading and of the corrected theory, and the theory-side ablation's
-    drops on the test episodes ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections."""
+    drops on the test episodes ``[n_heads]`` each; draw 0's ablation; and the problems of the corrections.
+    ``made``: ``score_theory`` corrected already (by the point sampled there), not computed again."""
     th, net = spec.theory, score_theory.net
     xi_tr, xi_te = xis
     net_score = net.with_width(th.score_width)
@@ -55,7 +57,7 @@ def _draw_rows(spec: OneShotSpec, sets: ImageSets, heads, score_theory: Theory, 
     problems, first = [], None
     for k, d in enumerate(data.theory_draws(spec, sets, ev.theory_train)):
         t = score_theory if k == 0 else solve_theory(net_score, d.x, d.y, temperature=th.score_temperature)
-        c, why = corrected(t)
+        c, why = (made, "; ".join(made.correction_problems)) if k == 0 and made is not None else corrected(t)
         rows["leading"].append(_flat_scores(t.U, heads))
         rows["corrected"].append(_flat_scores(c.U, heads) if c is not None else np.full(sum(heads), np.nan))
         problems += [f"draw {k}: {why}"] if why else []
@@ -79,13 +81,17 @@ def _spread_of(rows: list, drop_rows: list) -> pruning.SpearmanSpread | None:
 
 
 def spread(spec: OneShotSpec, data: tuple[ImageSets, Evaluation], model: TrainedModel, scan: Scan,
-           score_theory: Theory, pruned: pruning.PruningResult, post: Posterior | None = None,
+           score_theory: Theory, pruned: pruning.PruningResult, sampled: PointResult | None = None,
            progress_bar: bool = False) -> Spread:
     """Class-bootstrap standard errors, theory/GP test accuracy, the theory-side ablation and the spread of ρ of
-    each score (the leading and the corrected theory's ``U``, the exact posterior's mean ``U`` ``post`` at the
-    score width when it was sampled) and of the theory-side ablation with the model's drops, over draws of the
-    ``P`` episodes × class bootstraps of the test episodes. ``data``: the images and the evaluation episodes."""
+    each score (the leading and the corrected theory's ``U``, the exact posterior's mean ``U`` at the score width
+    when it was sampled: the point ``sampled``, whose corrected theory is reused at the score temperature) and of
+    the theory-side ablation with the model's drops, over draws of the ``P`` episodes × class bootstraps of the
+    test episodes. ``data``: the images and the evaluation episodes."""
     sets, ev = data
+    post = None if sampled is None else sampled.posterior
+    made = (sampled.theory if sampled is not None and sampled.theory.correction is not None
+            and sampled.theory.temperature == score_theory.temperature else None)
     net, pr = score_theory.net, spec.pruning
     tr, te = ev.theory_train, ev.test
     heads = model.config.heads
@@ -96,7 +102,7 @@ def spread(spec: OneShotSpec, data: tuple[ImageSets, Evaluation], model: Trained
     accuracies = _bootstrap_accuracies(spec, net, scan, ev, xi_tr, xi_te, boots, c0)
     se_method = (f"bootstrap over the query's class ({len(np.unique(query_class))} test classes, "
                  f"{pr.n_bootstrap} resamples)")
-    draws, ablation, problems = _draw_rows(spec, sets, heads, score_theory, ev, (xi_tr, xi_te), progress_bar)
+    draws, ablation, problems = _draw_rows(spec, sets, heads, score_theory, ev, (xi_tr, xi_te), progress_bar, made)
     rho_score = pruning.spearman(pruned.head_scores, ablation.drops, seed=pr.seed)
     rho_drops = pruning.spearman(ablation.drops, pruned.drops, seed=pr.seed)
     removable = np.array([heads[l] > 1 for l, _ in pruning.all_heads(heads)])

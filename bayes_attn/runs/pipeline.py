@@ -38,11 +38,12 @@ __all__ = ["RUN_FILES", "RunResult", "SAMPLE_FILES", "SampleResult", "THEORY_FIL
            "gp_on_paths", "point_of", "run", "sample_run", "theory_accuracy", "theory_run"]
 
 
-def point_of(spec: Spec, width: int | None = None, temperature: float | None = None, *,
+def point_of(spec: Spec, width: int | None = None, temperature: float | None = None, *, data: tuple | None = None,
              correction: str = "laplace", sampler: SamplerSettings | None = None, progress_bar: bool = False) -> Point:
-    """The experiment point of ``spec`` at ``width`` and ``temperature`` (default: the spec's): its data, the
-    comparison's tolerances and headline, ``sampler`` (``None``: theory only) and the theory's ``correction``."""
-    x, y, xt, yt = spec.data()
+    """The experiment point of ``spec`` at ``width`` and ``temperature`` (default: the spec's): its data
+    (``spec.data()`` unless the caller has them: ``(x, y, x_test, y_test)``), the comparison's tolerances and
+    headline, ``sampler`` (``None``: theory only) and the theory's ``correction``."""
+    x, y, xt, yt = spec.data() if data is None else data
     temperature = spec.temperature if temperature is None else temperature
     return Point(spec.net(width), x, y, xt, yt, temperature, correction=correction, sampler=sampler,
                  rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, headline=spec.compare.correction,

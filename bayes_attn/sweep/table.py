@@ -107,7 +107,7 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     key = _theory_key(spec, N, temperature, (x, y, xt, yt, xv, yv))
     if _finished(path, key) is not None:
         return path
-    t = experiment.solve(point_of(spec, N, temperature, correction="none"), gp=False).theory
+    t = experiment.solve(point_of(spec, N, temperature, data=(x, y, xt, yt), correction="none"), gp=False).theory
     ds = t.to_dataset()
     ds["accuracy"] = theory_accuracy(t, xt, yt)
     ds["accuracy_validation"] = theory_accuracy(t, xv, yv)
@@ -125,7 +125,8 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     key = _sample_key(spec, N, temperature, (x, y, xt, yt), settings)
     if _finished(path, key) is not None:
         return path
-    result = experiment.evaluate(point_of(spec, N, temperature, sampler=settings, progress_bar=progress_bar))
+    result = experiment.evaluate(point_of(spec, N, temperature, data=(x, y, xt, yt), sampler=settings,
+                                          progress_bar=progress_bar))
     post = result.posterior  # the theory corrected (§8), compared both corrected and at leading order
     post.save(folder / f"posterior-{_tag(N, temperature)}.nc")
     ds = result.comparison.to_dataset()
@@ -269,9 +270,10 @@ def _check_sampling(spec: Spec, sample_widths, temps, executor: Executor | None)
     """Refuse before the first job what a sampling job would (:func:`bayes_attn.experiment.check`, as ``run``
     does), at every sampled width; the memory where the jobs run on this machine (not on another's workers)."""
     here = executor is None or isinstance(executor, (InProcess, DaskLocal))
+    data = spec.data() if sample_widths else None
     for N in sample_widths:
         for i, temp in enumerate(temps):  # the memory does not depend on the temperature: checked once per width
-            experiment.check(point_of(spec, N, temp, sampler=spec.sampler), memory_check=here and i == 0)
+            experiment.check(point_of(spec, N, temp, data=data, sampler=spec.sampler), memory_check=here and i == 0)
 
 
 def _check_temperatures(temperatures) -> list[float]:
@@ -366,10 +368,10 @@ def _sampled_points(ds: xr.Dataset) -> list[tuple[str, str]]:
 
 def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, validation) -> xr.Dataset:
     """``sweep.nc``'s table from the finished jobs (widths with a failed job at some temperature are left out)."""
-    x, y, xt, yt = data
+    _, _, xt, yt = data
     widths = [N for N in widths if all(("theory", N, temp) in done for temp in temps)]
     sample_widths = [N for N in sample_widths if all(("sample", N, temp) in done for temp in temps)]
-    gps = {temp: experiment.gp_of(point_of(spec, widths[0] if widths else None, temp, correction="none"))
+    gps = {temp: experiment.gp_of(point_of(spec, widths[0] if widths else None, temp, data=data, correction="none"))
            for temp in temps}
     gp_acc = [gp_accuracies(spec, gps[temp], xt, yt) for temp in temps]
     gp_val = [accuracy(gps[temp].predict(validation[0])[0], validation[1]) for temp in temps]
