@@ -185,7 +185,7 @@ def cmd_sample(args) -> int:
 
     spec, out = _setup(args)
     net = spec.net()
-    print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, P={spec.task.n_train}, "
+    print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, {spec.describe_task()}, "
           f"temperature={spec.temperature}, {sampling_plan(spec.sampler, spec.task.n_train)}")
     res = sample_run(spec, out, progress_bar=not args.no_progress, force=args.force)
     print(res.summary)
@@ -227,8 +227,8 @@ def cmd_run(args) -> int:
     from .runs.report import comparison_report
 
     spec, out = _setup(args)
-    print(f"{spec.name}: theory + {sampling_plan(spec.sampler, spec.task.n_train)} + comparison at "
-          f"N={spec.network.width} → {out}")
+    print(f"{spec.name} ({spec.describe_task()}, {spec.net().D} paths): theory + "
+          f"{sampling_plan(spec.sampler, spec.task.n_train)} + comparison at N={spec.network.width} → {out}")
     res = run(spec, out, progress_bar=not args.no_progress, force=args.force)
     print(res.posterior.summary())
     print()

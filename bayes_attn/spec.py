@@ -1,9 +1,12 @@
 """Declarative run specifications (TOML files in ``models/``).
 
-A spec names a task, a network built from the task's heads, the likelihood
-temperature and the sampler settings. Every field has a default. The embedded
-main job, the Fig. 2c Markov network at width 10, is the shipped spec
-``models/markov_4paths.toml`` (package data: :func:`load_spec` without a path).
+A spec names a task, a network, the likelihood temperature and the sampler
+settings. Two task kinds: ``"markov"``, the paper's hidden-Markov-chain task
+with a network of its named heads, and ``"arrays"``, your own data and attention
+in ``.npz`` files (:mod:`bayes_attn.tasks.arrays`). Every other field has a
+default. The embedded main job, the Fig. 2c Markov network at width 10, is the
+shipped spec ``models/markov_4paths.toml`` (package data: :func:`load_spec`
+without a path).
 
 Example::
 
@@ -20,6 +23,16 @@ Example::
 
     [sampler]         # SamplerSettings fields
     name = "wishart"
+
+Your own arrays (paths relative to the spec's folder)::
+
+    [task]            # ArraysTask fields
+    kind = "arrays"
+    file = "data.npz"            # x, y, x_test, y_test (x_val, y_val optional)
+
+    [network]         # ArraysNetwork fields
+    attention = "attention.npz"  # W_1, W_2, ... or Q_1, K_1, ...
+    width = 20
 """
 
 from __future__ import annotations
@@ -35,10 +48,11 @@ from ._internal.spec_types import check_name, check_type, read_shipped_toml, rea
 from .network import Network
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
+from .tasks.arrays import ArraysNetwork, ArraysTask
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .theory.correction import CORRECTIONS
 
-__all__ = ["CompareSpec", "NetworkSpec", "SHIPPED_SPEC", "Spec", "load_spec", "spec_from_dict"]
+__all__ = ["TASK_KINDS", "CompareSpec", "NetworkSpec", "SHIPPED_SPEC", "Spec", "load_spec", "spec_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -88,8 +102,8 @@ class Spec:
 
     name: str = "markov_4paths"
     temperature: float = 0.01
-    task: MarkovTask = field(default_factory=MarkovTask)
-    network: NetworkSpec = field(default_factory=NetworkSpec)
+    task: MarkovTask | ArraysTask = field(default_factory=MarkovTask)
+    network: NetworkSpec | ArraysNetwork = field(default_factory=NetworkSpec)
     sampler: SamplerSettings = field(default_factory=SamplerSettings)
     compare: CompareSpec = field(default_factory=CompareSpec)
     cluster: dict = field(default_factory=dict)
@@ -99,12 +113,26 @@ class Spec:
         if not isinstance(self.cluster, dict):
             raise ValueError(f"[cluster] must be a table, got {self.cluster!r}")
 
+    @property
+    def kind(self) -> str:
+        """The task's kind, ``"markov"`` or ``"arrays"``."""
+        return "arrays" if isinstance(self.task, ArraysTask) else "markov"
+
+    @property
+    def root(self) -> str:
+        """The folder the spec's data files are relative to (``"."`` for the Markov task, which has none)."""
+        return self.task.root if isinstance(self.task, ArraysTask) else "."
+
     def net(self, width: int | None = None) -> Network:
         """The network, at ``width`` if given."""
         n = self.network
+        width = n.width if width is None else _checks.width("width", width)
+        if isinstance(n, ArraysNetwork):
+            return n.build(width)
+        assert isinstance(self.task, MarkovTask)  # spec_from_dict pairs the kinds
         return self.task.network(
             n.layers,
-            width=n.width if width is None else _checks.width("width", width),
+            width=width,
             variances=list(n.variances) if isinstance(n.variances, tuple) else n.variances,
             beta=n.beta,
             random_strength=n.random_strength,
@@ -122,33 +150,69 @@ class Spec:
         validation sets (two copies), the heads' ``[N0, N0]`` matrices and the theory's ``[D, P, P + P_test]``
         kernels."""
         t = self.task
+        if isinstance(t, ArraysTask):
+            return t.data_bytes(self.net().D)
         n = t.n_train + 2 * t.n_test
+        assert isinstance(self.network, NetworkSpec)
         D = int(np.prod([len(layer) for layer in self.network.layers]))
         N0 = t.feature_dim + t.seq_len
         return 8 * (2 * n * t.seq_len * t.feature_dim + 4 * N0**2 + 3 * D * t.n_train * (t.n_train + t.n_test))
 
     def check_size(self) -> None:
         """A one-line ``ValueError`` when the task's arrays cannot fit in memory (before anything is allocated)."""
-        t = self.task
-        _checks.fits_in_memory(f"the task (n_train={t.n_train}, n_test={t.n_test}, feature_dim={t.feature_dim}, "
-                               f"seq_len={t.seq_len})", self.data_bytes())
+        _checks.fits_in_memory(f"the task ({self.describe_task()})", self.data_bytes())
 
-    def validation(self) -> tuple[np.ndarray, np.ndarray]:
-        """Validation set ``(x_val, y_val)``, disjoint from training and test data."""
+    def describe_task(self) -> str:
+        """The task's sizes in one phrase, e.g. ``n_train=100, n_test=1000, feature_dim=200, seq_len=30``."""
+        t = self.task
+        if isinstance(t, ArraysTask):
+            return t.describe()
+        return f"n_train={t.n_train}, n_test={t.n_test}, feature_dim={t.feature_dim}, seq_len={t.seq_len}"
+
+    def validation(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Validation set ``(x_val, y_val)``, disjoint from training and test data (``None``: a task of your own
+        arrays without one)."""
         return self.task.validation()
+
+    def tables(self) -> dict:
+        """The spec's tables as ``spec.toml`` records them (``[task]`` with its kind; no local fields)."""
+        def table(obj) -> dict:
+            return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.metadata.get("spec", True)}
+
+        data = {"name": self.name, "temperature": self.temperature, "task": {"kind": self.kind} | table(self.task),
+                "network": table(self.network), "sampler": dataclasses.asdict(self.sampler),
+                "compare": dataclasses.asdict(self.compare)}
+        return data | ({"cluster": self.cluster} if self.cluster else {})
 
     def to_toml(self) -> str:
         """The spec as TOML text (round-trips through :func:`load_spec`)."""
-        data = {"name": self.name, "temperature": self.temperature,
-                "task": {"kind": "markov"} | dataclasses.asdict(self.task), "network": dataclasses.asdict(self.network),
-                "sampler": dataclasses.asdict(self.sampler), "compare": dataclasses.asdict(self.compare)}
-        if self.cluster:
-            data["cluster"] = self.cluster
-        return to_toml(data)
+        return to_toml(self.tables())
 
 
-def spec_from_dict(data: dict) -> Spec:
-    """Build and check a :class:`Spec` from a parsed TOML table."""
+TASK_KINDS = ("markov", "arrays")
+"""The spec's task kinds: the paper's hidden-Markov-chain task, or your own arrays."""
+
+
+def _sections(kind: str, task: dict, network: dict, root: str) -> tuple:
+    """The task and network of ``kind``, their arrays checked (``"arrays"``: each file read, hashed, and its
+    ``N0`` compared with the other's)."""
+    if kind == "markov":
+        t = section(MarkovTask, "task", task)
+        _checks.seed("task.seed", t.seed)
+        return t, section(NetworkSpec, "network", network)
+    at, an = section(ArraysTask, "task", task), section(ArraysNetwork, "network", network)
+    at = dataclasses.replace(at, root=root).checked()
+    an = dataclasses.replace(an, root=root).checked()
+    n0_data, n0_net = at.N0, an.build(an.width).N0
+    if n0_data != n0_net:
+        raise ValueError(f"{an.path}: the attention's N0 = {n0_net} must equal the tokens' of {at.path}: x "
+                         f"(N0 = {n0_data}); W_l is [H_l, N0, N0], Q_l and K_l [H_l, d, N0]")
+    return at, an
+
+
+def spec_from_dict(data: dict, root: str | Path = ".") -> Spec:
+    """Build and check a :class:`Spec` from a parsed TOML table (``root``: the folder its data files are relative
+    to, the spec file's)."""
     known = {"name", "temperature", "task", "network", "sampler", "compare", "cluster"}
     unknown = set(data) - known
     if unknown:
@@ -158,20 +222,20 @@ def spec_from_dict(data: dict) -> Spec:
             raise ValueError(f"[{key}] must be a table, got {data[key]!r}")
     task = dict(data.get("task", {}))
     kind = task.pop("kind", "markov")
-    _checks.choice("task.kind", kind, ("markov",))
+    _checks.choice("task.kind", kind, TASK_KINDS)
     sampler = data.get("sampler", {})
     check_keys(sampler, "[sampler]")  # renamed keys get their own message
+    task_, network = _sections(kind, task, data.get("network", {}), str(root))
     spec = Spec(
         name=check_name(check_type("name", data.get("name", Spec.name), str)),
         temperature=_checks.positive(
             "temperature", check_type("temperature", data.get("temperature", Spec.temperature), float)),
-        task=section(MarkovTask, "task", task),
-        network=section(NetworkSpec, "network", data.get("network", {})),
+        task=task_,
+        network=network,
         sampler=section(SamplerSettings, "sampler", sampler),
         compare=section(CompareSpec, "compare", data.get("compare", {})),
         cluster=dict(data.get("cluster", {})),
     )
-    _checks.seed("task.seed", spec.task.seed)
     spec.check_size()
     labels = spec.net().path_labels  # fail early on a bad network
     for name, paths in spec.compare.gp_paths.items():
@@ -200,4 +264,4 @@ def load_spec(path: str | Path | None = None) -> Spec:
     default, the shipped ``models/markov_4paths.toml`` (:class:`Spec` ``()`` keeps the dataclass defaults)."""
     if path is None:
         return spec_from_dict(read_shipped_toml(__package__, SHIPPED_SPEC))
-    return spec_from_dict(read_toml(path))
+    return spec_from_dict(read_toml(path), root=Path(path).parent)

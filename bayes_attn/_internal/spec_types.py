@@ -139,11 +139,12 @@ def _plural(hint) -> str:
 
 
 def section(cls, name: str, table):
-    """An instance of the dataclass ``cls`` from the spec table ``[name]``, every field's type checked."""
+    """An instance of the dataclass ``cls`` from the spec table ``[name]``, every field's type checked (fields
+    with ``metadata={"spec": False}`` are not keys of the table)."""
     if not isinstance(table, dict):
         raise ValueError(f"[{name}] must be a table, got {table!r}")
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    known = {f.name for f in dataclasses.fields(cls) if f.init and f.metadata.get("spec", True)}
     unknown = set(table) - known
     if unknown:
         raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")

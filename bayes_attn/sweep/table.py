@@ -38,6 +38,7 @@ from ..runs.pipeline import gp_accuracies, point_of, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..stats import accuracy, choose_temperature, power_law_slope
+from ..tasks.markov import MarkovTask
 from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
 
 __all__ = ["CACHE_VERSION", "MIN_CHAINS_SE", "SWEEP_FILES", "THEORY_VARS", "alpha_sweep", "best_temperature_view",
@@ -67,8 +68,8 @@ def _job_parts(spec: Spec, N: int, temperature: float, data: Data) -> list:
     """What every job's result depends on: the task, the network at the job's width ``N``, a digest of the
     data ``(x, y, x_test, y_test[, x_val, y_val])``, the temperature and the versions of the packages."""
     pairs = [data_fingerprint(data[i], data[i + 1]) for i in range(0, len(data), 2)]
-    return [dataclasses.asdict(spec.task), dataclasses.asdict(dataclasses.replace(spec.network, width=N)), pairs,
-            temperature, _io.versions()]
+    tables = spec.tables()
+    return [tables["task"], tables["network"] | {"width": N}, pairs, temperature, _io.versions()]
 
 
 def _theory_key(spec: Spec, N: int, temperature: float, data: Data) -> str:
@@ -103,14 +104,14 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     """Theory at width ``N`` and ``temperature``: ``folder/theory-N..-T...nc`` (test and validation accuracy)."""
     path = folder / f"theory-{_tag(N, temperature)}.nc"
     t0 = time.perf_counter()
-    (x, y, xt, yt), (xv, yv) = spec.data(), spec.validation()
-    key = _theory_key(spec, N, temperature, (x, y, xt, yt, xv, yv))
+    (x, y, xt, yt), val = spec.data(), spec.validation()
+    key = _theory_key(spec, N, temperature, (x, y, xt, yt, *(val or ())))
     if _finished(path, key) is not None:
         return path
     t = experiment.solve(point_of(spec, N, temperature, data=(x, y, xt, yt), correction="none"), gp=False).theory
     ds = t.to_dataset()
     ds["accuracy"] = theory_accuracy(t, xt, yt)
-    ds["accuracy_validation"] = theory_accuracy(t, xv, yv)
+    ds["accuracy_validation"] = np.nan if val is None else theory_accuracy(t, *val)  # NaN: the task has none
     ds["converged"] = not t.problems  # converged, and to a minimum
     ds.attrs.update(settings_key=key, seconds=time.perf_counter() - t0)
     return _io.save(ds, path)
@@ -139,7 +140,7 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
 def run_job(job: Job) -> str:
     """Run one sweep job (a module-level function, so that Dask workers can run it); returns its file."""
     p = job.params
-    spec = spec_from_dict(tomllib.loads(p["spec"]))
+    spec = spec_from_dict(tomllib.loads(p["spec"]), root=p.get("root", "."))
     folder = Path(p["folder"])
     if p["kind"] == "theory":
         return str(theory_job(spec, p["width"], p["temperature"], folder))
@@ -154,7 +155,7 @@ def sweep_jobs(spec: Spec, folder: Path, widths, sample_widths, temperatures, *,
     A sampling job's seed is ``job_seed(spec.sampler.seed, kind="sample", width=N, temperature=temp)`` at
     each temperature ``temp``.
     """
-    common = {"spec": spec.to_toml(), "folder": str(folder)}
+    common = {"spec": spec.to_toml(), "root": str(Path(spec.root).resolve()), "folder": str(folder)}
     jobs = [Job(f"theory-{_tag(N, temp)}", common | {"kind": "theory", "width": N, "temperature": temp}, 0)
             for temp in temperatures for N in widths]
     for temp in temperatures:
@@ -246,7 +247,7 @@ def _provenance(spec: Spec, data, validation) -> dict:
     x, y, xt, yt = data
     return {"spec": spec.to_toml(), "name": spec.name, "sampler_settings": json.dumps(spec.sampler.to_dict()),
             "data_fingerprint": json.dumps({"train": data_fingerprint(x, y), "test": data_fingerprint(xt, yt),
-                                            "validation": data_fingerprint(*validation)}),
+                                            "validation": validation and data_fingerprint(*validation)}),
             "path_names": json.dumps(spec.compare.path_names), "n_train": int(len(y))}
 
 
@@ -316,6 +317,9 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
     spec = _portable(spec)
     data, validation = spec.data(), spec.validation()
+    if len(temps) > 1 and validation is None:
+        raise ValueError(f"temperatures: several temperatures are chosen among on a validation set, and "
+                         f"{getattr(spec.task, 'file', 'the task')} holds none (add x_val and y_val), got {temps}")
     _check_sampling(spec, sample_widths, temps, executor)
     with outputs.output_folder(out, force=force, command="sweep", files=SWEEP_FILES) as stage:
         folder = outputs.cache_folder(stage.folder, "widths")
@@ -374,7 +378,8 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
     gps = {temp: experiment.gp_of(point_of(spec, widths[0] if widths else None, temp, data=data, correction="none"))
            for temp in temps}
     gp_acc = [gp_accuracies(spec, gps[temp], xt, yt) for temp in temps]
-    gp_val = [accuracy(gps[temp].predict(validation[0])[0], validation[1]) for temp in temps]
+    gp_val = [np.nan if validation is None else accuracy(gps[temp].predict(validation[0])[0], validation[1])
+              for temp in temps]
     ds = xr.Dataset(
         {"accuracy_gp": (("temperature", "gp_model"), [list(a.values()) for a in gp_acc]),
          "accuracy_gp_validation": ("temperature", gp_val)},
@@ -461,8 +466,12 @@ def alpha_sweep(spec: Spec, out: str | Path, *, alpha: float, widths, temperatur
     alpha = _checks.positive("alpha", alpha)
     widths = _check_widths("widths", widths, at_least_one="")
     temperature = spec.temperature if temperature is None else _checks.positive("temperature", temperature)
+    task = spec.task
+    if not isinstance(task, MarkovTask):
+        raise ValueError(f"alpha_sweep draws P = alpha N training sequences at each width, which needs task.kind = "
+                         f"'markov', got {spec.kind!r}")
     spec = _portable(spec)
-    specs = {N: dataclasses.replace(spec, task=dataclasses.replace(spec.task, n_train=max(2, int(round(alpha * N)))))
+    specs = {N: dataclasses.replace(spec, task=dataclasses.replace(task, n_train=max(2, int(round(alpha * N)))))
              for N in widths}
     for N, s in specs.items():
         _check_sampling(s, [N], [temperature], None)
