@@ -71,7 +71,7 @@ from numpyro.infer.util import initialize_model
 from ._internal import checks as _checks
 from ._internal.precision import x64
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
-from .samplers import SamplerSettings, Storage, get, nuts, prepare
+from .samplers import SamplerSettings, Storage, blocks, get, nuts, prepare
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
 
@@ -235,11 +235,14 @@ def guided_draws(cfg: SamplerSettings, net: Network, x, x_test, y: jax.Array, *,
                  key: jax.Array) -> tuple[dict, dict]:
     """:func:`batched_nuts` for the samplers with their own draw loop (``laplace-is``, ``laplace-mh``): per row of
     ``y``, one chain of ``cfg.num_samples`` draws (after ``cfg.num_warmup``) kept every ``cfg.thinning``, as
-    ``sample_posterior`` makes them, then ``f`` drawn exactly given ``U``. Returns the observables
+    ``sample_posterior`` makes them, then ``f`` drawn exactly given ``U``; settings in blocks
+    (:attr:`~bayes_attn.samplers.SamplerSettings.in_blocks`): ``max_samples // num_samples`` blocks, each continued
+    as :mod:`bayes_attn.samplers.blocks` continues them, whatever their diagnostics. Returns the observables
     ``{name: [R, S, ...]}`` and per-replication ``pareto_k`` (``laplace-is``) and ``prior_starts`` (none)."""
     smp = get(cfg.name)
     y = jnp.asarray(y, jnp.dtype(cfg.dtype))
     inputs = prepare(net, x, y[0], x_test, temperature, cfg.dtype)
+    n_blocks = cfg.budget_samples // cfg.block_draws if cfg.in_blocks else 1
     cfg = SamplerSettings(name=cfg.name, num_warmup=cfg.num_warmup, num_samples=cfg.num_samples, num_chains=1,
                           thinning=cfg.thinning, dtype=cfg.dtype)
     R = y.shape[0]
@@ -247,7 +250,10 @@ def guided_draws(cfg: SamplerSettings, net: Network, x, x_test, y: jax.Array, *,
     obs, khat = [], []
     for r in range(R):
         ir = inputs._replace(y=y[r])
-        out = smp.draw(ir, cfg, keys[r, 0])
+        block = blocks.guided(smp.draw, ir, cfg, keys[r, 0])
+        out = block(0)
+        for b in range(1, n_blocks):
+            out = blocks.join(out, block(b))
         draws = dict(out.draws)
         draws |= smp.conditional(draws, keys[r, 1], ir, Storage())
         obs.append(jax.tree.map(lambda v: np.asarray(v[0]), draws))
@@ -382,7 +388,10 @@ def sbc_ranks(net: Network, x, x_test, *, sampler: str | SamplerSettings, temper
             ("n_reps", n_reps, 1), ("n_train_obs", n_train_obs, 0), ("batch_size", batch_size, 1)))
     if n_train_obs > x.shape[0]:
         raise ValueError(f"n_train_obs must be at most P = {x.shape[0]}, got {n_train_obs}")
-    num_draws = cfg.num_samples // cfg.thinning
+    if cfg.in_blocks and cfg.name not in ("laplace-is", "laplace-mh"):
+        raise ValueError(f"sampler settings in blocks are calibrated for the guided samplers; {cfg.name!r} in blocks "
+                         "is one longer run, bit for bit (give num_samples)")
+    num_draws = (cfg.budget_samples // cfg.block_draws if cfg.in_blocks else 1) * cfg.num_samples // cfg.thinning
     k_sim, k_run = jax.random.split(jax.random.key(cfg.seed))
     with x64(cfg.dtype == "float64"):
         truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)

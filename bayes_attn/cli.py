@@ -87,7 +87,7 @@ def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
     cfg = spec.sampler.replace(
         num_chains=args.chains, num_warmup=args.warmup, num_samples=args.samples, seed=args.seed,
         name=args.sampler, dtype=args.dtype, chain_method=args.chain_method,
-        guided_samples=getattr(args, "guided_samples", None),
+        guided_samples=getattr(args, "guided_samples", None), **_precision(args),
     )
     if samples:
         check_chains(cfg, "--chains (the spec's sampler.num_chains)")
@@ -96,6 +96,13 @@ def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
         for t in grid or [args.temperature or spec.temperature]:  # the sampler's dtype holds T and 1/T
             check_temperature(t, cfg.dtype, name)
     return cfg
+
+
+def _precision(args) -> dict:
+    """The command line's targets and budget of sampling in blocks (``None`` where not given)."""
+    from .samplers.settings import BLOCK_KEYS
+
+    return {k: getattr(args, k, None) for k in BLOCK_KEYS}
 
 
 MIN_CHAINS = 2
@@ -184,6 +191,9 @@ def cmd_sample(args) -> int:
     from .runs.pipeline import sample_run
 
     spec, out = _setup(args)
+    if spec.sampler.target_precision is not None:
+        raise ValueError("sampler.target_precision is the comparison's precision: sample has no theory to compare "
+                         "with (use run, sweep or prune), ask for --target-ess here")
     net = spec.net()
     print(f"{spec.name}: N={net.widths[0]}, paths {net.path_labels}, {spec.describe_task()}, "
           f"temperature={spec.temperature}, {sampling_plan(spec.sampler, spec.task.n_train)}")
@@ -286,6 +296,7 @@ def cmd_prune(args) -> int:
     from .oneshot.spec import load_oneshot_spec
 
     spec = load_oneshot_spec(args.spec)  # None: the embedded shipped spec, models/omniglot_oneshot.toml
+    spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**_precision(args)))
     out = args.out or Path(DEFAULT_OUT["prune"].replace("<spec name>", spec.name))
     if spec.theory.sample_widths:
         check_chains(spec.sampler, "the spec's [sampler] num_chains")

@@ -43,7 +43,7 @@ from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
-__all__ = ["Check", "Comparison", "TEMPERATURE_RTOL", "compare", "headline_of", "theories_line"]
+__all__ = ["Check", "Comparison", "TEMPERATURE_RTOL", "compare", "headline_of", "precision_unmet", "theories_line"]
 
 
 def headline_of(wanted: str, theory: Theory) -> str:
@@ -79,10 +79,14 @@ class Check:
     n_sigma: float
 
     @property
+    def mc_bound(self) -> float:
+        """What Monte-Carlo error alone could make of the value: ``noise_floor + n_sigma max(mcse, noise_sd)``."""
+        return self.noise_floor + self.n_sigma * max(self.mcse, self.noise_sd)
+
+    @property
     def passed(self) -> bool:
-        """Within tolerance, or not distinguishable from MC noise."""
-        bound = self.noise_floor + self.n_sigma * max(self.mcse, self.noise_sd)
-        return bool(self.value <= self.tolerance or self.value <= bound)
+        """Within tolerance, or not distinguishable from MC noise (at most :attr:`mc_bound`)."""
+        return bool(self.value <= self.tolerance or self.value <= self.mc_bound)
 
     @property
     def gap(self) -> float:
@@ -270,6 +274,19 @@ class Comparison:
             for key in ("value", "mcse", "noise_floor", "gap", "passed"):
                 ds[f"alternative_check_{key}"] = ("check", [getattr(c, key) for c in alt.checks])
         return ds
+
+
+def precision_unmet(comparison: Comparison, fraction: float) -> list[str]:
+    """The checks of ``comparison`` (and of its alternative theory) whose Monte-Carlo bound exceeds ``fraction``
+    of their tolerance: where MC error alone could still pass a gap that large, so "agree" would be easier than
+    the tolerance says (``SamplerSettings.target_precision``, :mod:`bayes_attn.samplers.blocks`)."""
+    comps = [comparison] + ([comparison.alternative] if comparison.alternative is not None else [])
+    worst: dict[str, Check] = {}
+    for c in (c for comp in comps for c in comp.checks):  # each check once, at its larger bound of the theories
+        if c.name not in worst or c.mc_bound > worst[c.name].mc_bound:
+            worst[c.name] = c
+    return [f"{c.name}: Monte-Carlo bound {c.mc_bound:.3g} > {fraction:g} × tolerance {c.tolerance:g}"
+            for c in worst.values() if not c.mc_bound <= fraction * c.tolerance]
 
 
 def compare(

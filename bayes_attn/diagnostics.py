@@ -18,11 +18,12 @@ import xarray as xr
 
 from ._internal import checks as _checks
 from ._internal import threads
+from .samplers.blocks import Stopping
+from .samplers.settings import MAX_RHAT
 
 __all__ = ["EXTRA_FIELDS", "MAX_KHAT", "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "SUMMARY_WORKERS", "Summary",
            "diagnostic_failures", "sample_stats", "summary_table"]
 
-MAX_RHAT = 1.01
 MIN_ESS = 100.0
 MIN_BFMI = 0.3
 MAX_KHAT = 0.7
@@ -44,6 +45,8 @@ def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
         out.append(f"{int(diagnostics['divergences'])} divergent transitions")
     if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
         out.append("min BFMI {} < {}".format(*_checks.versus(diagnostics["min_bfmi"], MIN_BFMI)))
+    if diagnostics.get("targets_met", 1.0) < 1.0:
+        out.append("budget spent before the sampler's targets were met (precision, ESS or R-hat; see its stopping)")
     if not diagnostics.get("pareto_k", -np.inf) <= MAX_KHAT and "pareto_k" in diagnostics:
         out.append("importance-sampling Pareto k-hat {} > {}".format(*_checks.versus(diagnostics["pareto_k"],
                                                                                      MAX_KHAT)))
@@ -117,6 +120,7 @@ class Summary:
         pareto_k: the Pareto ``k̂`` of ``laplace-is``'s importance weights (NaN for the others).
         is_ess: ``laplace-is``'s importance-sampling ESS ``1 / Σ w̄²`` before resampling (NaN for the others).
         sampler: the sampler that made the draws.
+        stopping: how a sampler in blocks stopped (:class:`~bayes_attn.samplers.blocks.Stopping`), or ``None``.
     """
 
     table: pd.DataFrame
@@ -128,6 +132,7 @@ class Summary:
     pareto_k: float = float("nan")
     is_ess: float = float("nan")
     sampler: str = ""
+    stopping: Stopping | None = None
 
     @property
     def max_rhat(self) -> float:
@@ -152,6 +157,8 @@ class Summary:
             out["min_bfmi"] = float(np.min(self.bfmi))
         if np.isfinite(self.pareto_k):
             out["pareto_k"] = self.pareto_k
+        if self.stopping is not None:
+            out["targets_met"] = float(self.stopping.met)
         return out
 
     def failures(self) -> list[str]:
@@ -182,5 +189,6 @@ class Summary:
                 self.by_variable().to_string(),
                 "",
                 f"sampler: {self.sampler}   {own}   sampling time: {self.seconds:.1f} s",
+                *([f"sampled in blocks: {self.stopping}"] if self.stopping is not None else []),
             ]
         )

@@ -16,6 +16,7 @@ half (theory and GP limit); :func:`evaluate` the whole point. The verdict is the
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -141,14 +142,17 @@ def evaluate(point: Point, *, theory: Theory | None = None) -> PointResult:
         _check_theory(point, theory)
         limit = gp_of(point)
     assert limit is not None
-    from .comparison import compare, headline_of
+    from .comparison import compare, headline_of, precision_unmet
 
+    def comparison(post: Posterior) -> Comparison:
+        return compare(theory, post, point.x_test, point.y_test, rtol=point.rtol, n_sigma=point.n_sigma, gp=limit,
+                       headline=headline_of(point.headline, theory))
+
+    fraction = point.sampler.target_precision
     t0 = time.perf_counter()
-    post = sample(point)
+    post = sample(point, until=None if fraction is None else lambda p: precision_unmet(comparison(p), fraction))
     seconds = time.perf_counter() - t0
-    comp = compare(theory, post, point.x_test, point.y_test, rtol=point.rtol, n_sigma=point.n_sigma, gp=limit,
-                   headline=headline_of(point.headline, theory))
-    return PointResult(point, theory, limit, post, comp, seconds)
+    return PointResult(point, theory, limit, post, comparison(post), seconds)
 
 
 def gp_of(point: Point, *, basis: Basis | None = None) -> Theory:
@@ -156,14 +160,15 @@ def gp_of(point: Point, *, basis: Basis | None = None) -> Theory:
     return gp_limit(point.net, point.x, point.y, temperature=point.temperature, basis=basis)
 
 
-def sample(point: Point) -> Posterior:
-    """The posterior at ``point`` (:func:`bayes_attn.sample_posterior` with the point's sampler settings)."""
+def sample(point: Point, until: Callable[[Posterior], list[str]] | None = None) -> Posterior:
+    """The posterior at ``point`` (:func:`bayes_attn.sample_posterior` with the point's sampler settings; ``until``:
+    its further reasons to draw another block, e.g. the comparison's precision in :func:`evaluate`)."""
     if point.sampler is None:
         raise ValueError("sampling needs a point with sampler settings (sampler=None is a theory-only point)")
     from .posterior import sample_posterior
 
     return sample_posterior(point.net, point.x, point.y, temperature=point.temperature, x_test=point.x_test,
-                            progress_bar=point.progress_bar, sampler=point.sampler)
+                            progress_bar=point.progress_bar, sampler=point.sampler, until=until)
 
 
 def _check_theory(point: Point, theory: Theory) -> None:

@@ -37,11 +37,12 @@ from ._internal import io as _io
 from ._internal import threads
 from ._internal.fingerprints import fingerprint
 from ._internal.precision import check_temperature, x64
-from .diagnostics import EXTRA_FIELDS, Summary, sample_stats, summary_table
+from .diagnostics import EXTRA_FIELDS, MIN_ESS, Summary, sample_stats, summary_table
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
-from .samplers import SAMPLERS, SamplerSettings, Storage, get, memory, nuts, prepare
-from .samplers.base import map_batches
+from .samplers import SAMPLERS, SamplerSettings, Storage, blocks, get, memory, nuts, prepare
+from .samplers.base import check_weights, map_batches
+from .samplers.nuts import resolve_chain_method
 from .samplers.settings import AUTO, AUTO_ORDER
 
 __all__ = ["GUIDED", "Posterior", "check_sampling", "invariant_observables", "load_posterior", "resolve_chain_method",
@@ -72,6 +73,7 @@ def sample_posterior(
     keep_weights: bool = False,
     keep_effective_weights: bool = False,
     progress_bar: bool = True,
+    until: Callable[[Posterior], list[str]] | None = None,
 ) -> Posterior:
     """Sample the posterior: NUTS (docs/theory.md §5, §7), or the samplers guided by the finite-width expansion (§9).
 
@@ -89,15 +91,22 @@ def sample_posterior(
         keep_weights: also store the raw weights (large at large width).
         keep_effective_weights: also store ``w`` ``[D, N1]`` per draw.
         progress_bar: NumPyro's progress bar (and the guided samplers' log lines).
+        until: with a sampler in blocks (a target or a budget in its settings,
+            :mod:`bayes_attn.samplers.blocks`), further reasons to draw another block, given the draws so far
+            (the comparison's precision: :func:`bayes_attn.experiment.evaluate`); needed by ``target_precision``.
 
     Returns:
         A :class:`Posterior` whose ``tree`` is an ArviZ ``DataTree``.
     """
     x, y, temperature, x_test, cfg, options = _arguments(net, x, y, temperature, x_test, sampler, keep_weights,
                                                           keep_effective_weights)
+    if cfg.target_precision is not None and until is None:
+        raise ValueError("sampler.target_precision is the comparison's precision and needs a theory to compare with "
+                         "(bayes-attn run, sweep, prune; bayes_attn.experiment.evaluate); without one, ask for "
+                         "target_ess")
     if cfg.name == AUTO:
-        return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar)
-    return _sample((net, x, y, temperature, x_test), cfg, options, progress_bar)
+        return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar, until)
+    return _sample((net, x, y, temperature, x_test), cfg, options, progress_bar, until=until)
 
 
 def _arguments(net: Network, x, y, temperature: float, x_test, sampler: str | SamplerSettings | None,
@@ -136,9 +145,9 @@ def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
         for i, name in enumerate(names):
             try:
                 smp = get(name)
-                _check_weights(smp, options)
+                check_weights(smp, options)
                 if inputs is not None:  # memory_check
-                    memory.check_fits(smp, inputs, cfg.replace(name=name), options)
+                    memory.check_fits(smp, inputs, cfg.replace(name=name).most_stored(), options)
                 return cfg
             except ValueError as err:  # as _sample_auto: the next sampler, else the refusal
                 if isinstance(err, memory.TooBigError) and cfg.name == AUTO and name in GUIDED \
@@ -149,54 +158,56 @@ def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
     return cfg
 
 
-def _check_weights(smp, options: Storage) -> None:
-    """Refuse stored weights of a sampler that draws none."""
-    if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
-        raise ValueError(
-            f"keep_weights and keep_effective_weights need a sampler that draws weights; "
-            f"{smp.name!r} samples the order parameters only"
-        )
-
-
 def _guided_refusal(cfg: SamplerSettings, err: Exception) -> ValueError:
     """``auto``'s refusal of an explicit ``guided_samples`` too big for the memory (never left for ``wishart``)."""
     return ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}")
 
 
 def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar: bool,
-            guide_of: Callable | None = None, stop_above: float | None = None, **attrs) -> Posterior:
+            guide_of: Callable | None = None, stop_above: float | None = None, until: Callable | None = None,
+            **attrs) -> Posterior:
     """:func:`sample_posterior` with one registered sampler on ``problem`` ``(net, x, y, temperature, x_test)``
-    (arguments checked); ``guide_of``: where the guided
-    samplers and the expansion's start take their proposal (default: computed afresh); ``stop_above``: a guided
-    sampler's pilot ``k̂`` above which it stops before its proposals
-    (:class:`~bayes_attn.samplers.laplace.RuledOut`)."""
+    (arguments checked); ``guide_of``: where the guided samplers and the expansion's start take their proposal
+    (default: computed afresh; one for all blocks); ``stop_above``: a guided sampler's pilot ``k̂`` above which it
+    stops before its proposals (:class:`~bayes_attn.samplers.laplace.RuledOut`); ``until``: see
+    :func:`sample_posterior`."""
     net, x, y, temperature, x_test = problem
     smp = get(cfg.name)
-    _check_weights(smp, options)
+    check_weights(smp, options)
     chain_method = resolve_chain_method(cfg.chain_method, cfg.num_chains)
 
     with x64(cfg.dtype == "float64"), threads.limits():
         thread_record = threads.record(chain_method)
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
+        if cfg.in_blocks and smp.draw is not None and guide_of is None:
+            from .samplers.laplace import GuideOnce  # noqa: I001
+            guide_of = GuideOnce()
         given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
             memory.check_fits(smp, inputs, cfg, options)
             t0 = time.perf_counter()
-            guided = smp.draw(inputs, cfg, key_mcmc, progress_bar=progress_bar, stop_above=stop_above, **given)
-            draws, stats, attrs = dict(guided.draws), guided.stats, attrs | guided.attrs
+            block = blocks.guided(smp.draw, inputs, cfg, key_mcmc, progress_bar=progress_bar, stop_above=stop_above,
+                                  **given)
         else:
             model, args = smp.build(inputs)
-            memory.check_fits(smp, inputs, cfg, options, (model, args))
+            memory.check_fits(smp, inputs, cfg.most_stored(), options, (model, args))
             t0 = time.perf_counter()
             start, attrs = _start(smp, cfg, inputs, attrs, given)
             mcmc = nuts.mcmc(smp, cfg.replace(chain_method=chain_method), model, inputs, options,
                              progress_bar=progress_bar, start=start)
-            mcmc.run(key_mcmc, *args, extra_fields=EXTRA_FIELDS)
-            draws = mcmc.get_samples(group_by_chain=True)
-            stats = sample_stats(mcmc.get_extra_fields(group_by_chain=True))
-        draws |= smp.conditional(draws, key_cond, inputs, options)
-        draws = jax.block_until_ready(draws)
+            block = blocks.nuts(mcmc, key_mcmc, args, EXTRA_FIELDS, sample_stats)
+
+        def complete(drawn: blocks.Block) -> tuple[dict, dict, dict]:
+            draws = jax.block_until_ready(dict(drawn.draws) | smp.conditional(drawn.draws, key_cond, inputs, options))
+            return draws, drawn.stats, attrs | drawn.attrs
+
+        if cfg.in_blocks:
+            judge = functools.partial(_judge, complete=complete, problem=problem, cfg=cfg, until=until)
+            (draws, stats, attrs), stopping = blocks.run(block, judge, cfg, t0)
+            attrs |= {"stopping": stopping.to_json()}
+        else:
+            draws, stats, attrs = complete(block(0))
         seconds = time.perf_counter() - t0
     ran = cfg.replace(chain_method=chain_method)
     tree = Posterior.from_draws(
@@ -206,6 +217,16 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
         **({} if x_test is None else {"x_test_fingerprint": fingerprint(x_test)}), **attrs,
     ).tree
     return Posterior(tree, net)
+
+
+def _judge(drawn, *, complete: Callable, problem: tuple, cfg: SamplerSettings, until: Callable | None) -> tuple:
+    """The reasons to draw another block after ``drawn`` (:func:`bayes_attn.samplers.blocks.reasons`, then
+    ``until``'s) and the draws completed with their exact conditional draws (the last block's are the result)."""
+    net, x, y, temperature, _ = problem
+    draws, stats, attrs = complete(drawn)
+    post = Posterior(Posterior.from_draws(net, draws, stats, x, y, temperature, sampler=cfg.name, **attrs).tree, net)
+    unmet = blocks.reasons(post.summary().diagnostics(), cfg, MIN_ESS)
+    return unmet + (list(until(post)) if until is not None else []), (draws, stats, attrs)
 
 
 def _start(smp, cfg: SamplerSettings, inputs, attrs: dict, given: dict) -> tuple:
@@ -221,7 +242,7 @@ def _start(smp, cfg: SamplerSettings, inputs, attrs: dict, given: dict) -> tuple
 
 
 def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
-                 progress_bar: bool) -> Posterior:
+                 progress_bar: bool, until: Callable | None = None) -> Posterior:
     """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). A guided sampler whose
     pilot's ``k̂`` exceeds :data:`~bayes_attn.samplers.laplace.PILOT_RULES_OUT` (1) is left before its proposals
@@ -247,7 +268,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
         t0 = time.perf_counter()
         try:
             post = _sample((net, x, y, temperature, x_test), cfg.replace(name=name), options, progress_bar,
-                           guide_of, PILOT_RULES_OUT if name in GUIDED else None, requested_sampler=AUTO)
+                           guide_of, PILOT_RULES_OUT if name in GUIDED else None, until, requested_sampler=AUTO)
         except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
             if name in GUIDED and cfg.guided_samples is not None:
                 raise _guided_refusal(cfg, err) from None
@@ -278,17 +299,6 @@ def _tried(name: str, seconds: float, left_because: str) -> dict:
     """One entry of ``auto``'s record (attribute ``auto``), also logged at INFO."""
     log.info(f"auto: {name} ({seconds:.1f} s) " + (f"left: {left_because}" if left_because else "kept"))
     return {"sampler": name, "seconds": seconds, "left_because": left_because}
-
-
-def resolve_chain_method(chain_method: str, num_chains: int) -> str:
-    """NumPyro's chain method for ``"auto"``: ``parallel`` with a device per chain, ``vectorized`` on an
-    accelerator, else ``sequential`` (see :mod:`bayes_attn._internal.threads`); other values are returned as they
-    are."""
-    if chain_method != "auto":
-        return chain_method
-    if jax.local_device_count() >= num_chains:
-        return "parallel"
-    return "sequential" if jax.default_backend() == "cpu" else "vectorized"
 
 
 # ----------------------------------------------------------------------------
@@ -360,7 +370,7 @@ class Posterior:
             text += f"; acceptance {float(a['acceptance']):.2f}"
         if str(a.get("start", "")).startswith("expansion"):
             text += "; started at the expansion's mode with its metric"
-        text += ")"
+        text += f"; in blocks: {blocks.Stopping.from_json(a['stopping'])})" if "stopping" in a else ")"
         if "auto" in a:
             left = [f"`{t['sampler']}` ({t['left_because']})" for t in json.loads(a["auto"]) if t["left_because"]]
             text += ", chosen by `auto`" + (f" after {'; '.join(left)}" if left else "")
@@ -426,6 +436,7 @@ class Posterior:
             pareto_k=float(attrs.get("pareto_k", np.nan)),
             is_ess=float(attrs.get("is_ess", np.nan)),
             sampler=str(attrs.get("sampler", "")),
+            stopping=blocks.Stopping.from_json(attrs["stopping"]) if "stopping" in attrs else None,
         )
 
     @classmethod

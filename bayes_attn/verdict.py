@@ -30,7 +30,8 @@ COMPARISONS = (AGREE, DISAGREE, INCONCLUSIVE)
 EXIT_INCONCLUSIVE = 3
 """The exit status of a command whose verdict is inconclusive (its results are written); every other value is 0."""
 
-SAMPLE_LONGER = "sample longer (--warmup, --samples, --chains) where the sampler's diagnostics failed"
+SAMPLE_LONGER = ("sample longer (--warmup, --samples, --chains; or to a target: --target-ess, --max-samples, "
+                 "--max-seconds) where the sampler's diagnostics failed")
 CHECK_SCALES = "check the spec's scales (labels, variances, temperature) where the theory is not a solution"
 
 

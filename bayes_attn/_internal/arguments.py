@@ -59,10 +59,28 @@ def _sampling(p: argparse.ArgumentParser) -> None:
                    help="how chains run: parallel (one CPU device each), vectorized, sequential, or auto")
 
 
+def _precision(p: argparse.ArgumentParser, comparison: bool = True) -> None:
+    """Sampling in blocks until a target or a budget (:mod:`bayes_attn.samplers.blocks`); ``comparison``: the
+    command compares with a theory (then ``--target-precision``)."""
+    g = p.add_argument_group("sampling to a precision (in blocks of --samples draws per chain, each continuing the "
+                             "chains, until the targets hold or the budget is spent; the verdict says which)")
+    g.add_argument("--target-ess", type=float, help="bulk ESS every entry of U, U_l, Ua, f_train, f_test must reach")
+    if comparison:
+        g.add_argument("--target-precision", type=float,
+                       help="the comparison's precision, a fraction in (0, 1]: sample until every check's Monte-Carlo "
+                       "bound (noise floor + n_sigma MC errors) is at most this fraction of its tolerance")
+    g.add_argument("--max-rhat", type=float, help="R-hat to sample until (at most 1.01, the default)")
+    g.add_argument("--max-samples", type=int,
+                   help="budget: draws per chain, every block included (default 16 blocks)")
+    g.add_argument("--max-seconds", type=float, help="budget: seconds of sampling (no block is started that would "
+                   "pass it at the pace so far)")
+
+
 def _sample(p: argparse.ArgumentParser) -> None:
     """The ``sample`` subcommand's arguments."""
     _common(p, "sample")
     _sampling(p)
+    _precision(p, comparison=False)
 
 
 def _theory(p: argparse.ArgumentParser) -> None:
@@ -76,6 +94,7 @@ def _run(p: argparse.ArgumentParser) -> None:
     """The ``run`` subcommand's arguments."""
     _common(p, "run")
     _sampling(p)
+    _precision(p)
     _correction(p, "theory whose verdict is the headline: laplace (finite-width correction, docs/theory.md §8) or "
                 "none (the leading order, §4); both are reported side by side")
 
@@ -84,6 +103,7 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     """The ``sweep`` subcommand's arguments."""
     _common(p, "sweep", width=False)
     _sampling(p)
+    _precision(p)
     p.add_argument("--widths", type=int, nargs="+", help="widths for the theory (default: the spec's)")
     p.add_argument("--sample-widths", type=int, nargs="*",
                    help="widths to sample at (default: the spec's; none: theory only)")
@@ -107,6 +127,7 @@ def _prune(p: argparse.ArgumentParser) -> None:
                    help="train again even if OUT holds a model trained with the same settings (model.npz, or "
                    "model.parked.npz left by a run that failed)")
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+    _precision(p)
 
 
 SUBCOMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {

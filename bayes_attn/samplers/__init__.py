@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
 __getattr__, _, _ = lazy_loader.attach(
     __name__,
-    submodules=["base", "collapsed", "full", "full_token", "laplace", "memory", "nuts", "registry", "wishart"],
+    submodules=["base", "blocks", "collapsed", "full", "full_token", "laplace", "memory", "nuts", "registry",
+                "wishart"],
     submod_attrs={"base": ["Storage", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
                   "registry": ["SAMPLERS"]},
 )

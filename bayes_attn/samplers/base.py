@@ -59,7 +59,8 @@ from ..kernels import (
 )
 from ..network import Network, forward_from_xi, order_parameters_from_partial_weights, partial_effective_weights
 
-__all__ = ["BATCH_BYTES", "CONDITIONAL_BATCH", "FeatureNormal", "GramNormal", "Sampler", "SamplerInputs", "Start",
+__all__ = ["BATCH_BYTES", "CONDITIONAL_BATCH", "FeatureNormal",
+           "check_weights", "GramNormal", "Sampler", "SamplerInputs", "Start",
            "Storage", "batch_size", "conditional_outputs", "full_observables", "gram", "input_projection",
            "likelihood_data", "likelihood_form", "map_batches", "no_conditional", "observation",
            "order_parameter_observables", "pathwise_draw", "prepare", "upper", "upper_weights", "weight_observables"]
@@ -95,6 +96,15 @@ class Storage(NamedTuple):
 
     keep_weights: bool = False
     keep_effective_weights: bool = False
+
+
+def check_weights(smp: Sampler, options: Storage) -> None:
+    """Refuse stored weights of a sampler that draws none."""
+    if (options.keep_weights or options.keep_effective_weights) and not smp.draws_weights:
+        raise ValueError(
+            f"keep_weights and keep_effective_weights need a sampler that draws weights; "
+            f"{smp.name!r} samples the order parameters only"
+        )
 
 
 class Start(NamedTuple):

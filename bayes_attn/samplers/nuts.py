@@ -28,7 +28,7 @@ from numpyro.infer.hmc import hmc
 from .base import Sampler, SamplerInputs, Start, Storage
 from .settings import SamplerSettings
 
-__all__ = ["functional", "kernel", "mcmc", "one_program"]
+__all__ = ["functional", "kernel", "mcmc", "one_program", "resolve_chain_method"]
 
 
 def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, start: Start | None = None) -> NUTS:
@@ -45,14 +45,14 @@ def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, 
 def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: SamplerInputs, options: Storage, *,
          progress_bar: bool = False, one_compile: bool = True, start: Start | None = None) -> MCMC:
     """``MCMC`` with the warm-up, draws, chains, thinning and chain method of ``settings`` (the chain method
-    resolved, not ``"auto"``: e.g. by ``posterior.resolve_chain_method``); each kept draw goes through
+    resolved, not ``"auto"``: e.g. by ``resolve_chain_method``); each kept draw goes through
     ``sampler.observables``; ``start``: see :func:`kernel`.
 
     ``"sequential"`` chains run as :func:`one_program` (compiled once for all chains) unless ``one_compile``
     is false (NumPyro's own loop, which compiles per chain; kept for the benchmark)."""
     chain_method = settings.chain_method
     if chain_method == "auto":
-        raise ValueError("mcmc needs a resolved chain method (posterior.resolve_chain_method), got 'auto'")
+        raise ValueError("mcmc needs a resolved chain method (resolve_chain_method), got 'auto'")
     one = one_compile and chain_method == "sequential" and settings.num_chains > 1
     assert sampler.observables is not None  # a NUTS sampler's (only guided samplers have none)
     return MCMC(
@@ -83,3 +83,14 @@ def functional(potential_fn_gen: Callable, settings: SamplerSettings) -> tuple[C
     init_kernel, sample_kernel = hmc(potential_fn_gen=potential_fn_gen, algo="NUTS")
     return (partial(init_kernel, target_accept_prob=settings.target_accept, max_tree_depth=settings.max_tree_depth),
             sample_kernel)
+
+
+def resolve_chain_method(chain_method: str, num_chains: int) -> str:
+    """NumPyro's chain method for ``"auto"``: ``parallel`` with a device per chain, ``vectorized`` on an
+    accelerator, else ``sequential`` (see :mod:`bayes_attn._internal.threads`); other values are returned as they
+    are."""
+    if chain_method != "auto":
+        return chain_method
+    if jax.local_device_count() >= num_chains:
+        return "parallel"
+    return "sequential" if jax.default_backend() == "cpu" else "vectorized"

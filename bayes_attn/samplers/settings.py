@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from .._internal import checks as _checks
 from .._internal.precision import DTYPES
 
-__all__ = ["AUTO", "AUTO_ORDER", "CHAIN_METHODS", "DEFAULT_SAMPLER", "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES",
-           "STARTS", "SamplerSettings", "check_keys"]
+__all__ = ["AUTO", "AUTO_ORDER", "BLOCK_KEYS", "CHAIN_METHODS", "DEFAULT_BLOCKS", "DEFAULT_SAMPLER", "MAX_RHAT",
+           "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES", "STARTS", "SamplerSettings", "check_keys"]
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
 STARTS = ("expansion", "prior")
@@ -39,6 +39,12 @@ SAMPLER_DESCRIPTIONS = {
 """The samplers of :data:`bayes_attn.samplers.SAMPLERS` by name, in its order, with their descriptions (here, so
 that settings and the command's options need not import the samplers and NumPyro)."""
 SAMPLER_NAMES = tuple(SAMPLER_DESCRIPTIONS)
+MAX_RHAT = 1.01
+"""The largest R-hat a verdict trusts (:mod:`bayes_attn.diagnostics`), and the loosest ``max_rhat``."""
+BLOCK_KEYS = ("target_ess", "target_precision", "max_rhat", "max_samples", "max_seconds")
+"""The settings that make a sampler run in blocks (:attr:`SamplerSettings.in_blocks`)."""
+DEFAULT_BLOCKS = 16
+"""Blocks a sampler with a target but no ``max_samples`` may run at most."""
 RENAMED = {
     "method": "name",
     "form": "name",
@@ -69,6 +75,21 @@ class SamplerSettings:
         guided_samples: draws per chain of ``laplace-is`` and ``laplace-mh`` (also when ``auto`` tries them),
             default ``num_samples``: one of their draws costs one evaluation of the likelihood, one of NUTS a
             trajectory of several gradients, so ``auto`` can give them more draws for the same time.
+        target_ess: sample in blocks (:mod:`bayes_attn.samplers.blocks`) until every entry of the invariant
+            observables has a bulk ESS of at least this (and of at least ``diagnostics.MIN_ESS``).
+        target_precision: sample in blocks until the comparison can decide: every check's Monte-Carlo bound
+            (its noise floor plus ``n_sigma`` MC errors, what "agree" could hide) is at most this fraction of the
+            check's tolerance, in (0, 1]; needs a theory (``run``, ``sweep``, ``prune``,
+            :func:`bayes_attn.experiment.evaluate`).
+        max_rhat: the R-hat bound blocks are continued until (at most :data:`MAX_RHAT`, 1.01, which every
+            verdict requires; default: that).
+        max_samples: the budget in kept draws per chain, every block included (default with a target:
+            :data:`DEFAULT_BLOCKS` blocks of ``num_samples``; guided samplers: of ``guided_samples``).
+        max_seconds: the budget in seconds of sampling; a block is not started past it.
+
+    Any of the last five samples in blocks: each block continues the chains (NUTS from its last state, step size
+    and metric; a guided sampler with fresh proposals) until the diagnostics and targets hold or the budget is
+    spent; without them the sampler runs one block, as always.
     """
 
     name: str = DEFAULT_SAMPLER
@@ -83,6 +104,11 @@ class SamplerSettings:
     max_tree_depth: int = 10
     start: str = "expansion"
     guided_samples: int | None = None
+    target_ess: float | None = None
+    target_precision: float | None = None
+    max_rhat: float | None = None
+    max_samples: int | None = None
+    max_seconds: float | None = None
 
     def __post_init__(self):
         _checks.choice("sampler", self.name, SAMPLER_NAMES)
@@ -104,11 +130,50 @@ class SamplerSettings:
             _checks.positive_int("guided_samples", self.guided_samples)
             if self.thinning > self.guided_samples:
                 raise ValueError(f"thinning must be at most guided_samples={self.guided_samples}, got {self.thinning}")
+        self._check_blocks()
+
+    def _check_blocks(self) -> None:
+        for name in ("target_ess", "max_seconds"):
+            if getattr(self, name) is not None:
+                _checks.positive(name, getattr(self, name))
+        p = self.target_precision
+        if p is not None and not 0.0 < _checks.positive("target_precision", p) <= 1.0:
+            raise ValueError(f"target_precision must be a fraction of the tolerance in (0, 1], got {p!r}")
+        r = self.max_rhat
+        if r is not None and not 1.0 < _checks.positive("max_rhat", r) <= MAX_RHAT:
+            raise ValueError(f"max_rhat must be in (1, {MAX_RHAT}] (every verdict requires R-hat <= {MAX_RHAT}), "
+                             f"got {r!r}")
+        if self.max_samples is not None:
+            _checks.positive_int("max_samples", self.max_samples, minimum=self.block_draws)
+        if self.in_blocks and self.block_draws % self.thinning:
+            raise ValueError(f"draws per block ({self.block_draws}) must be a multiple of thinning={self.thinning} "
+                             "to sample in blocks (each block keeps every thinning-th draw)")
 
     @property
     def guided_draws(self) -> int:
         """Draws per chain of the guided samplers: ``guided_samples``, else ``num_samples``."""
         return self.num_samples if self.guided_samples is None else self.guided_samples
+
+    @property
+    def in_blocks(self) -> bool:
+        """Whether the sampler runs in blocks until a target or the budget (any of ``target_ess``,
+        ``target_precision``, ``max_rhat``, ``max_samples``, ``max_seconds`` given)."""
+        return any(getattr(self, k) is not None for k in BLOCK_KEYS)
+
+    @property
+    def block_draws(self) -> int:
+        """Draws per chain of one block: ``guided_draws`` for the guided samplers, else ``num_samples``."""
+        return self.guided_draws if self.name in ("laplace-is", "laplace-mh") else self.num_samples
+
+    @property
+    def budget_samples(self) -> int:
+        """The budget in kept draws per chain: ``max_samples``, else :data:`DEFAULT_BLOCKS` blocks."""
+        return self.max_samples if self.max_samples is not None else DEFAULT_BLOCKS * self.block_draws
+
+    def most_stored(self) -> SamplerSettings:
+        """These settings with as many NUTS draws as the budget may store (for memory checks)."""
+        guided = self.name in ("laplace-is", "laplace-mh")
+        return self if guided or not self.in_blocks else dataclasses.replace(self, num_samples=self.budget_samples)
 
     @property
     def max_leapfrog_steps(self) -> int:
