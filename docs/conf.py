@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import bayes_attn
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import spec_reference  # noqa: E402  (docs/spec_reference.py, beside this file)
 
 project = "bayes_attn"
 author = "the bayes_attn developers"
@@ -24,7 +27,7 @@ extensions = [
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip"]
+exclude_patterns = ["_build", "_generated", "auto_examples/*.ipynb", "auto_examples/*.py", "auto_examples/*.zip"]
 html_theme = "pydata_sphinx_theme"
 html_title = "bayes_attn"
 html_theme_options = {"navigation_with_keys": False, "show_toc_level": 2}
@@ -71,3 +74,4 @@ def _api_pages() -> None:
 
 
 _api_pages()
+spec_reference.write_tables(HERE / "_generated" / "spec")  # the tables docs/spec.md includes
