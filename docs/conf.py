@@ -44,7 +44,7 @@ sphinx_gallery_conf = {
     "download_all_examples": False,
     "remove_config_comments": True,
     "abort_on_example_error": True,
-    "within_subsection_order": "FileNameSortKey",
+    "within_subsection_order": "gallery_order.ExampleOrder",  # docs/gallery_order.py: the quick start first
 }
 
 
