@@ -57,7 +57,19 @@ __all__ = ["TASK_KINDS", "CompareSpec", "NetworkSpec", "SHIPPED_SPEC", "Spec", "
 
 @dataclass(frozen=True)
 class NetworkSpec:
-    """Heads per layer (names from :data:`bayes_attn.tasks.markov.HEADS`) and priors."""
+    """Heads per layer (names from :data:`bayes_attn.tasks.markov.HEADS`) and priors (``[network]`` of a spec of
+    kind ``"markov"``).
+
+    Attributes:
+        layers: the heads of each layer, by name (``"same_token"``, ``"different_token"``, ``"uniform"``,
+            ``"random"``); default the Fig. 2c network, two layers of two heads (docs/theory.md §6).
+        width: ``N``, every layer's width and the readout's.
+        variances: prior variances, one number or ``[s0², s1², ..., sL², sa²]``.
+        beta: factor on every head's bilinear matrix (the sharpness of its attention).
+        random_strength: scale of the ``"random"`` heads' entries (0: uniform attention).
+        random_seed: seed of the first ``"random"`` head (each further head: the next seed).
+        readout: query position of the last layer, ``"last"``, ``"first"`` or ``"mean"``.
+    """
 
     layers: tuple[tuple[str, ...], ...] = FIG2C_LAYERS
     width: int = 10
@@ -85,6 +97,16 @@ class CompareSpec:
     ``correction``: the theory whose verdict is the headline, ``"laplace"``
     (the finite-width correction of docs/theory.md §8, the default; the leading
     order is shown beside it) or ``"none"`` (the leading order of §4 alone).
+
+    Attributes:
+        gp_paths: name → path labels (``"1-1"``: head 1 of layer 1, then head 1 of layer 2): the GP limit of a
+            network with only those paths, whose test accuracy the report lists and the figures draw.
+        path_names: path label → a name shown beside it in the figures (e.g. ``"good path"``).
+        rtol: relative tolerance of each theory-vs-sampling check (:func:`bayes_attn.compare`).
+        n_sigma: Monte-Carlo standard errors beyond the noise floor that make a difference significant.
+        widths: the widths of ``bayes-attn sweep``'s theory (``--widths`` overrides them).
+        sample_widths: the widths ``bayes-attn sweep`` samples (``--sample-widths`` overrides them).
+        correction: the headline theory, ``"laplace"`` (§8) or ``"none"`` (§4).
     """
 
     gp_paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -98,7 +120,18 @@ class CompareSpec:
 
 @dataclass(frozen=True)
 class Spec:
-    """A whole run: task, network, temperature, sampler settings, comparison settings."""
+    """A whole run: task, network, temperature, sampler settings, comparison settings.
+
+    Attributes:
+        name: the run's name: the default output folder is ``runs/<name>-N<width>`` (``bayes-attn run``).
+        temperature: the likelihood temperature (the variance of the labels' Gaussian noise, docs/theory.md §1).
+        task: ``[task]``: :class:`~bayes_attn.tasks.markov.MarkovTask` (``kind = "markov"``) or
+            :class:`~bayes_attn.tasks.arrays.ArraysTask` (``kind = "arrays"``).
+        network: ``[network]``: :class:`NetworkSpec` or :class:`~bayes_attn.tasks.arrays.ArraysNetwork`.
+        sampler: ``[sampler]``: :class:`~bayes_attn.samplers.SamplerSettings`.
+        compare: ``[compare]``: :class:`CompareSpec`.
+        cluster: ``[cluster]``: a dask-jobqueue cluster for ``bayes-attn sweep --executor dask`` (docs/sweeps.md).
+    """
 
     name: str = "markov_4paths"
     temperature: float = 0.01

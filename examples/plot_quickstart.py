@@ -26,9 +26,17 @@ print(theory.correction.U_leading.round(3))  # its leading order (§4)
 
 # %%
 # Sampling: four chains of the exact Wishart chain (any width costs the same).
-post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
-                           sampler=ba.SamplerSettings(name="wishart", num_chains=4, num_warmup=300, num_samples=1000),
-                           progress_bar=False)
+post = ba.sample_posterior(
+    net,
+    x,
+    y,
+    temperature=0.01,
+    x_test=x_test,
+    sampler=ba.SamplerSettings(
+        name="wishart", num_chains=4, num_warmup=300, num_samples=1000
+    ),
+    progress_bar=False,
+)
 print(post.summary())  # R-hat, ESS and MCSE of U, U_l, Ua, f_train, f_test
 
 # %%
@@ -38,6 +46,19 @@ print(comparison.verdict)
 print(comparison.theories_summary())
 
 # %%
-# ArviZ works on the posterior's ``DataTree`` directly: the trace of ``U``'s diagonal.
-az.plot_trace(post.tree, var_names=["U"], coords={"path": ["1-1"], "path_": ["1-1"]})
+# ArviZ works on the posterior's ``DataTree`` directly (here the R-hat of every
+# entry of ``U``), and the draws are xarray: the trace of ``U``'s first
+# diagonal entry, chain by chain, against the two theories.
+print(az.rhat(post.tree, var_names=["U"])["U"].values.round(3))
+draws = post.tree["posterior"]["U"].sel(path="1-1", path_="1-1")
+fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
+for chain in draws.chain.values:
+    ax.plot(draws.draw, draws.sel(chain=chain), lw=0.5, label=f"chain {chain}")
+ax.axhline(theory.U[0, 0], color="k", label="theory, corrected (§8)")
+ax.axhline(
+    theory.correction.U_leading[0, 0], color="k", ls="--", label="leading order (§4)"
+)
+ax.set(xlabel="draw", ylabel="U[1-1, 1-1]")
+ax.set_title("Trace of the good path's weight, N = 10")
+ax.legend(fontsize=7, ncols=3, loc="upper right")
 plt.show()

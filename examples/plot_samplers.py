@@ -25,11 +25,14 @@ x, y, x_test, y_test = task.generate()
 runs = [
     ba.SamplerSettings(name="wishart", num_chains=4, num_warmup=200, num_samples=1000),
     ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=1000),
-    ba.SamplerSettings(name="laplace-mh", num_chains=4, num_warmup=100, num_samples=1000),
+    ba.SamplerSettings(
+        name="laplace-mh", num_chains=4, num_warmup=100, num_samples=1000
+    ),
 ]
 posteriors = {
-    settings.name: ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
-                                       sampler=settings, progress_bar=False)
+    settings.name: ba.sample_posterior(
+        net, x, y, temperature=0.01, x_test=x_test, sampler=settings, progress_bar=False
+    )
     for settings in runs
 }
 
@@ -41,8 +44,11 @@ for name, post in posteriors.items():
     s = post.summary()
     ess = s.table[s.table.index.str.startswith("U[")]["ess_bulk"].min()
     rows.append((name, s.seconds, ess, ess / s.seconds, s.failures()))
-    print(f"{name:11s} {s.seconds:6.1f} s   min ESS(U) {ess:7.0f}   {ess / s.seconds:7.1f} ESS/s   "
-          f"k̂ {s.pareto_k:.2f}   failed diagnostics: {s.failures() or 'none'}")
+    print(
+        f"{name:11s} {s.seconds:6.1f} s   min ESS(U) {ess:7.0f}   "
+        f"{ess / s.seconds:7.1f} ESS/s   k̂ {s.pareto_k:.2f}   "
+        f"failed diagnostics: {s.failures() or 'none'}"
+    )
 
 # %%
 # Agreement: the posterior mean of ``U`` of each sampler against the Wishart
@@ -52,7 +58,9 @@ u = ref.index.str.startswith("U[")
 fig, ax = plt.subplots(figsize=(5, 3.2), layout="constrained")
 for name in ("laplace-is", "laplace-mh"):
     t = posteriors[name].summary().table
-    z = (t["mean"][u] - ref["mean"][u]) / np.hypot(t["mcse_mean"][u], ref["mcse_mean"][u])
+    z = (t["mean"][u] - ref["mean"][u]) / np.hypot(
+        t["mcse_mean"][u], ref["mcse_mean"][u]
+    )
     ax.plot(range(u.sum()), z, "o", label=f"{name}: max |z| {np.abs(z).max():.1f}")
 ax.axhline(0, color="grey", lw=0.8)
 ax.set(xlabel="entry of U", ylabel="z against wishart", title="Fig. 2c, N = 100")

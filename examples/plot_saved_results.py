@@ -23,9 +23,15 @@ from bayes_attn import markov
 
 task, net = markov.fig2c(width=100, n_test=20)
 x, y, x_test, y_test = task.generate()
-post = ba.sample_posterior(net, x, y, temperature=0.01, x_test=x_test,
-                           sampler=ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=1000),
-                           progress_bar=False)
+post = ba.sample_posterior(
+    net,
+    x,
+    y,
+    temperature=0.01,
+    x_test=x_test,
+    sampler=ba.SamplerSettings(name="laplace-is", num_chains=4, num_samples=1000),
+    progress_bar=False,
+)
 folder = Path(tempfile.mkdtemp())
 post.save(folder / "posterior.nc")
 
@@ -41,19 +47,23 @@ print(az.summary(tree, var_names=["Ua", "U_2"]))
 az.plot_pair(tree, var_names=["U"], coords={"path": ["1-1", "2-1"], "path_": ["1-1"]})
 
 # %%
-# The same file through the package: checksums verified, the summary as the commands print it.
+# The same file through the package: checksums verified, the summary as the
+# commands print it.
 post = ba.load_posterior(folder / "posterior.nc")
 print(post.summary().by_variable())
 
 # %%
-# A shipped result: the Fig. 2c sweep of ``inference/fig2c.py`` (widths 10 to 10⁴), as a Dataset.
+# A shipped result: the Fig. 2c sweep of ``inference/fig2c.py`` (widths 10 to
+# 10⁴), as a Dataset.
 here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 sweep = xr.open_dataset(here.parent / "inference" / "results" / "fig2c" / "sweep.nc")
 print(sweep.accuracy_theory.to_series())  # dimension width
 print(sweep.accuracy_sampled.to_series())  # dimension sample_width
 fig, ax = plt.subplots(figsize=(5, 3.2), layout="constrained")
 for path in ("1-1", "2-1"):
-    sweep.U_theory.sel(path=path, path_=path).plot(ax=ax, marker="o", label=f"U[{path}, {path}], theory")
+    sweep.U_theory.sel(path=path, path_=path).plot(
+        ax=ax, marker="o", label=f"U[{path}, {path}], theory"
+    )
 ax.set(xscale="log", title="Fig. 2c: the order parameter against width")
 ax.legend()
 plt.show()

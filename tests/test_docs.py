@@ -30,7 +30,8 @@ from bayes_attn import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "inference/README.md", ROOT / "benchmarks/README.md",
-         *sorted(p for p in (ROOT / "docs").rglob("*.md") if not {"_build", "auto_examples"} & set(p.parts))]
+         *sorted(p for p in (ROOT / "docs").rglob("*.md")
+                 if not {"_build", "_generated", "auto_examples"} & set(p.parts))]
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 EXAMPLE_MARKS = ("for example", "for instance", "e.g.")
 
@@ -171,6 +172,25 @@ def test_bibtex_block_cites_the_paper():
     for where, _, body, _ in blocks("bibtex"):
         assert body.count("{") == body.count("}") and body.lstrip().startswith("@"), where
         assert title in " ".join(body.split()), where
+
+
+def test_the_api_reference_groups_every_page_once():
+    """docs/api.md's workflows (docs/api_reference.py) hold every paged name once, and include each group's table."""
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("api_reference", ROOT / "docs" / "api_reference.py")
+    assert loader is not None and loader.loader is not None
+    api = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(api)
+    grouped = [n for names in api.GROUPS.values() for n in names]
+    assert sorted(grouped) == sorted(api.names()), set(grouped) ^ set(api.names())
+    page = (ROOT / "docs" / "api.md").read_text()
+    for group in api.GROUPS:
+        assert f"## {group}\n\n```{{include}} _generated/api/{api.slug(group)}.md" in page, group
+        assert all(api.summary(n) for n in api.GROUPS[group]), group  # every name has its one line
+    for name in api.EXTRA:
+        obj, dotted = api.target(name)
+        assert dotted.startswith("bayes_attn.") and obj is not None
 
 
 @pytest.mark.slow

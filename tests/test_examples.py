@@ -50,6 +50,27 @@ def test_the_gallery_has_its_examples():
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_lines_fit_the_page(path):
+    """The docs pages show the examples' code: every line fits 88 columns (examples/ruff.toml formats them so)."""
+    long = [f"{path.name}:{i}" for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 88]
+    assert not long, f"lines over 88 columns: {long}"
+
+
+def test_the_gallery_order_lists_every_example_quick_start_first():
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("gallery_order", ROOT / "docs" / "gallery_order.py")
+    assert loader is not None and loader.loader is not None
+    order = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(order)
+    assert sorted(order.ORDER) == sorted(p.name for p in EXAMPLES) and order.ORDER[0] == "plot_quickstart.py"
+    key = order.ExampleOrder(ROOT / "examples")
+    assert sorted((p.name for p in EXAMPLES), key=key) == list(order.ORDER)
+    with pytest.raises(ValueError, match="no place"):
+        key("plot_new.py")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path):
     import matplotlib.pyplot as plt
 

@@ -215,7 +215,14 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The gradient-descent model: :class:`~bayes_attn.oneshot.model.ModelConfig` without ``N0``."""
+    """The gradient-descent model: :class:`~bayes_attn.oneshot.model.ModelConfig` without ``N0``.
+
+    Attributes:
+        width: value width ``d`` (paper 512).
+        d_qk: query/key dimension (paper 128).
+        heads: heads per layer ``(H_1, ..., H_L)``.
+        qk_scale: factor on the usual query/key initialisation (0 starts from uniform attention).
+    """
 
     width: int = 128
     d_qk: int = 32
@@ -311,7 +318,18 @@ SECTIONS = {"task": TaskSpec, "model": ModelSpec, "training": TrainConfig, "theo
 
 @dataclass(frozen=True)
 class OneShotSpec:
-    """A whole Fig. 3 run: data, model, training, theory scan, sampling, pruning."""
+    """A whole Fig. 3 run: data, model, training, theory scan, sampling, pruning.
+
+    Attributes:
+        name: the run's name: the default output folder of ``bayes-attn prune`` is ``runs/<name>``.
+        task: ``[task]``: :class:`TaskSpec`.
+        model: ``[model]``: :class:`ModelSpec`.
+        training: ``[training]``: :class:`~bayes_attn.oneshot.training.TrainConfig`.
+        theory: ``[theory]``: :class:`TheorySpec`.
+        sampler: ``[sampler]``: :class:`~bayes_attn.samplers.SamplerSettings` (default 2 chains of 200 warm-up
+            and 200 kept draws).
+        pruning: ``[pruning]``: :class:`PruningSpec`.
+    """
 
     name: str = "omniglot_oneshot"
     task: TaskSpec = field(default_factory=TaskSpec)
