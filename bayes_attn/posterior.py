@@ -198,9 +198,15 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
                              progress_bar=progress_bar, start=start)
             block = blocks.nuts(mcmc, key_mcmc, args, EXTRA_FIELDS, sample_stats)
 
+        done: list[dict] = []  # conditional draws of the blocks so far, keyed by draw number (base.draw_keys)
+        seen = [0]  # draws per chain that have them
+
         def complete(drawn: blocks.Block) -> tuple[dict, dict, dict]:
-            draws = jax.block_until_ready(dict(drawn.draws) | smp.conditional(drawn.draws, key_cond, inputs, options))
-            return draws, drawn.stats, attrs | drawn.attrs
+            new = {k: v[:, seen[0]:] for k, v in drawn.draws.items()}
+            done.append(jax.block_until_ready(smp.conditional(new, key_cond, inputs, options, start=seen[0])))
+            seen[0] = next(iter(drawn.draws.values())).shape[1]
+            cond = {k: np.concatenate([np.asarray(d[k]) for d in done], axis=1) for k in done[0]}
+            return dict(drawn.draws) | cond, drawn.stats, attrs | drawn.attrs
 
         if cfg.in_blocks:
             judge = functools.partial(_judge, complete=complete, problem=problem, cfg=cfg, until=until)

@@ -60,7 +60,7 @@ from ..kernels import (
 from ..network import Network, forward_from_xi, order_parameters_from_partial_weights, partial_effective_weights
 
 __all__ = ["BATCH_BYTES", "CONDITIONAL_BATCH", "FeatureNormal",
-           "check_weights", "GramNormal", "Sampler", "SamplerInputs", "Start",
+           "check_weights", "draw_keys", "GramNormal", "Sampler", "SamplerInputs", "Start",
            "Storage", "batch_size", "conditional_outputs", "full_observables", "gram", "input_projection",
            "likelihood_data", "likelihood_form", "map_batches", "no_conditional", "observation",
            "order_parameter_observables", "pathwise_draw", "prepare", "upper", "upper_weights", "weight_observables"]
@@ -129,7 +129,7 @@ class Sampler(NamedTuple):
     model: Callable | None
     build: Callable[[SamplerInputs], tuple[Callable, tuple]] | None
     observables: Callable[[dict, SamplerInputs, Storage], dict] | None
-    conditional: Callable[[dict, jax.Array, SamplerInputs, Storage], dict]
+    conditional: Callable[..., dict]  # (draws, key, inputs, options, start=0): draws numbered from start
     labels_arg: int
     """Position of the labels ``y`` ``[P]`` among the positional arguments that ``build`` returns."""
     init_strategy: Callable = init_to_sample
@@ -334,7 +334,7 @@ def full_observables(z: dict, inputs: SamplerInputs, options: Storage) -> dict:
     return out
 
 
-def no_conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
+def no_conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage, start: int = 0) -> dict:
     """For samplers that draw every weight: nothing to add."""
     return {}
 
@@ -348,10 +348,21 @@ def _psd_sqrt(U: jax.Array) -> jax.Array:
     return vec * jnp.sqrt(jnp.clip(lam, 0.0))
 
 
-def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInputs) -> dict:
+def draw_keys(key: jax.Array, shape: tuple[int, ...], start: int = 0) -> jax.Array:
+    """One key per draw ``[chain · draw]``: draw ``d`` of chain ``c`` gets ``fold_in(fold_in(key, c), start + d)``,
+    whatever the number of draws, so that the conditional draws of a run sampled in blocks (each block from its
+    ``start``) are those of one long run (:mod:`bayes_attn.samplers.blocks`)."""
+    chains, draws = shape
+    per_chain = jax.vmap(lambda c: jax.vmap(lambda d: jax.random.fold_in(jax.random.fold_in(key, c), d))(
+        jnp.arange(start, start + draws)))(jnp.arange(chains))
+    return per_chain.reshape(chains * draws)
+
+
+def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInputs, start: int = 0) -> dict:
     """``f_train`` (and ``f_test``) drawn exactly from ``f | U, Y`` for every draw of ``U``.
 
-    ``U_draws`` is ``[chain, draw, D, D]``. The prior draw uses
+    ``U_draws`` is ``[chain, draw, D, D]``, its draws numbered from ``start`` (their keys: :func:`draw_keys`).
+    The prior draw uses
     ``f'(x) = s0 / sqrt(N0 D) sum_{pi,k} R[pi, k] Z[k] · xi_pi(x)`` (``U = R R^T``,
     ``Z`` ``[D, N0]`` standard normal), whose covariance is ``K(U)``; then
     :func:`bayes_attn.gp.pathwise_weights` conditions it on ``Y``. The draws go through one compiled
@@ -361,7 +372,7 @@ def conditional_outputs(U_draws: jax.Array, key: jax.Array, inputs: SamplerInput
     D = inputs.xi.shape[1]
     form = "xi" if likelihood_form(inputs, D) == "woodbury" else likelihood_form(inputs, D)
     shape = U_draws.shape[:2]
-    keys = jax.random.split(key, math.prod(shape))
+    keys = draw_keys(key, shape, start)
     flat = U_draws.reshape(-1, *U_draws.shape[2:])
     data, temperature = likelihood_data(inputs, form), jnp.asarray(inputs.temperature, flat.dtype)
     given = (data, inputs.xi, inputs.y, inputs.xi_test, temperature)

@@ -22,6 +22,7 @@ from .base import (
     SamplerInputs,
     Storage,
     conditional_outputs,
+    draw_keys,
     full_observables,
     likelihood_data,
     likelihood_form,
@@ -52,7 +53,7 @@ def build(inputs: SamplerInputs):
     return partial(model, form=form, **inputs.consts()), (likelihood_data(inputs, form), inputs.y)
 
 
-def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Array:
+def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs, start: int = 0) -> jax.Array:
     """Raw ``V0`` draws ``[chain, draw, N1, N0]`` from ``V0 | upper weights, Y`` (pathwise).
 
     ``V0 = V0' + s0² sum_mu alpha_mu df(x_mu)/dV0`` with ``V0'`` from the prior,
@@ -63,7 +64,7 @@ def conditional_V0(draws: dict, key: jax.Array, inputs: SamplerInputs) -> jax.Ar
     shape = draws["a"].shape[:2]
     flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in draws.items()}
     V, a = upper(flat, net.L)
-    keys = jax.random.split(key, math.prod(shape))
+    keys = draw_keys(key, shape, start)
     C = path_kernel_from_xi(inputs.xi, inputs.xi, net.variances[0])
     temperature = jnp.asarray(inputs.temperature, inputs.xi.dtype)
     L, widths = net.L, tuple(int(n) for n in net.widths)
@@ -92,11 +93,12 @@ def _V0_batch(V: tuple[jax.Array, ...], a: jax.Array, keys: jax.Array, data: tup
     return [jax.vmap(one)(V, a, keys)]
 
 
-def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
-    """``f_train``, ``f_test`` given ``U``; with ``keep_weights``, ``V0`` given the upper weights and ``f`` from it."""
+def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage, start: int = 0) -> dict:
+    """``f_train``, ``f_test`` given ``U``; with ``keep_weights``, ``V0`` given the upper weights and ``f`` from it
+    (draws numbered from ``start``)."""
     if not options.keep_weights:
-        return conditional_outputs(draws["U"], key, inputs)
-    V0 = conditional_V0(draws, key, inputs)
+        return conditional_outputs(draws["U"], key, inputs, start)
+    V0 = conditional_V0(draws, key, inputs, start)
     with_V0 = jax.vmap(jax.vmap(lambda z: full_observables(z, inputs, Storage())))(draws | {"V0": V0})
     return {"V0": V0, "f_train": with_V0["f_train"], **({"f_test": with_V0["f_test"]} if "f_test" in with_V0 else {})}
 

@@ -254,9 +254,9 @@ def observables(z: dict, inputs: SamplerInputs, options: Storage) -> dict:
     return order_parameter_observables(Us, Ua)
 
 
-def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage) -> dict:
-    """``f_train``, ``f_test`` drawn exactly given ``U``."""
-    return conditional_outputs(draws["U"], key, inputs)
+def conditional(draws: dict, key: jax.Array, inputs: SamplerInputs, options: Storage, start: int = 0) -> dict:
+    """``f_train``, ``f_test`` drawn exactly given ``U`` (draws numbered from ``start``)."""
+    return conditional_outputs(draws["U"], key, inputs, start)
 
 
 def prior_draw(key: jax.Array, heads: Sequence[int], widths: Sequence[int], variances: Sequence[float] | None = None,
