@@ -105,7 +105,7 @@ def sample_posterior(
                          "(bayes-attn run, sweep, prune; bayes_attn.experiment.evaluate); without one, ask for "
                          "target_ess")
     if cfg.name == AUTO:
-        return _sample_auto(net, x, y, temperature, x_test, cfg, options, progress_bar, until)
+        return _sample_auto((net, x, y, temperature, x_test), cfg, options, progress_bar, until)
     return _sample((net, x, y, temperature, x_test), cfg, options, progress_bar, until=until)
 
 
@@ -247,8 +247,8 @@ def _start(smp, cfg: SamplerSettings, inputs, attrs: dict, given: dict) -> tuple
         return None, attrs | {"start": f"prior ({err})"}
 
 
-def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSettings, options: Storage,
-                 progress_bar: bool, until: Callable | None = None) -> Posterior:
+def _sample_auto(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar: bool,
+                 until: Callable | None = None) -> Posterior:
     """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
     diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). A guided sampler whose
     pilot's ``k̂`` exceeds :data:`~bayes_attn.samplers.laplace.PILOT_RULES_OUT` (1) is left before its proposals
@@ -273,7 +273,7 @@ def _sample_auto(net: Network, x, y, temperature: float, x_test, cfg: SamplerSet
             continue
         t0 = time.perf_counter()
         try:
-            post = _sample((net, x, y, temperature, x_test), cfg.replace(name=name), options, progress_bar,
+            post = _sample(problem, cfg.replace(name=name), options, progress_bar,
                            guide_of, PILOT_RULES_OUT if name in GUIDED else None, until, requested_sampler=AUTO)
         except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
             if name in GUIDED and cfg.guided_samples is not None:
