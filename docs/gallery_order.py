@@ -1,5 +1,5 @@
 """The gallery's order (``sphinx_gallery_conf["within_subsection_order"]`` in docs/conf.py): the quick start first,
-then your own network and arrays, the samplers, the finite-width correction, sweeps and saved results."""
+then your own network and arrays, a network from query and key weights, the samplers, the finite-width correction, sweeps and saved results."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ ORDER = (
     "plot_quickstart.py",
     "plot_own_network.py",
     "plot_own_arrays.py",
+    "plot_trained_qk.py",
     "plot_samplers.py",
     "plot_correction.py",
     "plot_sweep.py",
