@@ -1,5 +1,6 @@
 """The gallery's order (``sphinx_gallery_conf["within_subsection_order"]`` in docs/conf.py): the quick start first,
-then your own network and arrays, a network from query and key weights, the samplers, the finite-width correction, sweeps and saved results."""
+then your own network and arrays, a network from query and key weights, the samplers, the finite-width correction,
+sweeps and saved results."""
 
 from __future__ import annotations
 
