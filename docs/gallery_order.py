@@ -1,6 +1,6 @@
 """The gallery's order (``sphinx_gallery_conf["within_subsection_order"]`` in docs/conf.py): the quick start first,
 then your own network and arrays, a network from query and key weights, the samplers, the finite-width correction,
-sweeps and saved results."""
+sweeps, saved results and a run folder read with ArviZ."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ ORDER = (
     "plot_correction.py",
     "plot_sweep.py",
     "plot_saved_results.py",
+    "plot_run_folder_arviz.py",
     "plot_fig3_results.py",
 )
 """Every example of examples/, in the gallery's order (tests/test_examples.py checks that it lists them all)."""
