@@ -1,6 +1,6 @@
 """The gallery's order (``sphinx_gallery_conf["within_subsection_order"]`` in docs/conf.py): the quick start first,
-then your own network and arrays, a network from query and key weights, the samplers, the finite-width correction,
-sweeps, saved results and a run folder read with ArviZ."""
+then your own network and arrays, a network from query and key weights, the samplers and their calibration, the
+finite-width correction, sweeps (also on a Dask cluster), saved results and a run folder read with ArviZ."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ ORDER = (
     "plot_own_arrays.py",
     "plot_trained_qk.py",
     "plot_samplers.py",
+    "plot_sbc.py",
     "plot_correction.py",
     "plot_sweep.py",
     "plot_saved_results.py",
