@@ -15,6 +15,7 @@ ORDER = (
     "plot_sbc.py",
     "plot_correction.py",
     "plot_sweep.py",
+    "plot_sweep_dask.py",
     "plot_saved_results.py",
     "plot_run_folder_arviz.py",
     "plot_fig3_results.py",

@@ -12,7 +12,7 @@ likelihood is wrong, here one at ``T / 16`` (a posterior far too narrow),
 piles the ranks at the ends or to one side.
 
 The sizes are for illustration (a tiny random network, 60 replications of 19
-draws each, about half a minute on two cores); the test suite and
+draws each, under a minute on two cores); the test suite and
 ``benchmarks/sbc.py`` run 100 to 1000 replications.
 """
 
