@@ -19,6 +19,7 @@ reason left is inconclusive ("budget spent", :func:`bayes_attn.diagnostics.diagn
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .settings import MAX_RHAT, SamplerSettings
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BLOCK_SALT", "Block", "Stopping", "guided", "join", "nuts", "reasons", "run"]
 
@@ -142,5 +145,6 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
             budget = f"{seconds:.0f} s, another block would pass max_seconds={cfg.max_seconds:g}"
         if not unmet or budget:
             return judged, Stopping(b, b * step, seconds, not unmet, tuple(unmet), budget if unmet else "")
+        log.info(f"block {b}: {b * step} draws per chain in {seconds:.0f} s; another block for: {'; '.join(unmet)}")
         drawn = join(drawn, block(b))
         b += 1

@@ -28,7 +28,7 @@ from numpyro.infer.hmc import hmc
 from .base import Sampler, SamplerInputs, Start, Storage
 from .settings import SamplerSettings
 
-__all__ = ["functional", "kernel", "mcmc", "one_program", "resolve_chain_method"]
+__all__ = ["functional", "kept", "kernel", "mcmc", "one_program", "resolve_chain_method"]
 
 
 def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, start: Start | None = None) -> NUTS:
@@ -54,6 +54,9 @@ def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: S
     if chain_method == "auto":
         raise ValueError("mcmc needs a resolved chain method (resolve_chain_method), got 'auto'")
     one = one_compile and chain_method == "sequential" and settings.num_chains > 1
+    method: str | Callable = one_program if one else chain_method
+    if settings.in_blocks and settings.num_chains > 1 and chain_method in ("parallel", "sequential"):
+        method = kept(jax.pmap if chain_method == "parallel" else lambda c: jax.jit(one_program(c)))
     assert sampler.observables is not None  # a NUTS sampler's (only guided samplers have none)
     return MCMC(
         kernel(model, settings, sampler.init_strategy, start),
@@ -61,9 +64,9 @@ def mcmc(sampler: Sampler, settings: SamplerSettings, model: Callable, inputs: S
         num_samples=settings.num_samples,
         num_chains=settings.num_chains,
         thinning=settings.thinning,
-        chain_method=one_program if one else chain_method,
+        chain_method=method,
         postprocess_fn=partial(_observables, sampler.observables, inputs=inputs, options=options),
-        progress_bar=progress_bar and not one,  # NumPyro shows no bar for a callable chain method (and warns)
+        progress_bar=progress_bar and isinstance(method, str),  # NumPyro shows no bar for a callable (and warns)
     )
 
 
@@ -71,6 +74,25 @@ def one_program(chain: Callable) -> Callable:
     """NumPyro's ``"sequential"`` chain method as one program: the chains one after the other under
     ``lax.map``, so NUTS is compiled once for all chains (NumPyro's own ``"sequential"`` compiles per chain)."""
     return lambda inits: jax.lax.map(chain, inits)
+
+
+def kept(transform: Callable) -> Callable:
+    """A chain method for NumPyro that runs the chains as ``transform(chain)`` (``jax.pmap``, or ``one_program``
+    jitted) and keeps that program on the ``MCMC`` object, one per collection range and arguments: a run
+    continued in blocks (:mod:`bayes_attn.samplers.blocks`) compiles its continuation once, not once per block
+    (NumPyro passes its ``_single_chain_mcmc`` with the run's arguments bound, a new function every run)."""
+
+    def method(chain: Callable) -> Callable:
+        owner, kw = chain.func.__self__, chain.keywords  # type: ignore[attr-defined]
+        programs = owner.__dict__.setdefault("_bayes_attn_programs", {})
+        # the arguments by identity (the kept programs hold them), the rest by value
+        key = (tuple(sorted(owner._collection_params.items())), tuple(map(id, jax.tree.leaves((kw["args"],
+               kw["kwargs"])))), kw["collect_fields"], kw["remove_sites"])
+        if key not in programs:
+            programs[key] = transform(chain)
+        return programs[key]
+
+    return method
 
 
 def _observables(observables: Callable, z: dict, *, inputs: SamplerInputs, options: Storage) -> dict:
