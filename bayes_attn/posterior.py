@@ -180,7 +180,7 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
         thread_record = threads.record(chain_method)
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
         if cfg.in_blocks and smp.draw is not None and guide_of is None:
-            from .samplers.laplace import GuideOnce  # noqa: I001
+            from .samplers.laplace import GuideOnce
             guide_of = GuideOnce()
         given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
