@@ -72,6 +72,7 @@ from ._internal import checks as _checks
 from ._internal.precision import x64
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
 from .samplers import SamplerSettings, Storage, blocks, get, nuts, prepare
+from .samplers.settings import GUIDED
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
 
@@ -242,7 +243,7 @@ def guided_draws(cfg: SamplerSettings, net: Network, x, x_test, y: jax.Array, *,
     smp = get(cfg.name)
     y = jnp.asarray(y, jnp.dtype(cfg.dtype))
     inputs = prepare(net, x, y[0], x_test, temperature, cfg.dtype)
-    n_blocks = cfg.budget_samples // cfg.block_draws if cfg.in_blocks else 1
+    n_blocks = cfg.budget_blocks
     cfg = SamplerSettings(name=cfg.name, num_warmup=cfg.num_warmup, num_samples=cfg.num_samples, num_chains=1,
                           thinning=cfg.thinning, dtype=cfg.dtype)
     R = y.shape[0]
@@ -388,10 +389,10 @@ def sbc_ranks(net: Network, x, x_test, *, sampler: str | SamplerSettings, temper
             ("n_reps", n_reps, 1), ("n_train_obs", n_train_obs, 0), ("batch_size", batch_size, 1)))
     if n_train_obs > x.shape[0]:
         raise ValueError(f"n_train_obs must be at most P = {x.shape[0]}, got {n_train_obs}")
-    if cfg.in_blocks and cfg.name not in ("laplace-is", "laplace-mh"):
+    if cfg.in_blocks and cfg.name not in GUIDED:
         raise ValueError(f"sampler settings in blocks are calibrated for the guided samplers; {cfg.name!r} in blocks "
                          "is one longer run, bit for bit (give num_samples)")
-    num_draws = (cfg.budget_samples // cfg.block_draws if cfg.in_blocks else 1) * cfg.num_samples // cfg.thinning
+    num_draws = cfg.budget_blocks * cfg.num_samples // cfg.thinning
     k_sim, k_run = jax.random.split(jax.random.key(cfg.seed))
     with x64(cfg.dtype == "float64"):
         truth = simulate(net, x, x_test, temperature=temperature, n_reps=n_reps, key=k_sim)

@@ -43,14 +43,12 @@ from .network import Network, order_parameter_labels
 from .samplers import SAMPLERS, SamplerSettings, Storage, blocks, get, memory, nuts, prepare
 from .samplers.base import check_weights, map_batches
 from .samplers.nuts import resolve_chain_method
-from .samplers.settings import AUTO, AUTO_ORDER
+from .samplers.settings import AUTO, AUTO_ORDER, GUIDED
 
 __all__ = ["GUIDED", "Posterior", "check_sampling", "invariant_observables", "load_posterior", "resolve_chain_method",
            "sample_posterior"]
 
 log = logging.getLogger(__name__)
-GUIDED = ("laplace-is", "laplace-mh")
-"""The samplers that draw ``guided_samples`` per chain (docs/theory.md §9)."""
 
 
 

@@ -139,7 +139,7 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
         unmet, judged = judge(drawn)
         seconds = time.perf_counter() - t0
         budget = ""
-        if (b + 1) * step > cfg.budget_samples:
+        if b + 1 > cfg.budget_blocks:
             budget = f"{b * step} of max_samples={cfg.budget_samples} draws per chain"
         elif cfg.max_seconds is not None and seconds * (b + 1) / b > cfg.max_seconds:
             budget = f"{seconds:.0f} s, another block would pass max_seconds={cfg.max_seconds:g}"

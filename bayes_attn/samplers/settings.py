@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from .._internal import checks as _checks
 from .._internal.precision import DTYPES
 
-__all__ = ["AUTO", "AUTO_ORDER", "BLOCK_KEYS", "CHAIN_METHODS", "DEFAULT_BLOCKS", "DEFAULT_SAMPLER", "MAX_RHAT",
-           "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES", "STARTS", "SamplerSettings", "check_keys"]
+__all__ = ["AUTO", "AUTO_ORDER", "BLOCK_KEYS", "CHAIN_METHODS", "DEFAULT_BLOCKS", "DEFAULT_SAMPLER", "GUIDED",
+           "MAX_RHAT", "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES", "STARTS", "SamplerSettings", "check_keys"]
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
 STARTS = ("expansion", "prior")
@@ -39,6 +39,8 @@ SAMPLER_DESCRIPTIONS = {
 """The samplers of :data:`bayes_attn.samplers.SAMPLERS` by name, in its order, with their descriptions (here, so
 that settings and the command's options need not import the samplers and NumPyro)."""
 SAMPLER_NAMES = tuple(SAMPLER_DESCRIPTIONS)
+GUIDED = ("laplace-is", "laplace-mh")
+"""The samplers that draw ``guided_samples`` per chain (docs/theory.md §9)."""
 MAX_RHAT = 1.01
 """The largest R-hat a verdict trusts (:mod:`bayes_attn.diagnostics`), and the loosest ``max_rhat``."""
 BLOCK_KEYS = ("target_ess", "target_precision", "max_rhat", "max_samples", "max_seconds")
@@ -163,17 +165,22 @@ class SamplerSettings:
     @property
     def block_draws(self) -> int:
         """Draws per chain of one block: ``guided_draws`` for the guided samplers, else ``num_samples``."""
-        return self.guided_draws if self.name in ("laplace-is", "laplace-mh") else self.num_samples
+        return self.guided_draws if self.name in GUIDED else self.num_samples
 
     @property
     def budget_samples(self) -> int:
         """The budget in kept draws per chain: ``max_samples``, else :data:`DEFAULT_BLOCKS` blocks."""
         return self.max_samples if self.max_samples is not None else DEFAULT_BLOCKS * self.block_draws
 
+    @property
+    def budget_blocks(self) -> int:
+        """Blocks the budget holds (1 when not in blocks)."""
+        return self.budget_samples // self.block_draws if self.in_blocks else 1
+
     def most_stored(self) -> SamplerSettings:
         """These settings with as many NUTS draws as the budget may store (for memory checks)."""
-        guided = self.name in ("laplace-is", "laplace-mh")
-        return self if guided or not self.in_blocks else dataclasses.replace(self, num_samples=self.budget_samples)
+        stores_more = self.in_blocks and self.name not in GUIDED
+        return dataclasses.replace(self, num_samples=self.budget_samples) if stores_more else self
 
     @property
     def max_leapfrog_steps(self) -> int:

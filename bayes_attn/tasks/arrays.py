@@ -20,6 +20,7 @@ import functools
 import hashlib
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,10 +56,21 @@ def _resolve(where: str, root: str, file: str) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=8)
-def _npz(path: str, stamp: tuple[int, int]) -> dict[str, np.ndarray]:
-    """The arrays of the ``.npz`` file at ``path`` (``stamp``: its modification time and size, so that a changed
-    file is read again)."""
+def _stamped[T](read: Callable[[Path], T]) -> Callable[[Path], T]:
+    """``read(path)`` made once per content of the file (its modification time and size): the spec, the data and
+    every width's network read a file once, and a changed file is read and checked again."""
+    cached = functools.lru_cache(maxsize=8)(lambda path, stamp: read(Path(path)))
+
+    @functools.wraps(read)
+    def once(path: Path) -> T:
+        st = path.stat()
+        return cached(str(path), (st.st_mtime_ns, st.st_size))
+
+    return once
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file at ``path``."""
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} must be a NumPy .npz file (np.savez), but it is not one (not a zip archive)")
     try:
@@ -72,11 +84,6 @@ def _npz(path: str, stamp: tuple[int, int]) -> dict[str, np.ndarray]:
             return out
     except (zipfile.BadZipFile, OSError, EOFError) as err:
         raise ValueError(f"{path} must be a NumPy .npz file (np.savez), but it cannot be read as one: {err}") from None
-
-
-def _arrays(path: Path) -> dict[str, np.ndarray]:
-    st = path.stat()
-    return _npz(str(path), (st.st_mtime_ns, st.st_size))
 
 
 def _check(path: Path, key: str, arr: np.ndarray, ndim: int) -> np.ndarray:
@@ -99,9 +106,10 @@ def _unknown(path: Path, found, known) -> None:
         raise ValueError(f"{path} holds unknown arrays {extra}; expected {sorted(known)}")
 
 
+@_stamped
 def read_data(path: Path) -> dict[str, np.ndarray]:
     """The checked data arrays of ``path``: ``x, y, x_test, y_test`` and ``x_val, y_val`` if present."""
-    raw = _arrays(path)
+    raw = _npz(path)
     _unknown(path, raw, DATA_KEYS | VALIDATION_KEYS)
     wanted = dict(DATA_KEYS)
     if "x_val" in raw or "y_val" in raw:
@@ -131,10 +139,11 @@ def read_data(path: Path) -> dict[str, np.ndarray]:
 _LAYER = re.compile(r"([WQK])_([1-9][0-9]*)")
 
 
+@_stamped
 def read_attention(path: Path) -> list[np.ndarray]:
     """The checked bilinear matrices ``[H_l, N0, N0]`` per layer of the attention file ``path`` (``W_l``, or
     ``Q_l`` and ``K_l``)."""
-    raw = _arrays(path)
+    raw = _npz(path)
     keys = {k: _LAYER.fullmatch(k) for k in raw}
     bad = sorted(k for k, m in keys.items() if m is None)
     if bad or not raw:
