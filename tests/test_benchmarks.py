@@ -11,7 +11,7 @@
   ``bench_cold_start`` (38: a cold ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36),
   ``bench_adapt`` (30), ``bench_paper_step`` (18: the paper-size model), ``bench_solver`` (17);
   ``bench_contention`` and ``bench_summary`` start one CPU-bound process per core, ``bench_sweep_dask`` two Dask
-  clusters; ``gpu_samplers`` is for a GPU;
+  clusters; ``gpu_samplers`` is for a GPU; ``bench_suite`` runs pytest itself (the suite within the suite);
 - slow: the dry run of ``benchmarks/gpu.sh`` (the one command on a lent GPU machine) on the CPU, with ``gpu.py
   --quick`` (its stages in two worker processes, every code path) and without its tests.
 """

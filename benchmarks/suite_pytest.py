@@ -1,0 +1,53 @@
+"""pytest plugin of ``benchmarks/bench_suite.py`` (``-p suite_pytest``): each test's wall seconds (setup, call and
+teardown) and the seconds JAX spent compiling in it, one JSON line per test in ``$BENCH_SUITE_DIR/<pid>.jsonl``.
+
+JAX's own duration events (:mod:`jax.monitoring`) are summed per test: ``backend_compile`` (XLA), ``trace`` (to a
+jaxpr), ``lower`` (to StableHLO), and ``cache_saved`` (what the persistent cache says a loaded program would have
+cost). Compilation in processes a test starts (the commands, scripts and benchmarks run as subprocesses) is not
+seen: it counts as the test's wall time only.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import time
+
+import pytest
+
+EVENTS = {
+    "/jax/core/compile/backend_compile_duration": "backend_compile",
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    "/jax/compilation_cache/compile_time_saved_sec": "cache_saved",
+}
+_seconds: collections.Counter = collections.Counter()
+_programs = [0]
+
+
+def _listener(event: str, duration: float, **_: object) -> None:
+    name = EVENTS.get(event)
+    if name is not None:
+        _seconds[name] += duration
+        _programs[0] += name == "backend_compile"
+
+
+def pytest_configure(config) -> None:
+    import jax.monitoring
+
+    jax.monitoring.register_event_duration_secs_listener(_listener)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _seconds.clear()
+    _programs[0] = 0
+    t0 = time.perf_counter()
+    yield
+    row = {"test": item.nodeid, "wall": time.perf_counter() - t0, "programs": _programs[0],
+           **{name: _seconds[name] for name in EVENTS.values()}}
+    folder = os.environ.get("BENCH_SUITE_DIR")
+    if folder:
+        with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
+            f.write(json.dumps(row) + "\n")
