@@ -12,6 +12,8 @@ run). Levers (``wishart`` from the expansion's mode with its metric, 4 chains, `
 - ``blocks-warmup75``: the same after 75 warm-up iterations (the metric comes from the expansion; warm-up adapts
   the step size only);
 - ``blocks-depth4``: the same at tree depth 4;
+- ``blocks-accept65``: ``blocks`` with the step size adapted to an acceptance of 0.65 (the default is 0.8):
+  longer steps, fewer per draw where the trees fill their depth;
 - ``blocks-precision``: blocks until the comparison's precision (every check's Monte-Carlo bound at most its
   tolerance, ``target_precision = 1``) as well, at most 750 draws;
 - ``blocks-float64``: ``blocks`` in float64.
@@ -46,6 +48,8 @@ LEVERS = {
     "blocks": dict(num_warmup=150, num_samples=50, max_tree_depth=5, target_ess=400.0, max_samples=350),
     "blocks-warmup75": dict(num_warmup=75, num_samples=50, max_tree_depth=5, target_ess=400.0, max_samples=350),
     "blocks-depth4": dict(num_warmup=150, num_samples=50, max_tree_depth=4, target_ess=400.0, max_samples=350),
+    "blocks-accept65": dict(num_warmup=150, num_samples=50, max_tree_depth=5, target_accept=0.65, target_ess=400.0,
+                            max_samples=350),
     "blocks-precision": dict(num_warmup=150, num_samples=50, max_tree_depth=5, target_ess=400.0,
                              target_precision=1.0, max_samples=750),
     "blocks-float64": dict(num_warmup=150, num_samples=50, max_tree_depth=5, target_ess=400.0, max_samples=350,
