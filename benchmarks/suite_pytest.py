@@ -22,15 +22,14 @@ EVENTS = {
     "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
     "/jax/compilation_cache/compile_time_saved_sec": "cache_saved",
 }
-_seconds: collections.Counter = collections.Counter()
-_programs = [0]
+_tally: collections.Counter = collections.Counter()  # this test's seconds per stage, and its programs compiled
 
 
 def _listener(event: str, duration: float, **_: object) -> None:
     name = EVENTS.get(event)
     if name is not None:
-        _seconds[name] += duration
-        _programs[0] += name == "backend_compile"
+        _tally[name] += duration
+        _tally["programs"] += name == "backend_compile"
 
 
 def pytest_configure(config) -> None:
@@ -41,12 +40,11 @@ def pytest_configure(config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _seconds.clear()
-    _programs[0] = 0
+    _tally.clear()
     t0 = time.perf_counter()
     yield
-    row = {"test": item.nodeid, "wall": time.perf_counter() - t0, "programs": _programs[0],
-           **{name: _seconds[name] for name in EVENTS.values()}}
+    row = {"test": item.nodeid, "wall": time.perf_counter() - t0,
+           **{name: _tally[name] for name in (*EVENTS.values(), "programs")}}
     folder = os.environ.get("BENCH_SUITE_DIR")
     if folder:
         with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:
