@@ -6,7 +6,9 @@ compiling (XLA's backend compile, tracing, lowering; and what the persistent cac
 processes a test starts (commands, scripts, benchmarks) is not seen by the plugin and counts as wall time only.
 
 Reported: pytest's wall seconds, the summed test seconds and their compile share, the same per test file, the
-slowest tests with their compile seconds, and the number of programs compiled.
+slowest tests with their compile seconds, the number of programs compiled, the backend compile seconds per
+program name (``by_program``), and ``wall_without_compiling``: the test seconds less their compiling, over the
+workers (what pytest's wall would be if no test compiled anything in its own process).
 
 Run alone (the whole suite: ~18 min on 2 cores)::
 
@@ -75,7 +77,20 @@ def summarise(rows: list[dict], top: int) -> dict:
     slowest = [{"test": r["test"], "wall": round(r["wall"], 2), "compile": round(compile_s(r), 2),
                 "programs": r["programs"]} for r in sorted(rows, key=lambda r: -r["wall"])[:top]]
     return {"total": {k: round(v, 3) if isinstance(v, float) else v for k, v in total.items()}, "by_file": by_file,
-            "slowest": slowest}
+            "by_program": by_program(rows, top), "slowest": slowest}
+
+
+def by_program(rows: list[dict], top: int) -> list[dict]:
+    """The ``top`` program names (JAX's ``fun_name``) by backend compile seconds over all tests: seconds, count
+    (programs of that name compiled, each shape or constant its own) and seconds per program."""
+    seconds: collections.Counter = collections.Counter()
+    count: collections.Counter = collections.Counter()
+    for r in rows:
+        for name, (s, n) in r.get("by_name", {}).items():
+            seconds[name] += s
+            count[name] += n
+    return [{"name": name, "seconds": round(s, 2), "programs": count[name], "per_program": round(s / count[name], 3)}
+            for name, s in seconds.most_common(top)]
 
 
 def main(a: argparse.Namespace) -> dict:
@@ -91,6 +106,12 @@ def main(a: argparse.Namespace) -> dict:
           f"{t['compile']:.0f} compiling ({t['programs']} programs; the cache saved {t['cache_saved']:.0f} s)")
     for f in results["by_file"][:15]:
         print(f"  {f['wall']:7.1f} s  compile {f['compile']:6.1f} s  {f['file']}")
+    floor = (t["wall"] - t["compile"]) / max(a.workers, 1)
+    results["wall_without_compiling"] = round(floor, 1)
+    print(f"the test seconds less their compiling, over {a.workers} workers: {floor:.0f} s (a floor for pytest's wall "
+          "if nothing compiled in-process)")
+    for g in results["by_program"][:15]:
+        print(f"  {g['seconds']:7.1f} s  {g['programs']:5d} programs  {g['per_program']:6.2f} s each  {g['name']}")
     record.write(results, headline=make_headline("pytest wall seconds", seconds, "s"),
                  notes="Compilation inside processes a test starts counts as wall time only.")
     return results

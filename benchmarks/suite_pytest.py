@@ -3,8 +3,9 @@ teardown) and the seconds JAX spent compiling in it, one JSON line per test in `
 
 JAX's own duration events (:mod:`jax.monitoring`) are summed per test: ``backend_compile`` (XLA), ``trace`` (to a
 jaxpr), ``lower`` (to StableHLO), and ``cache_saved`` (what the persistent cache says a loaded program would have
-cost). Compilation in processes a test starts (the commands, scripts and benchmarks run as subprocesses) is not
-seen: it counts as the test's wall time only.
+cost). The backend compile seconds are also kept per program name (JAX's ``fun_name``: ``jit(_fun)`` is a
+``pmap``, e.g. NUTS chains in parallel). Compilation in processes a test starts (the commands, scripts and
+benchmarks run as subprocesses) is not seen: it counts as the test's wall time only.
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ EVENTS = {
     "/jax/compilation_cache/compile_time_saved_sec": "cache_saved",
 }
 _tally: collections.Counter = collections.Counter()  # this test's seconds per stage, and its programs compiled
+_programs: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])  # name: [backend seconds, count]
 
 
-def _listener(event: str, duration: float, **_: object) -> None:
+def _listener(event: str, duration: float, fun_name: str = "?", **_: object) -> None:
     name = EVENTS.get(event)
     if name is not None:
         _tally[name] += duration
-        _tally["programs"] += name == "backend_compile"
+        if name == "backend_compile":
+            _tally["programs"] += 1
+            _programs[fun_name][0] += duration
+            _programs[fun_name][1] += 1
 
 
 def pytest_configure(config) -> None:
@@ -41,10 +46,11 @@ def pytest_configure(config) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     _tally.clear()
+    _programs.clear()
     t0 = time.perf_counter()
     yield
     row = {"test": item.nodeid, "wall": time.perf_counter() - t0,
-           **{name: _tally[name] for name in (*EVENTS.values(), "programs")}}
+           **{name: _tally[name] for name in (*EVENTS.values(), "programs")}, "by_name": dict(_programs)}
     folder = os.environ.get("BENCH_SUITE_DIR")
     if folder:
         with open(os.path.join(folder, f"{os.getpid()}.jsonl"), "a") as f:

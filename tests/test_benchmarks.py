@@ -4,7 +4,7 @@
   names lie beside it;
 - every script with a ``__main__`` answers ``--help`` with exit 0 in under 10 s and writes nothing (the
   ``benchmarks/`` folder byte for byte the same afterwards); the scripts run in parallel subprocesses;
-- slow: a ``--quick --out`` run of each script in :data:`QUICK` (8-25 CPU seconds each) writes an envelope of its
+- slow: a ``--quick --out`` run of each script in :data:`QUICK` (2-25 CPU seconds each) writes an envelope of its
   own name, and ``report.py`` reads them. Left out, to keep the part near a minute on 2 cores (CPU seconds of a
   quick run in parentheses): ``bench_guided`` (265: eight samplers, three widths), ``bench_sampler`` (160), ``sbc``
   (104), ``bench_guided_floor`` (45), ``bench_fixed_costs`` (41), ``bench_correction`` (39: fresh processes),
@@ -37,7 +37,8 @@ import harness  # noqa: E402  (benchmarks/harness.py)
 
 RESULTS = sorted((BENCH / "results").glob("*.json"))
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
-QUICK = {"bench_solve_theory": [], "bench_guided_compiles": [], "bench_auto_pilot": [], "bench_kernel_forms": []}
+QUICK = {"bench_solve_theory": [], "bench_guided_compiles": [], "bench_auto_pilot": [], "bench_kernel_forms": [],
+         "bench_rhat_null": []}
 """Scripts run with ``--quick`` (seconds each), and their extra arguments."""
 HELP_SECONDS = 10.0
 pytestmark = pytest.mark.xdist_group("benchmarks")
