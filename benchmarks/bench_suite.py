@@ -61,8 +61,9 @@ def rows_of(folder: Path) -> list[dict]:
     return [json.loads(line) for f in sorted(folder.glob("*.jsonl")) for line in f.read_text().splitlines()]
 
 
-def summarise(rows: list[dict], top: int) -> dict:
-    """Totals, per file (slowest first) and the ``top`` slowest tests, each with its compile seconds."""
+def summarise(rows: list[dict], top: int, workers: int) -> dict:
+    """Totals, per file (slowest first), per program name and the ``top`` slowest tests, each with its compile
+    seconds; and the test seconds less their compiling over the ``workers``."""
     compile_s = lambda r: sum(r[s] for s in STAGES)  # noqa: E731
     files: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in rows:
@@ -77,7 +78,8 @@ def summarise(rows: list[dict], top: int) -> dict:
     slowest = [{"test": r["test"], "wall": round(r["wall"], 2), "compile": round(compile_s(r), 2),
                 "programs": r["programs"]} for r in sorted(rows, key=lambda r: -r["wall"])[:top]]
     return {"total": {k: round(v, 3) if isinstance(v, float) else v for k, v in total.items()}, "by_file": by_file,
-            "by_program": by_program(rows, top), "slowest": slowest}
+            "by_program": by_program(rows, top), "slowest": slowest,
+            "wall_without_compiling": round((total["wall"] - total["compile"]) / max(workers, 1), 1)}
 
 
 def by_program(rows: list[dict], top: int) -> list[dict]:
@@ -100,16 +102,14 @@ def main(a: argparse.Namespace) -> dict:
         code, seconds, tail = run_pytest(paths, a.workers, Path(tmp))
         if code != 0:
             raise SystemExit(f"pytest exited {code}:\n{tail}")
-        results = {"pytest_seconds": round(seconds, 1)} | summarise(rows_of(Path(tmp)), a.top)
+        results = {"pytest_seconds": round(seconds, 1)} | summarise(rows_of(Path(tmp)), a.top, a.workers)
     t = results["total"]
     print(f"pytest {seconds:.0f} s on {a.workers} workers; {t['tests']} tests, {t['wall']:.0f} test seconds, of them "
           f"{t['compile']:.0f} compiling ({t['programs']} programs; the cache saved {t['cache_saved']:.0f} s)")
     for f in results["by_file"][:15]:
         print(f"  {f['wall']:7.1f} s  compile {f['compile']:6.1f} s  {f['file']}")
-    floor = (t["wall"] - t["compile"]) / max(a.workers, 1)
-    results["wall_without_compiling"] = round(floor, 1)
-    print(f"the test seconds less their compiling, over {a.workers} workers: {floor:.0f} s (a floor for pytest's wall "
-          "if nothing compiled in-process)")
+    print(f"the test seconds less their compiling, over {a.workers} workers: {results['wall_without_compiling']:.0f} s "
+          "(a floor for pytest's wall if nothing compiled in-process)")
     for g in results["by_program"][:15]:
         print(f"  {g['seconds']:7.1f} s  {g['programs']:5d} programs  {g['per_program']:6.2f} s each  {g['name']}")
     record.write(results, headline=make_headline("pytest wall seconds", seconds, "s"),

@@ -16,13 +16,10 @@ import os
 import time
 
 import pytest
+from harness import COMPILE_EVENTS
 
-EVENTS = {
-    "/jax/core/compile/backend_compile_duration": "backend_compile",
-    "/jax/core/compile/jaxpr_trace_duration": "trace",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-    "/jax/compilation_cache/compile_time_saved_sec": "cache_saved",
-}
+EVENTS = dict(zip(COMPILE_EVENTS, ("trace", "lower", "backend_compile"), strict=True)) | {
+    "/jax/compilation_cache/compile_time_saved_sec": "cache_saved"}
 _tally: collections.Counter = collections.Counter()  # this test's seconds per stage, and its programs compiled
 _programs: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])  # name: [backend seconds, count]
 
