@@ -13,10 +13,11 @@ Compared quantities:
 A difference counts as a disagreement only when it is larger than the
 relative tolerance *and* more than ``n_sigma`` Monte-Carlo standard errors.
 The verdict has three values: ``"agree"``, ``"disagree"``, and
-``"inconclusive"`` when the sampler's own diagnostics fail (R-hat above
-:data:`~bayes_attn.diagnostics.MAX_RHAT`, bulk ESS below :data:`~bayes_attn.diagnostics.MIN_ESS` on a compared
-observable, any divergence, BFMI below :data:`~bayes_attn.diagnostics.MIN_BFMI`, an importance-sampling Pareto
-``k̂`` above :data:`~bayes_attn.diagnostics.MAX_KHAT`; :func:`bayes_attn.diagnostics.diagnostic_failures`):
+``"inconclusive"`` when the sampler's own diagnostics fail (:func:`bayes_attn.diagnostics.diagnostic_failures`:
+per group of entries, the observables' and the checks' own per-draw statistics, R-hat above
+:func:`~bayes_attn.diagnostics.rhat_bound` or ESS below :func:`~bayes_attn.diagnostics.required_ess`; any
+divergence, BFMI below :data:`~bayes_attn.diagnostics.MIN_BFMI`, an importance-sampling Pareto ``k̂`` above
+:data:`~bayes_attn.diagnostics.MAX_KHAT`):
 Monte-Carlo error bars of unconverged chains mean nothing, so neither "agree"
 nor "disagree" is said.
 """
@@ -37,13 +38,14 @@ from . import verdict
 from ._internal import checks as _checks
 from ._internal import io as _io
 from ._internal.fingerprints import data_fingerprint, fingerprint
-from .diagnostics import diagnostic_failures
+from .diagnostics import CHECKS_GROUP, convergence_failures, diagnostic_failures, group_diagnostics
 from .posterior import Posterior
 from .stats import accuracy
 from .theory import Theory, gp_limit
 from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
-__all__ = ["Check", "Comparison", "TEMPERATURE_RTOL", "compare", "headline_of", "precision_unmet", "theories_line"]
+__all__ = ["Check", "Comparison", "TEMPERATURE_RTOL", "checks_unconverged", "compare", "headline_of", "precision_unmet",
+           "theories_line"]
 
 
 def headline_of(wanted: str, theory: Theory) -> str:
@@ -94,11 +96,13 @@ class Check:
         return math.sqrt(max(self.value**2 - self.noise_floor**2, 0.0))
 
 
-def _relative_distance(draws: np.ndarray, theory: np.ndarray, mcse: np.ndarray) -> tuple[float, float, float, float]:
+def _relative_distance(draws: np.ndarray, theory: np.ndarray, mcse: np.ndarray,
+                       statistics: dict | None = None, name: str = "") -> tuple[float, float, float, float]:
     """Relative distance of the posterior mean of ``draws`` (``[chain, draw, k]``) from ``theory`` (``[k]``).
 
     Returns ``(value, mcse, noise_floor, noise_sd)`` as defined in :class:`Check`;
-    ``mcse`` (``[k]``) are the ArviZ MCSEs of the means.
+    ``mcse`` (``[k]``) are the ArviZ MCSEs of the means. The per-draw statistic the check decides with (the draws'
+    projection on the gap's direction, ``[chain, draw]``) goes into ``statistics[name]`` when given.
     """
     import arviz_stats as azs
 
@@ -108,6 +112,8 @@ def _relative_distance(draws: np.ndarray, theory: np.ndarray, mcse: np.ndarray) 
     direction = diff / max(dist, 1e-300)
     q = xr.Dataset({"q": (("chain", "draw"), (draws - theory) @ direction)})
     se = float(azs.mcse(q)["q"])
+    if statistics is not None:
+        statistics[name] = q["q"].values
     flat = draws.reshape(-1, draws.shape[-1])
     sd = flat.std(axis=0)
     corr = np.corrcoef(flat[:, sd > 0].T) if np.count_nonzero(sd > 0) > 1 else np.ones((1, 1))
@@ -118,7 +124,8 @@ def _relative_distance(draws: np.ndarray, theory: np.ndarray, mcse: np.ndarray) 
     return dist / norm_t, se / norm_t, floor / norm_t, noise_sd / norm_t
 
 
-def _deeper_order_parameter_checks(theory: Theory, tree, rtol: float, n_sigma: float) -> list[Check]:
+def _deeper_order_parameter_checks(theory: Theory, tree, rtol: float, n_sigma: float,
+                                   statistics: dict) -> list[Check]:
     """Relative distances of ``U_2 .. U_L`` (Frobenius) and ``Ua`` from the theory, where the draws hold them."""
     import arviz_stats as azs
 
@@ -133,7 +140,7 @@ def _deeper_order_parameter_checks(theory: Theory, tree, rtol: float, n_sigma: f
         draws = draws.reshape(*draws.shape[:2], -1)
         se = np.atleast_1d(np.asarray(azs.mcse(tree, var_names=[name])[name].values)).ravel()
         label = f"{name} (relative Frobenius)" if name != "Ua" else "Ua (relative)"
-        checks.append(Check(label, *_relative_distance(draws, target.ravel(), se), rtol, n_sigma))
+        checks.append(Check(label, *_relative_distance(draws, target.ravel(), se, statistics, label), rtol, n_sigma))
     return checks
 
 
@@ -276,6 +283,14 @@ class Comparison:
         return ds
 
 
+def checks_unconverged(comparison: Comparison) -> list[str]:
+    """The rule's R-hat and ESS reasons on the per-draw statistics of the checks of ``comparison`` and of its
+    alternative theory (:data:`~bayes_attn.diagnostics.CHECKS_GROUP`), each once: what a sampler in blocks draws
+    on for, beside its observables' own (:func:`bayes_attn.experiment.evaluate`)."""
+    comps = [comparison] + ([comparison.alternative] if comparison.alternative is not None else [])
+    return list(dict.fromkeys(r for c in comps for r in convergence_failures(c.diagnostics, [CHECKS_GROUP])))
+
+
 def precision_unmet(comparison: Comparison, fraction: float) -> list[str]:
     """The checks of ``comparison`` (and of its alternative theory) whose Monte-Carlo bound exceeds ``fraction``
     of their tolerance: where MC error alone could still pass a gap that large, so "agree" would be easier than
@@ -387,13 +402,17 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
     f_draws = f.values
     n = f_draws.shape[0] * f_draws.shape[1]
     var_draws = (f_draws - m_s) ** 2 * (n / (n - 1))  # its mean is the unbiased sample variance
+    stat: dict[str, np.ndarray] = {}
+    names = ("U (relative Frobenius)", "predictor mean (relative L2)", "predictor variance (relative L2)")
     checks = [
-        Check("U (relative Frobenius)", *_relative_distance(U_draws, theory.U.ravel(), U_se.ravel()), rtol, n_sigma),
-        *_deeper_order_parameter_checks(theory, tree, rtol, n_sigma),
-        Check("predictor mean (relative L2)", *_relative_distance(f_draws, m_t, m_se), rtol, n_sigma),
-        Check("predictor variance (relative L2)", *_relative_distance(var_draws, v_t, v_se), rtol, n_sigma),
+        Check(names[0], *_relative_distance(U_draws, theory.U.ravel(), U_se.ravel(), stat, names[0]), rtol, n_sigma),
+        *_deeper_order_parameter_checks(theory, tree, rtol, n_sigma, stat),
+        Check(names[1], *_relative_distance(f_draws, m_t, m_se, stat, names[1]), rtol, n_sigma),
+        Check(names[2], *_relative_distance(var_draws, v_t, v_se, stat, names[2]), rtol, n_sigma),
     ]
     summary = posterior.summary()
+    statistics = azs.summary(xr.Dataset({"check": (("chain", "draw", "check"), np.stack(list(stat.values()), -1))},
+                                        coords={"check": list(stat)}), kind="diagnostics", round_to="none")
     accuracies = {"theory": accuracy(m_t, y_test), "sampled": accuracy(m_s, y_test), "gp": accuracy(m_gp, y_test)}
     return Comparison(
         path_labels=net.path_labels,
@@ -411,7 +430,8 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
         accuracy=accuracies,
         sampler=str(tree.attrs.get("sampler", "")),
         checks=checks,
-        diagnostics=summary.diagnostics() | {"draws": float(posterior.num_draws)},
+        diagnostics=summary.diagnostics() | {"draws": float(posterior.num_draws)}
+        | (group_diagnostics(statistics, summary.chains, summary.draws, CHECKS_GROUP) if summary.chains else {}),
         provenance={"sampler_settings": str(tree.attrs.get("settings", "")), "method": posterior.method(),
                     "temperature": theory.temperature,
                     "x_test_fingerprint": fingerprint(x_test),

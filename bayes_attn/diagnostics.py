@@ -1,14 +1,23 @@
-"""Convergence diagnostics of posterior draws and the rule that trusts them (docs/theory.md §5).
+"""Convergence diagnostics of posterior draws and the rule that trusts them (docs/theory.md §5, docs/samplers.md).
 
-:class:`Summary` holds ArviZ's table of the invariant observables with the
-sampler's own statistics; :func:`diagnostic_failures` says why draws cannot be
-trusted (R-hat, bulk ESS, divergences, BFMI, the Pareto ``k̂`` of importance
-sampling), the rule the verdicts of :mod:`bayes_attn.comparison` and ``auto``'s
-choice of sampler read.
+:class:`Summary` holds ArviZ's table of the invariant observables with the sampler's own statistics;
+:func:`diagnostic_failures` says why draws cannot be trusted, the rule the verdicts of :mod:`bayes_attn.comparison`,
+the blocks of :mod:`bayes_attn.samplers.blocks` and ``auto``'s choice of sampler read. The rule, per group of
+monitored entries (the entries of ``U``, of each ``U_l``, ``Ua``, ``f_train``, ``f_test``, and the per-draw
+statistics of the comparison's checks):
+
+- every entry has bulk ESS (and, on all but ``f_train``, ``f_test``, tail ESS) at least :func:`required_ess`
+  (400, and 100 per split chain: Vehtari et al. 2021);
+- the group's largest rank-normalised split R-hat (ArviZ) is at most :func:`rhat_bound` of the group's size, the
+  chains and the draws: the bound that chains with nothing wrong, delivering the required ESS, cross in at most
+  :data:`FALSE_ALARM` of runs (the χ² law of split R-hat under the null, Šidák-corrected over the entries);
+- no divergence, BFMI at least :data:`MIN_BFMI`, a Pareto ``k̂`` at most :data:`MAX_KHAT`.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -21,26 +30,121 @@ from ._internal import threads
 from .samplers.blocks import Stopping
 from .samplers.settings import MAX_RHAT
 
-__all__ = ["EXTRA_FIELDS", "MAX_KHAT", "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "SUMMARY_WORKERS", "Summary",
-           "diagnostic_failures", "sample_stats", "summary_table"]
+__all__ = ["CHECKS_GROUP", "ESS_PER_SPLIT_CHAIN", "EXTRA_FIELDS", "FALSE_ALARM", "GROSS_RHAT", "MAX_KHAT",
+           "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "MIN_TOTAL_ESS", "SUMMARY_WORKERS", "Summary", "convergence_failures",
+           "diagnostic_failures", "group_diagnostics", "required_ess", "rhat_bound", "sample_stats", "summary_table"]
 
 MIN_ESS = 100.0
+"""The smallest ESS at which an entry's MCSE is read as an error bar (the tests' degrees of freedom); the rule
+itself asks for :func:`required_ess`."""
+MIN_TOTAL_ESS = 400.0
+ESS_PER_SPLIT_CHAIN = 100.0
+""":func:`required_ess`: at least 400 in all (Vehtari et al. 2021) and 100 per split chain, so that R-hat, which
+compares chains, sees each chain's mean to within a tenth of a posterior sd (what makes one chain 0.5 sd off
+detectable: ``benchmarks/results/rhat_null.json``)."""
+FALSE_ALARM = 1e-3
+"""The share of runs of chains with nothing wrong that :func:`rhat_bound` may flag, per group."""
+GROSS_RHAT = 1.1
+"""An R-hat above this after the first block means a failed warm-up, not too few draws (``blocks``)."""
 MIN_BFMI = 0.3
 MAX_KHAT = 0.7
-"""The diagnostics a verdict trusts (:func:`diagnostic_failures`): R-hat, bulk ESS of every compared entry,
-BFMI, and the Pareto ``k̂`` of importance sampling (``laplace-is``)."""
+"""The diagnostics a verdict trusts besides R-hat and ESS (:func:`diagnostic_failures`): BFMI, and the Pareto
+``k̂`` of importance sampling (``laplace-is``)."""
+CHECKS_GROUP = "checks"
+"""The group of the comparison's per-draw check statistics (:mod:`bayes_attn.comparison`)."""
+PREDICTOR_GROUPS = ("f_train", "f_test")
+"""Groups held to bulk ESS only (their tail ESS decides nothing the comparison reports)."""
 
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
 
+def required_ess(chains: int) -> float:
+    """The bulk and tail ESS the rule asks of every entry: ``max(400, 100 × 2 chains)``."""
+    return max(MIN_TOTAL_ESS, ESS_PER_SPLIT_CHAIN * 2 * int(chains))
+
+
+def rhat_bound(entries: int, chains: int, draws: int, ess: float | None = None,
+               false_alarm: float = FALSE_ALARM) -> float:
+    """The largest rank-normalised split R-hat (ArviZ's, the larger of bulk and folded) that ``entries``
+    independent entries of ``chains`` chains of ``draws`` draws each, with nothing wrong and an ESS of ``ess``
+    (default :func:`required_ess`), exceed together in at most ``false_alarm`` of runs.
+
+    Under the null, with ``M = 2 chains`` split chains of ``n = draws // 2`` draws and ``n_eff = min(ess / M, n)``
+    effective draws each, ``R̂² ≈ (n − 1)/n + χ²_{M−1} / ((M − 1) n_eff)`` (the between-chain variance of the
+    means over the within-chain variance); the bound is that at the χ² quantile ``1 − a``, with
+    ``a = 1 − (1 − false_alarm)^(1 / (2 entries))`` (Šidák over the bulk and folded R-hat of every entry).
+    It depends on the run's shape alone, never on its own ESS: a stuck chain cannot loosen its bar."""
+    from scipy import stats
+
+    k, c, d = (_checks.positive_int(name, v) for name, v in (("entries", entries), ("chains", chains),
+                                                             ("draws", draws)))
+    if c < 2 or d < 4:
+        return math.nan  # R-hat compares split chains: none below 2 chains of 4 draws
+    m, n = 2 * c, d // 2
+    n_eff = min((required_ess(c) if ess is None else _checks.positive("ess", ess)) / m, n)
+    a = -math.expm1(math.log1p(-false_alarm) / (2 * k))
+    q = float(stats.chi2.isf(a, m - 1))
+    return math.sqrt((n - 1) / n + q / ((m - 1) * n_eff))
+
+
+def group_of(entry: str) -> str:
+    """The group of an ArviZ summary row (``"U[1-1, 1-2]"``: ``"U"``)."""
+    return entry.split("[", 1)[0]
+
+
+def group_diagnostics(table: pd.DataFrame, chains: int, draws: int, group: str | None = None) -> dict[str, float]:
+    """Per group of ``table``'s rows (ArviZ summary: ``r_hat``, ``ess_bulk``, ``ess_tail``; all rows one group
+    named ``group`` when given): ``entries[g]``, ``max_r_hat[g]``, ``r_hat_bound[g]`` (:func:`rhat_bound`),
+    ``min_ess_bulk[g]``, ``min_ess_tail[g]``; and ``ess_required``, ``chains``, ``draws_per_chain``."""
+    groups = pd.Series(group if group else table.index.map(group_of), index=table.index)
+    out: dict[str, float] = {"ess_required": required_ess(chains), "chains": float(chains),
+                             "draws_per_chain": float(draws)}
+    for g, rows in table.groupby(groups.values, sort=False):
+        out |= {f"entries[{g}]": float(len(rows)), f"max_r_hat[{g}]": float(rows["r_hat"].max(skipna=False)),
+                f"r_hat_bound[{g}]": rhat_bound(len(rows), chains, draws),
+                f"min_ess_bulk[{g}]": float(rows["ess_bulk"].min(skipna=False)),
+                f"min_ess_tail[{g}]": float(rows["ess_tail"].min(skipna=False))}
+    return out
+
+
+def _groups(diagnostics: dict[str, float]) -> list[str]:
+    return [k[len("r_hat_bound["):-1] for k in diagnostics if k.startswith("r_hat_bound[")]
+
+
+def convergence_failures(diagnostics: dict[str, float], groups: Iterable[str] | None = None) -> list[str]:
+    """The R-hat and ESS reasons of the rule (module docstring) in ``diagnostics`` (:meth:`Summary.diagnostics`,
+    or a comparison's), each naming its group and its bound; ``groups``: only these. Diagnostics without groups
+    (written before the rule) are held to the fixed bounds they were written under (R-hat
+    :data:`MAX_RHAT`, bulk ESS :data:`MIN_ESS`)."""
+    names = _groups(diagnostics)
+    if not names:
+        out = []
+        if not diagnostics.get("max_r_hat", 1.0) <= MAX_RHAT:
+            out.append("max R-hat {} > {}".format(*_checks.versus(diagnostics["max_r_hat"], MAX_RHAT)))
+        if not diagnostics.get("min_ess_bulk", np.inf) >= MIN_ESS:
+            out.append("min bulk ESS {} < {}".format(*_checks.versus(diagnostics["min_ess_bulk"], MIN_ESS)))
+        return out
+    out = []
+    want = diagnostics.get("ess_required", MIN_TOTAL_ESS)
+    shape = f"{int(diagnostics.get('chains', 0))} chains × {int(diagnostics.get('draws_per_chain', 0))} draws"
+    for g in names if groups is None else [g for g in names if g in set(groups)]:
+        rhat, bound = diagnostics[f"max_r_hat[{g}]"], diagnostics[f"r_hat_bound[{g}]"]
+        if not rhat <= bound:
+            out.append("max R-hat of {} {} > {} (the bound of {} entries, {})".format(
+                g, *_checks.versus(rhat, bound), int(diagnostics[f"entries[{g}]"]), shape))
+        kinds = ("bulk",) if g in PREDICTOR_GROUPS else ("bulk", "tail")
+        for kind in kinds:
+            ess = diagnostics[f"min_ess_{kind}[{g}]"]
+            if not ess >= want:
+                out.append("min {} ESS of {} {} < {}".format(kind, g, *_checks.versus(ess, want)))
+    return out
+
+
 def diagnostic_failures(diagnostics: dict[str, float]) -> list[str]:
     """Reasons the sampler's diagnostics (:meth:`Summary.diagnostics`) make a comparison inconclusive (empty when
-    none); a number that is absent is not checked."""
-    out = []
-    if diagnostics.get("max_r_hat", 1.0) > MAX_RHAT or not np.isfinite(diagnostics.get("max_r_hat", 1.0)):
-        out.append("max R-hat {} > {}".format(*_checks.versus(diagnostics["max_r_hat"], MAX_RHAT)))
-    if diagnostics.get("min_ess_bulk", np.inf) < MIN_ESS or np.isnan(diagnostics.get("min_ess_bulk", np.inf)):
-        out.append("min bulk ESS {} < {}".format(*_checks.versus(diagnostics["min_ess_bulk"], MIN_ESS)))
+    none): :func:`convergence_failures`, divergences, BFMI, unmet targets, ``k̂``; a number that is absent is not
+    checked."""
+    out = convergence_failures(diagnostics)
     if diagnostics.get("divergences", 0) > 0:
         out.append(f"{int(diagnostics['divergences'])} divergent transitions")
     if diagnostics.get("min_bfmi", np.inf) < MIN_BFMI:
@@ -121,6 +225,9 @@ class Summary:
         is_ess: ``laplace-is``'s importance-sampling ESS ``1 / Σ w̄²`` before resampling (NaN for the others).
         sampler: the sampler that made the draws.
         stopping: how a sampler in blocks stopped (:class:`~bayes_attn.samplers.blocks.Stopping`), or ``None``.
+        chains, draws: the chains and the kept draws per chain the table was computed from (what
+            :func:`rhat_bound` and :func:`required_ess` depend on; 0: unknown, the fixed bounds of
+            :func:`convergence_failures` apply).
     """
 
     table: pd.DataFrame
@@ -133,6 +240,8 @@ class Summary:
     is_ess: float = float("nan")
     sampler: str = ""
     stopping: Stopping | None = None
+    chains: int = 0
+    draws: int = 0
 
     @property
     def max_rhat(self) -> float:
@@ -159,6 +268,8 @@ class Summary:
             out["pareto_k"] = self.pareto_k
         if self.stopping is not None:
             out["targets_met"] = float(self.stopping.met)
+        if self.chains:
+            out |= group_diagnostics(self.table, self.chains, self.draws)
         return out
 
     def failures(self) -> list[str]:
@@ -166,12 +277,18 @@ class Summary:
         return diagnostic_failures(self.diagnostics())
 
     def by_variable(self) -> pd.DataFrame:
-        """Worst R-hat, smallest ESS and largest MCSE per observable."""
-        var = self.table.index.to_series().str.split("[", n=1).str[0]
-        return self.table.groupby(var.values).agg(
+        """Worst R-hat with the bound its group is held to (:func:`rhat_bound`; NaN without the run's shape),
+        smallest ESS with the ESS the rule requires, and largest MCSE per observable."""
+        var = self.table.index.map(group_of)
+        out = self.table.groupby(var.values, sort=False).agg(
             entries=("r_hat", "size"), max_r_hat=("r_hat", "max"), min_ess_bulk=("ess_bulk", "min"),
             min_ess_tail=("ess_tail", "min"), max_mcse_mean=("mcse_mean", "max"),
         )
+        known = self.chains >= 2 and self.draws >= 4
+        out.insert(2, "r_hat_bound", [rhat_bound(int(k), self.chains, self.draws) if known else math.nan
+                                      for k in out["entries"]])
+        out.insert(5, "ess_required", required_ess(self.chains) if known else math.nan)
+        return out
 
     def __str__(self) -> str:
         u = self.table[self.table.index.str.startswith("U[")]

@@ -142,7 +142,7 @@ def evaluate(point: Point, *, theory: Theory | None = None) -> PointResult:
         _check_theory(point, theory)
         limit = gp_of(point)
     assert limit is not None
-    from .comparison import compare, headline_of, precision_unmet
+    from .comparison import checks_unconverged, compare, headline_of, precision_unmet
 
     def comparison(post: Posterior) -> Comparison:
         return compare(theory, post, point.x_test, point.y_test, rtol=point.rtol, n_sigma=point.n_sigma, gp=limit,
@@ -150,7 +150,11 @@ def evaluate(point: Point, *, theory: Theory | None = None) -> PointResult:
 
     fraction = point.sampler.target_precision
     t0 = time.perf_counter()
-    post = sample(point, until=None if fraction is None else lambda p: precision_unmet(comparison(p), fraction))
+    def unmet(post: Posterior) -> list[str]:  # the checks' own statistics converged, and the precision asked for
+        c = comparison(post)
+        return checks_unconverged(c) + ([] if fraction is None else precision_unmet(c, fraction))
+
+    post = sample(point, until=unmet if point.sampler.in_blocks else None)
     seconds = time.perf_counter() - t0
     return PointResult(point, theory, limit, post, comparison(post), seconds)
 

@@ -37,7 +37,7 @@ from ._internal import io as _io
 from ._internal import threads
 from ._internal.fingerprints import fingerprint
 from ._internal.precision import check_temperature, x64
-from .diagnostics import EXTRA_FIELDS, MIN_ESS, Summary, sample_stats, summary_table
+from .diagnostics import EXTRA_FIELDS, GROSS_RHAT, Summary, convergence_failures, sample_stats, summary_table
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .samplers import SAMPLERS, SamplerSettings, Storage, blocks, get, memory, nuts, prepare
@@ -182,6 +182,7 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
             guide_of = GuideOnce()
         given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
+        rewarm = None
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
             memory.check_fits(smp, inputs, cfg, options)
             t0 = time.perf_counter()
@@ -192,12 +193,33 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
             memory.check_fits(smp, inputs, cfg.most_stored(), options, (model, args))
             t0 = time.perf_counter()
             start, attrs = _start(smp, cfg, inputs, attrs, given)
-            mcmc = nuts.mcmc(smp, cfg.replace(chain_method=chain_method), model, inputs, options,
-                             progress_bar=progress_bar, start=start)
+            ran = cfg.replace(chain_method=chain_method)
+            mcmc = nuts.mcmc(smp, ran, model, inputs, options, progress_bar=progress_bar, start=start)
             block = blocks.nuts(mcmc, key_mcmc, args, EXTRA_FIELDS, sample_stats)
+            if cfg.in_blocks and cfg.num_chains > 1:
+                current = [block]
+
+                def rewarm(first: blocks.Block, r: int):
+                    bounds = [v for k, v in judged_last.items() if k.startswith("r_hat_bound[")]
+                    why = blocks.warmup_failures(first.stats, cfg.target_accept, judged_last["max_r_hat"],
+                                                 max([GROSS_RHAT, *bounds]))
+                    if not why:
+                        return None
+                    chain = blocks.best_chain(first.stats, cfg.target_accept)
+                    init = jax.tree.map(lambda v: np.repeat(np.asarray(v)[chain:chain + 1], cfg.num_chains, axis=0),
+                                        current[0].last_positions())  # type: ignore[attr-defined]
+                    warm = max(cfg.num_warmup, cfg.block_draws) * 2 ** (r + 1)
+                    again = nuts.mcmc(smp, ran.replace(num_warmup=warm), model, inputs, options,
+                                      progress_bar=progress_bar, start=start)
+                    current[0] = blocks.nuts(again, jax.random.fold_in(key_mcmc, blocks.REWARM_SALT + r), args,
+                                             EXTRA_FIELDS, sample_stats, init_params=init)
+                    done.clear()
+                    seen[0] = 0
+                    return current[0], f"{warm} warm-up draws from chain {chain} after: {'; '.join(why)}"
 
         done: list[dict] = []  # conditional draws of the blocks so far, keyed by draw number (base.draw_keys)
         seen = [0]  # draws per chain that have them
+        judged_last: dict[str, float] = {}  # the diagnostics of the last draws judged
 
         def complete(drawn: blocks.Block) -> tuple[dict, dict, dict]:
             new = {k: v[:, seen[0]:] for k, v in drawn.draws.items()}
@@ -207,8 +229,9 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
             return dict(drawn.draws) | cond, drawn.stats, attrs | drawn.attrs
 
         if cfg.in_blocks:
-            judge = functools.partial(_judge, complete=complete, problem=problem, cfg=cfg, until=until)
-            (draws, stats, attrs), stopping = blocks.run(block, judge, cfg, t0)
+            judge = functools.partial(_judge, complete=complete, problem=problem, cfg=cfg, until=until,
+                                      record=judged_last)
+            (draws, stats, attrs), stopping = blocks.run(block, judge, cfg, t0, rewarm)
             attrs |= {"stopping": stopping.to_json()}
         else:
             draws, stats, attrs = complete(block(0))
@@ -223,13 +246,19 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
     return Posterior(tree, net)
 
 
-def _judge(drawn, *, complete: Callable, problem: tuple, cfg: SamplerSettings, until: Callable | None) -> tuple:
-    """The reasons to draw another block after ``drawn`` (:func:`bayes_attn.samplers.blocks.reasons`, then
-    ``until``'s) and the draws completed with their exact conditional draws (the last block's are the result)."""
+def _judge(drawn, *, complete: Callable, problem: tuple, cfg: SamplerSettings, until: Callable | None,
+           record: dict) -> tuple:
+    """The reasons to draw another block after ``drawn`` (the rule's R-hat and ESS,
+    :func:`~bayes_attn.diagnostics.convergence_failures`; the user's targets,
+    :func:`bayes_attn.samplers.blocks.reasons`; then ``until``'s) and the draws completed with their exact
+    conditional draws (the last block's are the result); the diagnostics judged go into ``record``."""
     net, x, y, temperature, _ = problem
     draws, stats, attrs = complete(drawn)
     post = Posterior(Posterior.from_draws(net, draws, stats, x, y, temperature, sampler=cfg.name, **attrs).tree, net)
-    unmet = blocks.reasons(post.summary().diagnostics(), cfg, MIN_ESS)
+    diagnostics = post.summary().diagnostics()
+    record.clear()
+    record.update(diagnostics)
+    unmet = convergence_failures(diagnostics) + blocks.reasons(diagnostics, cfg)
     return unmet + (list(until(post)) if until is not None else []), (draws, stats, attrs)
 
 
@@ -441,6 +470,7 @@ class Posterior:
             is_ess=float(attrs.get("is_ess", np.nan)),
             sampler=str(attrs.get("sampler", "")),
             stopping=blocks.Stopping.from_json(attrs["stopping"]) if "stopping" in attrs else None,
+            chains=int(self.tree["posterior"].sizes["chain"]), draws=int(self.tree["posterior"].sizes["draw"]),
         )
 
     @classmethod

@@ -16,7 +16,8 @@ from .._internal import checks as _checks
 from .._internal.precision import DTYPES
 
 __all__ = ["AUTO", "AUTO_ORDER", "BLOCK_KEYS", "CHAIN_METHODS", "DEFAULT_BLOCKS", "DEFAULT_SAMPLER", "GUIDED",
-           "MAX_RHAT", "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES", "STARTS", "SamplerSettings", "check_keys"]
+           "LOOSEST_MAX_RHAT", "MAX_RHAT", "RENAMED", "SAMPLER_DESCRIPTIONS", "SAMPLER_NAMES", "STARTS",
+           "SamplerSettings", "check_keys"]
 
 CHAIN_METHODS = ("auto", "parallel", "vectorized", "sequential")
 STARTS = ("expansion", "prior")
@@ -42,11 +43,16 @@ SAMPLER_NAMES = tuple(SAMPLER_DESCRIPTIONS)
 GUIDED = ("laplace-is", "laplace-mh")
 """The samplers that draw ``guided_samples`` per chain (docs/theory.md §9)."""
 MAX_RHAT = 1.01
-"""The largest R-hat a verdict trusts (:mod:`bayes_attn.diagnostics`), and the loosest ``max_rhat``."""
+"""The fixed R-hat bound of the rule before groups (:func:`bayes_attn.diagnostics.convergence_failures` holds
+diagnostics stored without groups to it); the rule itself bounds each group by
+:func:`bayes_attn.diagnostics.rhat_bound`."""
+LOOSEST_MAX_RHAT = 1.1
+"""The loosest ``max_rhat`` a user may ask for (a target beside the rule's own bound, never instead of it)."""
 BLOCK_KEYS = ("target_ess", "target_precision", "max_rhat", "max_samples", "max_seconds")
 """The settings that make a sampler run in blocks (:attr:`SamplerSettings.in_blocks`)."""
 DEFAULT_BLOCKS = 16
-"""Blocks a sampler with a target but no ``max_samples`` may run at most."""
+"""Blocks a sampler with a target but neither ``max_samples`` nor ``max_seconds`` may run at most (the stopping
+message names this cap); with ``max_seconds`` alone, the seconds are the budget."""
 RENAMED = {
     "method": "name",
     "form": "name",
@@ -83,11 +89,13 @@ class SamplerSettings:
             (its noise floor plus ``n_sigma`` MC errors, what "agree" could hide) is at most this fraction of the
             check's tolerance, in (0, 1]; needs a theory (``run``, ``sweep``, ``prune``,
             :func:`bayes_attn.experiment.evaluate`).
-        max_rhat: the R-hat bound blocks are continued until (at most :data:`MAX_RHAT`, 1.01, which every
-            verdict requires; default: that).
-        max_samples: the budget in kept draws per chain, every block included (default with a target:
-            :data:`DEFAULT_BLOCKS` blocks of ``num_samples``; guided samplers: of ``guided_samples``).
-        max_seconds: the budget in seconds of sampling; a block is not started past it.
+        max_rhat: an R-hat every entry is sampled until, in (1, 1.1], beside the rule's own bound per group
+            (:func:`bayes_attn.diagnostics.rhat_bound`, which every verdict requires).
+        max_samples: the budget in kept draws per chain, every block included (default with a target and no
+            ``max_seconds``: :data:`DEFAULT_BLOCKS` blocks of ``num_samples``; guided samplers: of
+            ``guided_samples``).
+        max_seconds: the budget in seconds of sampling (a warm-up run again counted); a block is not started
+            past it. Given alone, it is the whole budget: no cap in draws.
 
     Any of the last five samples in blocks: each block continues the chains (NUTS from its last state, step size
     and metric; a guided sampler with fresh proposals) until the diagnostics and targets hold or the budget is
@@ -142,9 +150,9 @@ class SamplerSettings:
         if p is not None and not 0.0 < _checks.positive("target_precision", p) <= 1.0:
             raise ValueError(f"target_precision must be a fraction of the tolerance in (0, 1], got {p!r}")
         r = self.max_rhat
-        if r is not None and not 1.0 < _checks.positive("max_rhat", r) <= MAX_RHAT:
-            raise ValueError(f"max_rhat must be in (1, {MAX_RHAT}] (every verdict requires R-hat <= {MAX_RHAT}), "
-                             f"got {r!r}")
+        if r is not None and not 1.0 < _checks.positive("max_rhat", r) <= LOOSEST_MAX_RHAT:
+            raise ValueError(f"max_rhat must be in (1, {LOOSEST_MAX_RHAT}] (a target beside the rule's own bound "
+                             f"per group, bayes_attn.diagnostics.rhat_bound), got {r!r}")
         if self.max_samples is not None:
             _checks.positive_int("max_samples", self.max_samples, minimum=self.block_draws)
         if self.in_blocks and self.block_draws % self.thinning:
@@ -174,8 +182,23 @@ class SamplerSettings:
 
     @property
     def budget_blocks(self) -> int:
-        """Blocks the budget holds (1 when not in blocks)."""
+        """Blocks the budget in draws holds (1 when not in blocks; :data:`DEFAULT_BLOCKS` when only
+        ``max_seconds`` bounds the run, for what must plan a number: memory, calibration)."""
         return self.budget_samples // self.block_draws if self.in_blocks else 1
+
+    @property
+    def block_cap(self) -> int | None:
+        """Blocks a run in blocks may draw at most: ``None`` when ``max_seconds`` alone is the budget, else
+        :attr:`budget_blocks`."""
+        return None if self.max_seconds is not None and self.max_samples is None else self.budget_blocks
+
+    @property
+    def draws_cap(self) -> str:
+        """The cap in draws in words, for a stopping message."""
+        if self.max_samples is not None:
+            return f"max_samples={self.max_samples} draws per chain"
+        return (f"the default cap of {DEFAULT_BLOCKS} blocks of {self.block_draws} draws, given neither max_samples "
+                "nor max_seconds")
 
     def most_stored(self) -> SamplerSettings:
         """These settings with as many NUTS draws as the budget may store (for memory checks)."""
