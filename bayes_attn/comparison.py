@@ -411,7 +411,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
         Check(names[2], *_relative_distance(var_draws, v_t, v_se, stat, names[2]), rtol, n_sigma),
     ]
     summary = posterior.summary()
-    statistics = azs.summary(xr.Dataset({"check": (("chain", "draw", "check"), np.stack(list(stat.values()), -1))},
+    statistics = azs.summary(xr.Dataset({"q": (("chain", "draw", "check"), np.stack(list(stat.values()), -1))},
                                         coords={"check": list(stat)}), kind="diagnostics", round_to="none")
     accuracies = {"theory": accuracy(m_t, y_test), "sampled": accuracy(m_s, y_test), "gp": accuracy(m_gp, y_test)}
     return Comparison(

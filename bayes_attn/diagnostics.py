@@ -70,8 +70,9 @@ def rhat_bound(entries: int, chains: int, draws: int, ess: float | None = None,
     (default :func:`required_ess`), exceed together in at most ``false_alarm`` of runs.
 
     Under the null, with ``M = 2 chains`` split chains of ``n = draws // 2`` draws and ``n_eff = min(ess / M, n)``
-    effective draws each, ``R̂² ≈ (n − 1)/n + χ²_{M−1} / ((M − 1) n_eff)`` (the between-chain variance of the
-    means over the within-chain variance); the bound is that at the χ² quantile ``1 − a``, with
+    effective draws each, ``R̂² ≈ (n − 1)/n + F / n_eff`` with ``F ~ F(M − 1, M (n_eff − 1))`` (the between-chain
+    variance of the means over the within-chain variance, each a χ² of its degrees of freedom; as ``n_eff``
+    grows, ``χ²_{M−1} / (M − 1)``); the bound is that at the quantile ``1 − a`` of ``F``, with
     ``a = 1 − (1 − false_alarm)^(1 / (2 entries))`` (Šidák over the bulk and folded R-hat of every entry).
     It depends on the run's shape alone, never on its own ESS: a stuck chain cannot loosen its bar."""
     from scipy import stats
@@ -83,8 +84,8 @@ def rhat_bound(entries: int, chains: int, draws: int, ess: float | None = None,
     m, n = 2 * c, d // 2
     n_eff = min((required_ess(c) if ess is None else _checks.positive("ess", ess)) / m, n)
     a = -math.expm1(math.log1p(-false_alarm) / (2 * k))
-    q = float(stats.chi2.isf(a, m - 1))
-    return math.sqrt((n - 1) / n + q / ((m - 1) * n_eff))
+    q = float(stats.f.isf(a, m - 1, m * max(n_eff - 1.0, 1.0)))
+    return math.sqrt((n - 1) / n + q / n_eff)
 
 
 def group_of(entry: str) -> str:

@@ -1,5 +1,6 @@
 """bayes_attn/diagnostics.py: ArviZ's summary in threads, and the rule that says why draws cannot be trusted."""
 
+import numpy as np
 import pytest
 import xarray as xr
 from conftest import rng_of
@@ -34,3 +35,58 @@ def test_a_failed_diagnostic_never_reads_as_a_pass():
     assert failures == ["max R-hat 1.0103 > 1.01", "min bulk ESS 99.96 < 100", "min BFMI 0.29999 < 0.3",
                         "importance-sampling Pareto k-hat 0.70004 > 0.7"], failures
     assert diagnostics.diagnostic_failures({"max_r_hat": float("nan")}) == ["max R-hat nan > 1.01"]
+
+
+def _bench_rhat():
+    """``benchmarks/bench_rhat_null.py`` (its chains, scenarios and vectorised rank R-hat) as a module."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module("bench_rhat_null")
+
+
+def test_rhat_bound_is_the_chi_square_null_of_split_rhat():
+    """:func:`~bayes_attn.diagnostics.rhat_bound` grows with the entries and falls with the required ESS per split
+    chain; its closed form at one entry of 2 chains; 1 chain (no R-hat) gives NaN; bad arguments are refused."""
+    from scipy import stats
+
+    from bayes_attn.diagnostics import required_ess, rhat_bound
+
+    assert required_ess(2) == 400 and required_ess(4) == 800 and required_ess(64) == 12800
+    bounds = [rhat_bound(k, 4, 350) for k in (1, 30, 300, 3000, 10_000)]
+    assert all(a < b for a, b in zip(bounds, bounds[1:], strict=False)) and 1.01 < bounds[0] < bounds[-1] < 1.05
+    # 2 chains of 350: 4 split chains of 175 draws, n_eff = 400 / 4 = 100 each; Šidák over 2 R-hats of one entry
+    a = 1 - (1 - 1e-3) ** 0.5
+    assert rhat_bound(1, 2, 350) == pytest.approx((174 / 175 + stats.f.isf(a, 3, 4 * 99) / 100) ** 0.5, rel=1e-12)
+    assert rhat_bound(30, 4, 350, ess=4000) < rhat_bound(30, 4, 350)  # chains asked for more ESS: a tighter bar
+    assert np.isnan(rhat_bound(1, 1, 350))
+    with pytest.raises(ValueError, match="entries"):
+        rhat_bound(0, 4, 350)
+
+
+@pytest.mark.stochastic
+def test_rhat_bound_false_alarms_and_power_at_the_image_scale():
+    """At 4 chains × 350 draws (the image scale's budget; chains with the required ESS, ESS per draw 0.57) and 30
+    entries a group: the vectorised rank R-hat of the benchmark equals ArviZ's; of 400 runs of chains with nothing
+    wrong at most 3 cross the bound (its false-alarm rate is at most 1e-3, measured below that in
+    ``benchmarks/results/rhat_null.json``: P(4 or more of 400) < 8e-4); one chain 0.5 sd off in every entry is
+    flagged in at least 95 of 100 runs (measured power 1.0 there: false failure < 1e-6 at any power above 0.99),
+    two chains in another mode in all 100. A fixed bound of 1.01 would flag about 28 % of the healthy runs."""
+    import arviz as az
+
+    from bayes_attn.diagnostics import rhat_bound
+
+    b = _bench_rhat()
+    rng = rng_of(70)
+    x = b.chains(rng, 4, 351, 40, 0.5)
+    ref = az.rhat(xr.Dataset({"v": (("chain", "draw", "k"), x)}))["v"].values
+    np.testing.assert_allclose(b.rank_rhat(x), ref, rtol=1e-12)
+    e, bound = b.ess_per_draw(4, 350), rhat_bound(30, 4, 350)
+    null = [b.rank_rhat(b.chains(rng, 4, 350, 30, e)).max() > bound for _ in range(400)]
+    assert sum(null) <= 3, sum(null)
+    shifted = [b.rank_rhat(b.scenario(rng, 0, 30, 350, e)).max() > bound for _ in range(100)]
+    assert sum(shifted) >= 95, sum(shifted)
+    modes = [b.rank_rhat(b.scenario(rng, 2, 30, 350, e)).max() > bound for _ in range(100)]
+    assert all(modes)

@@ -13,7 +13,7 @@ The reasons to continue: the rule's R-hat and ESS (:func:`bayes_attn.diagnostics
 above a user's ``max_rhat``, a bulk ESS below ``target_ess``, and the caller's own (the comparison's precision:
 :func:`bayes_attn.experiment.evaluate`). Divergences, BFMI and a Pareto ``k̂`` are not: more draws of the same
 chains do not mend them. A failed warm-up is mended instead: where the first block of NUTS has a divergence, an
-acceptance more than :data:`ACCEPT_TOLERANCE` from ``target_accept`` or an R-hat above
+acceptance more than :data:`ACCEPT_TOLERANCE` below ``target_accept`` (or near 1) or an R-hat above
 :data:`~bayes_attn.diagnostics.GROSS_RHAT`, its draws are dropped and the warm-up runs again, twice as long, from
 the best chain's last state (at most :data:`REWARMS` times; the budget counts every draw and second of it).
 :class:`Stopping` records what happened; a run that stops with a reason left is inconclusive ("budget spent",
@@ -36,7 +36,7 @@ from .settings import SamplerSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ACCEPT_TOLERANCE", "BLOCK_SALT", "Block", "REWARMS", "REWARM_SALT", "Stopping", "best_chain", "guided",
+__all__ = ["ACCEPT_TOLERANCE", "BLOCK_SALT", "Block", "MAX_ACCEPT", "REWARMS", "REWARM_SALT", "Stopping", "best_chain", "guided",
            "join", "nuts", "reasons", "run", "warmup_failures"]
 
 BLOCK_SALT = 1 << 20
@@ -47,7 +47,9 @@ REWARM_SALT = 1 << 21
 REWARMS = 3
 """Times a failed warm-up is run again (twice as long each time) before the run goes on as it is."""
 ACCEPT_TOLERANCE = 0.15
-"""A first block whose mean acceptance is further than this from ``target_accept`` failed its warm-up."""
+"""A first block whose mean acceptance is more than this below ``target_accept`` failed its warm-up (a step size
+too large for the posterior); one above :data:`MAX_ACCEPT` too (a step size collapsed to nothing)."""
+MAX_ACCEPT = 0.995
 
 
 class Block(NamedTuple):
@@ -79,8 +81,8 @@ def nuts(mcmc, key, args: tuple, extra_fields: tuple, stats_of: Callable,
 
 def warmup_failures(stats: dict, target_accept: float, max_rhat: float, gross: float) -> list[str]:
     """Why the first block of NUTS (``stats``: :func:`bayes_attn.diagnostics.sample_stats`, ``[chain, draw]``)
-    failed its warm-up: divergences, a mean acceptance further than :data:`ACCEPT_TOLERANCE` from
-    ``target_accept``, or ``max_rhat`` (its largest R-hat) above ``gross`` (the larger of
+    failed its warm-up: divergences, a mean acceptance more than :data:`ACCEPT_TOLERANCE` below ``target_accept``
+    or above :data:`MAX_ACCEPT`, or ``max_rhat`` (its largest R-hat) above ``gross`` (the larger of
     :data:`~bayes_attn.diagnostics.GROSS_RHAT` and the rule's bound at the block's size: short blocks of healthy
     chains may pass 1.1)."""
     from .._internal.checks import versus
@@ -90,7 +92,7 @@ def warmup_failures(stats: dict, target_accept: float, max_rhat: float, gross: f
     if divergent:
         out.append(f"{divergent} divergent transitions")
     accept = float(np.mean(stats["acceptance_rate"]))
-    if abs(accept - target_accept) > ACCEPT_TOLERANCE:
+    if accept < target_accept - ACCEPT_TOLERANCE or accept > MAX_ACCEPT:
         out.append(f"acceptance {accept:.2f} against target_accept={target_accept:g}")
     if not max_rhat <= gross:
         out.append("max R-hat {} > {}".format(*versus(max_rhat, gross)))

@@ -61,7 +61,8 @@ def test_a_reachable_target_stops_within_one_block_of_being_met():
     assert post.tree["posterior"].sizes["draw"] == stop.blocks * 100 == stop.draws
     # the same blocks, one fewer (the same keys: block b draws from fold_in(key, BLOCK_SALT + b)) had a reason
     fewer = _sample_at(30, cfg.replace(target_ess=1e9, max_samples=(stop.blocks - 1) * 100))
-    assert blocks.reasons(fewer.summary().diagnostics(), cfg, ba.diagnostics.MIN_ESS)
+    d = fewer.summary().diagnostics()
+    assert blocks.reasons(d, cfg) + ba.diagnostics.convergence_failures(d)
     np.testing.assert_array_equal(fewer.tree["posterior"]["U"].values,
                                   post.tree["posterior"]["U"].values[:, : (stop.blocks - 1) * 100])
 
@@ -107,7 +108,7 @@ def test_the_comparisons_precision_is_a_target_of_run(tmp_path):
     assert "in blocks: 3 blocks, 120 draws per chain" in report and "budget spent" in report
 
 
-@pytest.mark.parametrize("bad, match", [({"max_rhat": 1.05}, "max_rhat must be in"),
+@pytest.mark.parametrize("bad, match", [({"max_rhat": 1.2}, "max_rhat must be in"),
                                         ({"target_precision": 0.0}, "target_precision"),
                                         ({"max_samples": 10}, "max_samples must be an integer >= 40"),
                                         ({"thinning": 3, "target_ess": 100.0}, "multiple of thinning")])
