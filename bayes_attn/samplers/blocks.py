@@ -36,8 +36,8 @@ from .settings import SamplerSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ACCEPT_TOLERANCE", "BLOCK_SALT", "Block", "MAX_ACCEPT", "REWARMS", "REWARM_SALT", "Stopping", "best_chain", "guided",
-           "join", "nuts", "reasons", "run", "warmup_failures"]
+__all__ = ["ACCEPT_TOLERANCE", "BLOCK_SALT", "Block", "MAX_ACCEPT", "REWARMS", "REWARM_SALT", "Stopping", "best_chain",
+           "guided", "join", "nuts", "reasons", "run", "warmup_failures"]
 
 BLOCK_SALT = 1 << 20
 """Block ``b > 0`` of a guided sampler draws with ``fold_in(key, BLOCK_SALT + b)`` (far from the keys it folds
