@@ -30,9 +30,10 @@ from ._internal import threads
 from .samplers.blocks import Stopping
 from .samplers.settings import MAX_RHAT
 
-__all__ = ["CHECKS_GROUP", "ESS_PER_SPLIT_CHAIN", "EXTRA_FIELDS", "FALSE_ALARM", "GROSS_RHAT", "MAX_KHAT",
-           "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "MIN_TOTAL_ESS", "SUMMARY_WORKERS", "Summary", "convergence_failures",
-           "diagnostic_failures", "group_diagnostics", "required_ess", "rhat_bound", "sample_stats", "summary_table"]
+__all__ = ["CHECKS_GROUP", "ESS_PER_SPLIT_CHAIN", "EXTRA_FIELDS", "FALSE_ALARM", "GROSS_RHAT", "GROUP_COLUMNS",
+           "MAX_KHAT", "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "MIN_TOTAL_ESS", "SUMMARY_WORKERS", "Summary",
+           "convergence_failures", "diagnostic_failures", "group_diagnostics", "group_rows", "required_ess",
+           "rhat_bound", "sample_stats", "summary_table"]
 
 MIN_ESS = 100.0
 """The smallest ESS at which an entry's MCSE is read as an error bar (the tests' degrees of freedom); the rule
@@ -112,6 +113,26 @@ def _groups(diagnostics: dict[str, float]) -> list[str]:
     return [k[len("r_hat_bound["):-1] for k in diagnostics if k.startswith("r_hat_bound[")]
 
 
+def group_rows(diagnostics: dict[str, float]) -> tuple[list[tuple[str, ...]], dict[str, float]]:
+    """The rule's table of ``diagnostics`` (:func:`group_diagnostics`'s keys): one row a group (group, entries,
+    max R-hat, its bound, min bulk ESS, min tail ESS, the ESS required, ``pass`` or ``FAIL``), and the other
+    numbers of ``diagnostics``."""
+    rows: list[tuple[str, ...]] = []
+    for g in _groups(diagnostics):
+        fails = convergence_failures(diagnostics, [g])
+        rows.append((g, f"{int(diagnostics[f'entries[{g}]'])}", f"{diagnostics[f'max_r_hat[{g}]']:.4f}",
+                     f"{diagnostics[f'r_hat_bound[{g}]']:.4f}", f"{diagnostics[f'min_ess_bulk[{g}]']:.0f}",
+                     f"{diagnostics[f'min_ess_tail[{g}]']:.0f}", f"{diagnostics['ess_required']:.0f}",
+                     "FAIL" if fails else "pass"))
+    rest = {k: v for k, v in diagnostics.items() if "[" not in k and k != "ess_required"}
+    return rows, rest
+
+
+GROUP_COLUMNS = ("group", "entries", "max R-hat", "R-hat bound", "min bulk ESS", "min tail ESS", "ESS required",
+                 "result")
+"""The columns of :func:`group_rows`."""
+
+
 def convergence_failures(diagnostics: dict[str, float], groups: Iterable[str] | None = None) -> list[str]:
     """The R-hat and ESS reasons of the rule (module docstring) in ``diagnostics`` (:meth:`Summary.diagnostics`,
     or a comparison's), each naming its group and its bound; ``groups``: only these. Diagnostics without groups
@@ -127,11 +148,12 @@ def convergence_failures(diagnostics: dict[str, float], groups: Iterable[str] | 
         return out
     out = []
     want = diagnostics.get("ess_required", MIN_TOTAL_ESS)
-    shape = f"{int(diagnostics.get('chains', 0))} chains × {int(diagnostics.get('draws_per_chain', 0))} draws"
+    shape = (f", {int(diagnostics['chains'])} chains × {int(diagnostics['draws_per_chain'])} draws"
+             if "chains" in diagnostics and "draws_per_chain" in diagnostics else "")
     for g in names if groups is None else [g for g in names if g in set(groups)]:
         rhat, bound = diagnostics[f"max_r_hat[{g}]"], diagnostics[f"r_hat_bound[{g}]"]
         if not rhat <= bound:
-            out.append("max R-hat of {} {} > {} (the bound of {} entries, {})".format(
+            out.append("max R-hat of {} {} > {} (the bound of {} entries{})".format(
                 g, *_checks.versus(rhat, bound), int(diagnostics[f"entries[{g}]"]), shape))
         kinds = ("bulk",) if g in PREDICTOR_GROUPS else ("bulk", "tail")
         for kind in kinds:

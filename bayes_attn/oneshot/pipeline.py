@@ -275,8 +275,13 @@ def sampling_verdict(ds: xr.Dataset | str | os.PathLike) -> SamplingVerdict:
     if "sample_width" not in ds.dims or not ds.sizes["sample_width"]:
         return SamplingVerdict(verdict.NOT_SAMPLED, [])
     names = {"rhat_U": "max_r_hat", "ess_U": "min_ess_bulk", "divergences": "divergences", "pareto_k": "pareto_k"}
+    if "rhat_bound_U" in ds:  # the rule per group (bayes_attn.diagnostics), its group U; else the fixed bounds
+        names |= {"rhat_U": "max_r_hat[U]", "rhat_bound_U": "r_hat_bound[U]", "ess_U": "min_ess_bulk[U]",
+                  "ess_tail_U": "min_ess_tail[U]", "ess_required": "ess_required"}
+    D = ds.sizes.get("path", 0)
     per = {f"N={int(N)} (sampler, on U)": {key: float(ds[v][i]) for v, key in names.items()
-                           if v in ds and np.isfinite(float(ds[v][i]))}
+                           if v in ds and (np.isfinite(float(ds[v][i])) or key.endswith("[U]"))}
+           | ({"entries[U]": float(D * D)} if "rhat_bound_U" in ds else {})
            for i, N in enumerate(ds["sample_width"].values)}
     sampled = verdict.of_sampling(per)
     return SamplingVerdict(sampled.value, list(sampled.reasons))

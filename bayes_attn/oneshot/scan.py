@@ -28,6 +28,7 @@ import xarray as xr
 from .. import gp, stats
 from .._internal import checks as _checks
 from .._internal.precision import float64
+from ..diagnostics import group_diagnostics
 from ..experiment import Point, PointResult, evaluate
 from ..network import Network
 from ..theory import Theory, kernel_basis, laplace_correction, solve_theory
@@ -225,8 +226,10 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, theo
     sign of the posterior mean of ``f_test``, ``agreement`` (fraction of test
     signs equal to the leading-order theory's at the same width and temperature),
     ``U_sampled`` (posterior mean) and ``U_theory`` (leading order) ``[sample_width, path, path_]``,
-    ``rhat_U`` (largest R-hat over the entries of ``U``), ``ess_U`` (smallest
-    bulk ESS over them), ``divergences``,
+    ``rhat_U`` (largest R-hat over the entries of ``U``) with ``rhat_bound_U`` (the rule's bound of that many
+    entries, chains and draws: :func:`bayes_attn.diagnostics.rhat_bound`), ``ess_U`` and ``ess_tail_U`` (smallest
+    bulk and tail ESS over them) with ``ess_required`` (:func:`~bayes_attn.diagnostics.required_ess`),
+    ``divergences``,
     ``mean_steps`` (NaN for the guided samplers), ``pareto_k`` (``laplace-is``, else NaN), ``sampler_used``
     (what ``auto`` kept), ``sampling_seconds``.
     """
@@ -245,6 +248,7 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, theo
         theory_mean = predictor_mean(leading.U, temperature, xi, y, xi_test, s0sq=net.variances[0])
         summary = res.posterior.summary()
         u_rows = summary.table[summary.table.index.str.startswith("U[")]  # the entries of U (ArviZ, as the verdict)
+        rule = group_diagnostics(u_rows, summary.chains, summary.draws)
         rows.append({
             "temperature_sampled": temperature,
             "accuracy_sampled": stats.accuracy_se(f, y_test),
@@ -253,6 +257,9 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, theo
             "U_theory": leading.U,
             "rhat_U": float(u_rows["r_hat"].max()),
             "ess_U": float(u_rows["ess_bulk"].min()),
+            "rhat_bound_U": rule["r_hat_bound[U]"],
+            "ess_tail_U": rule["min_ess_tail[U]"],
+            "ess_required": rule["ess_required"],
             "divergences": summary.divergences,
             "mean_steps": summary.mean_steps,
             "pareto_k": summary.pareto_k,
@@ -276,6 +283,8 @@ def sample_at_widths(spec: OneShotSpec, net: Network, x, y, x_test, y_test, theo
             "U_theory": (("sample_width", "path", "path_"), np.array([r["U_theory"] for r in rows]).reshape(-1, D, D)),
             "rhat_U": (("sample_width",), np.array([r["rhat_U"] for r in rows], float)),
             "ess_U": (("sample_width",), np.array([r["ess_U"] for r in rows], float)),
+            **{v: (("sample_width",), np.array([r[v] for r in rows], float))
+               for v in ("rhat_bound_U", "ess_tail_U", "ess_required")},
             "divergences": (("sample_width",), np.array([r["divergences"] for r in rows], int)),
             "mean_steps": (("sample_width",), np.array([r["mean_steps"] for r in rows], float)),
             "pareto_k": (("sample_width",), np.array([r["pareto_k"] for r in rows], float)),

@@ -14,6 +14,7 @@ import pandas as pd
 from .. import stats, verdict
 from .._internal import markdown as _markdown
 from ..comparison import THEORY_NAMES, Comparison
+from ..diagnostics import GROUP_COLUMNS, group_rows
 
 __all__ = ["comparison_report"]
 
@@ -88,13 +89,18 @@ def _checks_and_accuracy(comp: Comparison) -> list[str]:
     checks = [(c.name, f"{c.value:.4g}", f"{c.mcse:.2g}", f"{c.noise_floor:.2g} ± {c.noise_sd:.2g}", f"{c.gap:.4g}",
                f"{c.tolerance:.3g}", "pass" if c.passed else "FAIL") for c in comp.checks]
     n = len(comp.y_test)
-    diag = ", ".join(f"{k} = {v:.4g}" for k, v in comp.diagnostics.items())
+    groups, rest = group_rows(comp.diagnostics)
+    diag = ", ".join(f"{k} = {v:.4g}" for k, v in rest.items())
     return [
         *([] if comp.alternative is None
           else [f"## Checks of the headline theory ({THEORY_NAMES[comp.correction]})", ""]),
         *_markdown.table(("check", "relative error", "MCSE", "MC noise floor", "noise-corrected gap", "tolerance",
                           "result"), checks),
-        "", f"Sampler diagnostics: {diag}", "", "## Test accuracy of sign(mean)", "",
+        "", f"Sampler diagnostics: {diag}", "",
+        *(["Convergence per group of entries (R-hat against the bound of the group's size, chains and draws; "
+           "bulk and tail ESS against the ESS required; docs/samplers.md):", "",
+           *_markdown.table(GROUP_COLUMNS, groups), ""] if groups else []),
+        "## Test accuracy of sign(mean)", "",
         *_markdown.table(("predictor", "accuracy", f"test-set s.e. (P_test = {n})"),
                          [(k, f"{v:.4f}", f"{stats.binomial_se(v, n):.4f}") for k, v in comp.accuracy.items()]),
         "",
