@@ -64,16 +64,19 @@ def _precision(p: argparse.ArgumentParser, comparison: bool = True) -> None:
     command compares with a theory (then ``--target-precision``)."""
     g = p.add_argument_group("sampling to a precision (in blocks of --samples draws per chain, each continuing the "
                              "chains, until the targets hold or the budget is spent; the verdict says which)")
-    g.add_argument("--target-ess", type=float, help="bulk ESS every entry of U, U_l, Ua, f_train, f_test must reach")
+    g.add_argument("--target-ess", type=float, help="bulk ESS every entry of U, U_l, Ua, f_train, f_test must reach "
+                   "(beside the ESS the convergence rule asks: 400, and 100 per split chain)")
     if comparison:
         g.add_argument("--target-precision", type=float,
                        help="the comparison's precision, a fraction in (0, 1]: sample until every check's Monte-Carlo "
                        "bound (noise floor + n_sigma MC errors) is at most this fraction of its tolerance")
-    g.add_argument("--max-rhat", type=float, help="R-hat to sample until (at most 1.01, the default)")
+    g.add_argument("--max-rhat", type=float, help="R-hat every entry must reach, in (1, 1.1] (beside the rule's own "
+                   "bound per group of entries)")
     g.add_argument("--max-samples", type=int,
-                   help="budget: draws per chain, every block included (default 16 blocks)")
-    g.add_argument("--max-seconds", type=float, help="budget: seconds of sampling (no block is started that would "
-                   "pass it at the pace so far)")
+                   help="budget: draws per chain, every block included (default, with no --max-seconds either: 16 "
+                   "blocks)")
+    g.add_argument("--max-seconds", type=float, help="budget: seconds of sampling, a warm-up run again included (no "
+                   "block is started that would pass it at the pace so far); alone, the whole budget")
 
 
 def _sample(p: argparse.ArgumentParser) -> None:

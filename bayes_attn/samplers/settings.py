@@ -84,7 +84,8 @@ class SamplerSettings:
             default ``num_samples``: one of their draws costs one evaluation of the likelihood, one of NUTS a
             trajectory of several gradients, so ``auto`` can give them more draws for the same time.
         target_ess: sample in blocks (:mod:`bayes_attn.samplers.blocks`) until every entry of the invariant
-            observables has a bulk ESS of at least this (and of at least ``diagnostics.MIN_ESS``).
+            observables has a bulk ESS of at least this (beside the ESS the convergence rule asks,
+            :func:`bayes_attn.diagnostics.required_ess`).
         target_precision: sample in blocks until the comparison can decide: every check's Monte-Carlo bound
             (its noise floor plus ``n_sigma`` MC errors, what "agree" could hide) is at most this fraction of the
             check's tolerance, in (0, 1]; needs a theory (``run``, ``sweep``, ``prune``,
