@@ -16,7 +16,10 @@ run). Levers (``wishart`` from the expansion's mode with its metric, 4 chains, `
   longer steps, fewer per draw where the trees fill their depth;
 - ``blocks-precision``: blocks until the comparison's precision (every check's Monte-Carlo bound at most its
   tolerance, ``target_precision = 1``) as well, at most 750 draws;
-- ``blocks-float64``: ``blocks`` in float64.
+- ``blocks-float64``: ``blocks`` in float64;
+- ``rule``: blocks of 50 until the convergence rule holds (``bayes_attn.diagnostics``: each group's R-hat within
+  its bound, bulk and tail ESS of 800 with 4 chains) and the checks' own statistics converged, at most 1200 s;
+- ``rule-2chains``: the same with 2 chains (one a core; the rule asks 400).
 
 Measured per point: the sampling stage's wall time (compilation included), draws per chain, max R-hat and min bulk
 ESS over every observable, whether the targets were met (the stopping record), the verdict, the load average.
@@ -54,6 +57,8 @@ LEVERS = {
                              target_precision=1.0, max_samples=750),
     "blocks-float64": dict(num_warmup=150, num_samples=50, max_tree_depth=5, target_ess=400.0, max_samples=350,
                            dtype="float64"),
+    "rule": dict(num_warmup=150, num_samples=50, max_tree_depth=5, max_seconds=1200.0),
+    "rule-2chains": dict(num_warmup=150, num_samples=50, max_tree_depth=5, max_seconds=1200.0, num_chains=2),
 }
 """Each lever's sampler settings (over ``wishart``, 4 chains, float32, seed 0)."""
 
@@ -117,7 +122,8 @@ def worker(run: str, lever: str, quick: bool) -> dict:
             "blocks": stop.blocks, "targets_met": stop.met, "unmet": list(stop.unmet),
             "max_rhat": s.max_rhat, "min_ess_bulk": float(s.table["ess_bulk"].min()),
             "min_ess_bulk_U": float(s.table[s.table.index.str.startswith("U[")]["ess_bulk"].min()),
-            "mean_steps": s.mean_steps, "verdict": result.outcome.value, "reasons": list(result.outcome.reasons),
+            "mean_steps": s.mean_steps, "chains": cfg.num_chains, "rewarmed": list(stop.rewarmed),
+            "verdict": result.outcome.value, "reasons": list(result.outcome.reasons),
             "load_before": load, "load_after": os.getloadavg()[0], "settings": cfg.to_dict()}
 
 
