@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,6 @@ __all__ = ["GUIDED", "Posterior", "check_sampling", "invariant_observables", "lo
            "sample_posterior"]
 
 log = logging.getLogger(__name__)
-
 
 
 def invariant_observables(names) -> list[str]:
@@ -183,6 +181,7 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
         given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
         rewarm = None
+        judged_last: dict[str, float] = {}  # the diagnostics of the last draws judged
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
             memory.check_fits(smp, inputs, cfg, options)
             t0 = time.perf_counter()
@@ -192,34 +191,20 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
             model, args = smp.build(inputs)
             memory.check_fits(smp, inputs, cfg.most_stored(), options, (model, args))
             t0 = time.perf_counter()
-            start, attrs = _start(smp, cfg, inputs, attrs, given)
-            ran = cfg.replace(chain_method=chain_method)
-            mcmc = nuts.mcmc(smp, ran, model, inputs, options, progress_bar=progress_bar, start=start)
-            block = blocks.nuts(mcmc, key_mcmc, args, EXTRA_FIELDS, sample_stats)
-            if cfg.in_blocks and cfg.num_chains > 1:
-                current = [block]
-
-                def rewarm(first: blocks.Block, r: int):
-                    bounds = [v for k, v in judged_last.items() if k.startswith("r_hat_bound[")]
-                    why = blocks.warmup_failures(first.stats, cfg.target_accept, judged_last["max_r_hat"],
-                                                 max([GROSS_RHAT, *bounds]))
-                    if not why:
-                        return None
-                    chain = blocks.best_chain(first.stats, cfg.target_accept)
-                    init = jax.tree.map(lambda v: np.repeat(np.asarray(v)[chain:chain + 1], cfg.num_chains, axis=0),
-                                        current[0].last_positions())  # type: ignore[attr-defined]
-                    warm = max(cfg.num_warmup, cfg.block_draws) * 2 ** (r + 1)
-                    again = nuts.mcmc(smp, ran.replace(num_warmup=warm), model, inputs, options,
-                                      progress_bar=progress_bar, start=start)
-                    current[0] = blocks.nuts(again, jax.random.fold_in(key_mcmc, blocks.REWARM_SALT + r), args,
-                                             EXTRA_FIELDS, sample_stats, init_params=init)
-                    done.clear()
-                    seen[0] = 0
-                    return current[0], f"{warm} warm-up draws from chain {chain} after: {'; '.join(why)}"
+            start, attrs = nuts.start_of(smp, cfg, inputs, attrs, given)
+            mcmc_of = lambda warm: nuts.mcmc(smp, cfg.replace(chain_method=chain_method, num_warmup=warm),  # noqa: E731
+                                             model, inputs, options, progress_bar=progress_bar, start=start)
+            block = blocks.nuts(mcmc_of(cfg.num_warmup), key_mcmc, args, EXTRA_FIELDS, sample_stats)
+            if cfg.in_blocks and cfg.num_chains > 1:  # a failed warm-up is run again (blocks.run)
+                rewarm = blocks.nuts_rewarm(mcmc_of, block, (key_mcmc, args, EXTRA_FIELDS, sample_stats), cfg,
+                                            judged_last, lambda: restart(), GROSS_RHAT)
 
         done: list[dict] = []  # conditional draws of the blocks so far, keyed by draw number (base.draw_keys)
         seen = [0]  # draws per chain that have them
-        judged_last: dict[str, float] = {}  # the diagnostics of the last draws judged
+
+        def restart() -> None:  # a warm-up run again: the draws so far are dropped
+            done.clear()
+            seen[0] = 0
 
         def complete(drawn: blocks.Block) -> tuple[dict, dict, dict]:
             new = {k: v[:, seen[0]:] for k, v in drawn.draws.items()}
@@ -260,18 +245,6 @@ def _judge(drawn, *, complete: Callable, problem: tuple, cfg: SamplerSettings, u
     record.update(diagnostics)
     unmet = convergence_failures(diagnostics) + blocks.reasons(diagnostics, cfg)
     return unmet + (list(until(post)) if until is not None else []), (draws, stats, attrs)
-
-
-def _start(smp, cfg: SamplerSettings, inputs, attrs: dict, given: dict) -> tuple:
-    """The expansion's start of ``smp`` when ``cfg.start`` asks for it and the sampler has one, else ``None``;
-    ``attrs`` with ``start`` (what the chains started from) added; ``given``: ``smp.start``'s keywords."""
-    if cfg.start != "expansion" or smp.start is None:
-        return None, attrs | {"start": "prior"}
-    try:
-        return smp.start(inputs, **given), attrs | {"start": "expansion"}
-    except ValueError as err:
-        warnings.warn(f"the chains start from the prior: {err}", RuntimeWarning, stacklevel=4)
-        return None, attrs | {"start": f"prior ({err})"}
 
 
 def _sample_auto(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar: bool,

@@ -37,7 +37,7 @@ from .settings import SamplerSettings
 log = logging.getLogger(__name__)
 
 __all__ = ["ACCEPT_TOLERANCE", "BLOCK_SALT", "Block", "MAX_ACCEPT", "REWARMS", "REWARM_SALT", "Stopping", "best_chain",
-           "guided", "join", "nuts", "reasons", "run", "warmup_failures"]
+           "guided", "join", "nuts", "nuts_rewarm", "reasons", "run", "warmup_failures"]
 
 BLOCK_SALT = 1 << 20
 """Block ``b > 0`` of a guided sampler draws with ``fold_in(key, BLOCK_SALT + b)`` (far from the keys it folds
@@ -97,6 +97,38 @@ def warmup_failures(stats: dict, target_accept: float, max_rhat: float, gross: f
     if not max_rhat <= gross:
         out.append("max R-hat {} > {}".format(*versus(max_rhat, gross)))
     return out
+
+
+def nuts_rewarm(mcmc_of: Callable[[int], Any], first: Callable[[int], Block], program: tuple, cfg: SamplerSettings,
+                judged: dict, restart: Callable[[], Any], gross_rhat: float) -> Rewarm:
+    """:func:`run`'s ``rewarm`` for NUTS: a new warm-up of ``mcmc_of(warm_up_draws)`` (NumPyro's ``MCMC``), each
+    chain from the best chain's last position (:func:`best_chain`) of the blocks so far (``first``'s, then the
+    last warm-up's), ``max(num_warmup, block draws) · 2^(r+1)`` warm-up draws, key ``fold_in(key, REWARM_SALT + r)``;
+    ``judged``: the diagnostics of the first block (its R-hat and bounds); ``gross_rhat``: the R-hat above which
+    a warm-up failed (:data:`bayes_attn.diagnostics.GROSS_RHAT`, or the rule's bound where higher); ``program``:
+    ``(key, args, extra_fields, stats_of)`` of :func:`nuts`; ``restart()`` is called before the new blocks start
+    (what was kept of the dropped draws is dropped)."""
+    current = [first]
+
+    def rewarm(drawn: Block, r: int):
+        bounds = [v for k, v in judged.items() if k.startswith("r_hat_bound[")]
+        gross = float(f"{max([gross_rhat, *bounds]):.4g}")
+        why = warmup_failures(drawn.stats, cfg.target_accept, judged["max_r_hat"], gross)
+        if not why:
+            return None
+        chain = best_chain(drawn.stats, cfg.target_accept)
+        import jax  # this module is read by the diagnostics, which need no JAX
+
+        init = jax.tree.map(lambda v: np.repeat(np.asarray(v)[chain:chain + 1], cfg.num_chains, axis=0),
+                            current[0].last_positions())  # type: ignore[attr-defined]
+        warm = max(cfg.num_warmup, cfg.block_draws) * 2 ** (r + 1)
+        key, args, extra_fields, stats_of = program
+        current[0] = nuts(mcmc_of(warm), jax.random.fold_in(key, REWARM_SALT + r), args, extra_fields, stats_of,
+                          init_params=init)
+        restart()
+        return current[0], f"{warm} warm-up draws from chain {chain} after: {'; '.join(why)}"
+
+    return rewarm
 
 
 def best_chain(stats: dict, target_accept: float) -> int:

@@ -18,6 +18,7 @@ the same way, and every chain starts where the sampler's ``init_strategy`` says 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -28,7 +29,7 @@ from numpyro.infer.hmc import hmc
 from .base import Sampler, SamplerInputs, Start, Storage
 from .settings import SamplerSettings
 
-__all__ = ["functional", "kept", "kernel", "mcmc", "one_program", "resolve_chain_method"]
+__all__ = ["functional", "kept", "kernel", "mcmc", "one_program", "resolve_chain_method", "start_of"]
 
 
 def kernel(model: Callable, settings: SamplerSettings, init_strategy: Callable, start: Start | None = None) -> NUTS:
@@ -93,6 +94,18 @@ def kept(transform: Callable) -> Callable:
         return programs[key]
 
     return method
+
+
+def start_of(smp: Sampler, cfg: SamplerSettings, inputs: SamplerInputs, attrs: dict, given: dict) -> tuple:
+    """The expansion's start of ``smp`` when ``cfg.start`` asks for it and the sampler has one, else ``None``;
+    ``attrs`` with ``start`` (what the chains started from) added; ``given``: ``smp.start``'s keywords."""
+    if cfg.start != "expansion" or smp.start is None:
+        return None, attrs | {"start": "prior"}
+    try:
+        return smp.start(inputs, **given), attrs | {"start": "expansion"}
+    except ValueError as err:
+        warnings.warn(f"the chains start from the prior: {err}", RuntimeWarning, stacklevel=4)
+        return None, attrs | {"start": f"prior ({err})"}
 
 
 def _observables(observables: Callable, z: dict, *, inputs: SamplerInputs, options: Storage) -> dict:
