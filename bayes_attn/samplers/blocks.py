@@ -217,7 +217,8 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
         t0: float, rewarm: Rewarm | None = None) -> tuple[Any, Stopping]:
     """Draw ``block(0)``, ``block(1)``, ... (joined) until ``judge`` of all draws so far gives no reason, or the
     budget is spent: the next block would pass ``cfg.block_cap`` blocks (every block drawn counts, a dropped one
-    too) or ``cfg.max_seconds`` (counted from ``t0``, at the pace of the blocks so far). ``rewarm``: after a first
+    too) or ``cfg.max_seconds`` (counted from ``t0``, the next block as long as the last one with its judging).
+    ``rewarm``: after a first
     block whose warm-up failed, its draws are dropped and the blocks start again from the new warm-up (at most
     :data:`REWARMS` times, while the budget allows). Returns what ``judge`` made of the last draws, and the
     :class:`Stopping`."""
@@ -225,6 +226,7 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
     rewarmed: list[str] = []
     drawn = block(0)
     spent, b = 1, 1  # blocks drawn in all, and of the draws kept
+    before = 0.0  # seconds when the last block started
     while True:
         unmet, judged = judge(drawn)
         seconds = time.perf_counter() - t0
@@ -232,7 +234,7 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
         if cap is not None and spent + 1 > cap:
             budget = f"{spent * step} of {cfg.draws_cap}" + (f", {(spent - b) * step} of them in warm-ups that "
                                                             "failed" if spent > b else "")
-        elif cfg.max_seconds is not None and seconds * (spent + 1) / spent > cfg.max_seconds:
+        elif cfg.max_seconds is not None and seconds + seconds - before > cfg.max_seconds:  # at the last block's pace
             budget = f"{seconds:.0f} s, another block would pass max_seconds={cfg.max_seconds:g}"
         again = rewarm(drawn, len(rewarmed)) if rewarm is not None and b == 1 and len(rewarmed) < REWARMS \
             and not budget else None
@@ -240,6 +242,7 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
             block, why = again
             rewarmed.append(why)
             log.info(f"warm-up again: {why}")
+            before = time.perf_counter() - t0
             drawn = block(0)
             spent += 1
             continue
@@ -247,6 +250,7 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
             return judged, Stopping(b, b * step, seconds, not unmet, tuple(unmet), budget if unmet else "",
                                     tuple(rewarmed))
         log.info(f"block {b}: {b * step} draws per chain in {seconds:.0f} s; another block for: {'; '.join(unmet)}")
+        before = time.perf_counter() - t0
         drawn = join(drawn, block(b))
         b += 1
         spent += 1
