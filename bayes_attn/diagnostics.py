@@ -10,7 +10,7 @@ statistics of the comparison's checks):
   (400, and 100 per split chain: Vehtari et al. 2021);
 - the group's largest rank-normalised split R-hat (ArviZ) is at most :func:`rhat_bound` of the group's size, the
   chains and the draws: the bound that chains with nothing wrong, delivering the required ESS, cross in at most
-  :data:`FALSE_ALARM` of runs (the χ² law of split R-hat under the null, Šidák-corrected over the entries);
+  :data:`FALSE_ALARM` of runs (the F law of split R-hat under the null, Šidák-corrected over the entries);
 - no divergence, BFMI at least :data:`MIN_BFMI`, a Pareto ``k̂`` at most :data:`MAX_KHAT`.
 """
 
@@ -150,7 +150,8 @@ def convergence_failures(diagnostics: dict[str, float], groups: Iterable[str] | 
     want = diagnostics.get("ess_required", MIN_TOTAL_ESS)
     shape = (f", {int(diagnostics['chains'])} chains × {int(diagnostics['draws_per_chain'])} draws"
              if "chains" in diagnostics and "draws_per_chain" in diagnostics else "")
-    for g in names if groups is None else [g for g in names if g in set(groups)]:
+    wanted = None if groups is None else set(groups)
+    for g in names if wanted is None else [g for g in names if g in wanted]:
         rhat, bound = diagnostics[f"max_r_hat[{g}]"], diagnostics[f"r_hat_bound[{g}]"]
         if not rhat <= bound:
             out.append("max R-hat of {} {} > {} (the bound of {} entries{})".format(
