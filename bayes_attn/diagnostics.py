@@ -154,8 +154,9 @@ def convergence_failures(diagnostics: dict[str, float], groups: Iterable[str] | 
     for g in names if wanted is None else [g for g in names if g in wanted]:
         rhat, bound = diagnostics[f"max_r_hat[{g}]"], diagnostics[f"r_hat_bound[{g}]"]
         if not rhat <= bound:
-            out.append("max R-hat of {} {} > {} (the bound of {} entries{})".format(
-                g, *_checks.versus(rhat, bound), int(diagnostics[f"entries[{g}]"]), shape))
+            k = int(diagnostics[f"entries[{g}]"])
+            out.append("max R-hat of {} {} > {} (the bound of {} entr{}{})".format(
+                g, *_checks.versus(rhat, bound, 4), k, "y" if k == 1 else "ies", shape))
         kinds = ("bulk",) if g in PREDICTOR_GROUPS else ("bulk", "tail")
         for kind in kinds:
             ess = diagnostics[f"min_ess_{kind}[{g}]"]

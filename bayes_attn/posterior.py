@@ -40,6 +40,7 @@ from .diagnostics import EXTRA_FIELDS, GROSS_RHAT, Summary, convergence_failures
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .samplers import SAMPLERS, SamplerSettings, Storage, blocks, get, memory, nuts, prepare
+from .samplers.auto import guided_refusal, sample_auto
 from .samplers.base import check_weights, map_batches
 from .samplers.nuts import resolve_chain_method
 from .samplers.settings import AUTO, AUTO_ORDER, GUIDED
@@ -83,7 +84,8 @@ def sample_posterior(
             :mod:`bayes_attn.samplers`) with the other settings at their defaults, or a whole
             :class:`~bayes_attn.samplers.SamplerSettings` (draws, chains, seed, dtype, ...); default:
             ``SamplerSettings()``. ``"auto"`` tries ``laplace-is``, then ``laplace-mh``,
-            then ``wishart``, and keeps the first whose diagnostics pass (attribute ``auto``).
+            then ``wishart``, and keeps the first whose pilot and diagnostics pass (attribute ``auto``;
+            :mod:`bayes_attn.samplers.auto`).
         keep_weights: also store the raw weights (large at large width).
         keep_effective_weights: also store ``w`` ``[D, N1]`` per draw.
         progress_bar: NumPyro's progress bar (and the guided samplers' log lines).
@@ -101,7 +103,7 @@ def sample_posterior(
                          "(bayes-attn run, sweep, prune; bayes_attn.experiment.evaluate); without one, ask for "
                          "target_ess")
     if cfg.name == AUTO:
-        return _sample_auto((net, x, y, temperature, x_test), cfg, options, progress_bar, until)
+        return sample_auto(_sample, (net, x, y, temperature, x_test), cfg, options, progress_bar, until)
     return _sample((net, x, y, temperature, x_test), cfg, options, progress_bar, until=until)
 
 
@@ -145,27 +147,23 @@ def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
                 if inputs is not None:  # memory_check
                     memory.check_fits(smp, inputs, cfg.replace(name=name).most_stored(), options)
                 return cfg
-            except ValueError as err:  # as _sample_auto: the next sampler, else the refusal
+            except ValueError as err:  # as sample_auto: the next sampler, else the refusal
                 if isinstance(err, memory.TooBigError) and cfg.name == AUTO and name in GUIDED \
                         and cfg.guided_samples is not None:
-                    raise _guided_refusal(cfg, err) from None
+                    raise guided_refusal(cfg, err) from None
                 if i + 1 == len(names):
                     raise
     return cfg
 
 
-def _guided_refusal(cfg: SamplerSettings, err: Exception) -> ValueError:
-    """``auto``'s refusal of an explicit ``guided_samples`` too big for the memory (never left for ``wishart``)."""
-    return ValueError(f"sampler 'auto': guided_samples={cfg.guided_samples} cannot be honoured: {err}")
-
-
 def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar: bool,
-            guide_of: Callable | None = None, stop_above: float | None = None, until: Callable | None = None,
+            guide_of: Callable | None = None, rule_out=None, until: Callable | None = None,
             **attrs) -> Posterior:
     """:func:`sample_posterior` with one registered sampler on ``problem`` ``(net, x, y, temperature, x_test)``
     (arguments checked); ``guide_of``: where the guided samplers and the expansion's start take their proposal
-    (default: computed afresh; one for all blocks); ``stop_above``: a guided sampler's pilot ``k̂`` above which it
-    stops before its proposals (:class:`~bayes_attn.samplers.laplace.RuledOut`); ``until``: see
+    (default: computed afresh; one for all blocks); ``rule_out``: the
+    :class:`~bayes_attn.samplers.laplace.PilotRule` that stops a guided sampler before its proposals
+    (:class:`~bayes_attn.samplers.laplace.RuledOut`); ``until``: see
     :func:`sample_posterior`."""
     net, x, y, temperature, x_test = problem
     smp = get(cfg.name)
@@ -185,7 +183,7 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
         if smp.draw is not None:  # a guided sampler (docs/theory.md §9): its own draws, no NUTS
             memory.check_fits(smp, inputs, cfg, options)
             t0 = time.perf_counter()
-            block = blocks.guided(smp.draw, inputs, cfg, key_mcmc, progress_bar=progress_bar, stop_above=stop_above,
+            block = blocks.guided(smp.draw, inputs, cfg, key_mcmc, progress_bar=progress_bar, rule_out=rule_out,
                                   **given)
         else:
             model, args = smp.build(inputs)
@@ -245,66 +243,6 @@ def _judge(drawn, *, complete: Callable, problem: tuple, cfg: SamplerSettings, u
     record.update(diagnostics)
     unmet = convergence_failures(diagnostics) + blocks.reasons(diagnostics, cfg)
     return unmet + (list(until(post)) if until is not None else []), (draws, stats, attrs)
-
-
-def _sample_auto(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar: bool,
-                 until: Callable | None = None) -> Posterior:
-    """``sampler="auto"``: the samplers of :data:`~bayes_attn.samplers.settings.AUTO_ORDER` in turn, until one's
-    diagnostics pass (:meth:`Summary.failures`, the rules of the comparison's verdict). A guided sampler whose
-    pilot's ``k̂`` exceeds :data:`~bayes_attn.samplers.laplace.PILOT_RULES_OUT` (1) is left before its proposals
-    are drawn (:class:`~bayes_attn.samplers.laplace.RuledOut`: the cost of its pilots, an eighth of the proposals
-    each). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below
-    0.02 wherever that was measured, docs/theory.md §9). What was tried, its cost and why it was left go into the
-    attribute ``auto`` (JSON); the
-    last sampler's draws are returned whatever their diagnostics (the verdict then says so); each entry is also
-    logged at INFO. An explicit ``guided_samples`` too big for the memory is refused (``ValueError``), never left
-    for ``wishart``. The expansion's
-    proposal is computed once, by the first sampler that needs it (:class:`~bayes_attn.samplers.laplace.GuideOnce`;
-    its cost counts in that sampler's seconds), and shared by the others."""
-    from .samplers.laplace import PILOT_RULES_OUT, GuideOnce, RuledOut
-
-    tried: list[dict] = []
-    guide_of = GuideOnce()
-    for i, name in enumerate(AUTO_ORDER):
-        if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
-            tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
-                                "an independence chain on this proposal sticks)".format(
-                                    *_checks.versus(tried[-1]["pareto_k"], 1.0, 2))))
-            continue
-        t0 = time.perf_counter()
-        try:
-            post = _sample(problem, cfg.replace(name=name), options, progress_bar,
-                           guide_of, PILOT_RULES_OUT if name in GUIDED else None, until, requested_sampler=AUTO)
-        except memory.TooBigError as err:  # an explicit guided_samples that does not fit: a refusal, no fallback
-            if name in GUIDED and cfg.guided_samples is not None:
-                raise _guided_refusal(cfg, err) from None
-            if i + 1 == len(AUTO_ORDER):
-                raise
-            tried.append(_tried(name, time.perf_counter() - t0, str(err)))
-            continue
-        except RuledOut as err:  # its pilot's k-hat: the proposals would not be used
-            tried.append(_tried(name, time.perf_counter() - t0, str(err)) | {"pareto_k": err.pareto_k})
-            continue
-        except ValueError as err:  # no proposal: S or its Hessian is not finite at the expansion's mode
-            if i + 1 == len(AUTO_ORDER):
-                raise
-            tried.append(_tried(name, time.perf_counter() - t0, str(err)))
-            continue
-        summary = post.summary()
-        failures = summary.failures()
-        tried.append(_tried(name, time.perf_counter() - t0,
-                            "; ".join(failures) if failures and i + 1 < len(AUTO_ORDER) else "")
-                     | ({"pareto_k": summary.pareto_k} if np.isfinite(summary.pareto_k) else {}))
-        if not failures or i + 1 == len(AUTO_ORDER):
-            post.tree.attrs["auto"] = json.dumps(tried)
-            return post
-    raise AssertionError("unreachable: the last sampler of AUTO_ORDER always returns")
-
-
-def _tried(name: str, seconds: float, left_because: str) -> dict:
-    """One entry of ``auto``'s record (attribute ``auto``), also logged at INFO."""
-    log.info(f"auto: {name} ({seconds:.1f} s) " + (f"left: {left_because}" if left_because else "kept"))
-    return {"sampler": name, "seconds": seconds, "left_because": left_because}
 
 
 # ----------------------------------------------------------------------------

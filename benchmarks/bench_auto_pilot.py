@@ -60,15 +60,15 @@ from harness import alternated, busy_cores  # noqa: E402
 
 from bayes_attn.samplers import SamplerSettings, laplace, prepare  # noqa: E402
 
-VARIANTS = {"old": None, "new": laplace.PILOT_RULES_OUT}
-"""``stop_above`` of each variant: ``old`` draws every proposal (before), ``new`` stops after a ruling pilot."""
+VARIANTS = {"old": None, "new": laplace.PilotRule(laplace.PILOT_RULES_OUT)}
+"""``rule_out`` of each variant: ``old`` draws every proposal (before), ``new`` stops after a ruling pilot."""
 
 
-def attempt(inputs, cfg: SamplerSettings, guide_of, stop_above: float | None, seed: int) -> dict:
+def attempt(inputs, cfg: SamplerSettings, guide_of, rule_out: laplace.PilotRule | None, seed: int) -> dict:
     """One ``laplace-is`` attempt as ``auto`` makes it: wall time, ``k̂``, whether the pilot stopped it."""
     t0 = time.perf_counter()
     try:
-        out = laplace.importance(inputs, cfg, jax.random.key(seed), guide_of=guide_of, stop_above=stop_above)
+        out = laplace.importance(inputs, cfg, jax.random.key(seed), guide_of=guide_of, rule_out=rule_out)
         jax.block_until_ready(out.draws)
         khat, stopped, log_w = float(out.attrs["pareto_k"]), False, np.asarray(out.stats["log_weight"])
     except laplace.RuledOut as err:

@@ -12,22 +12,28 @@ second call with another seed, after compilation), in this order:
 - ``wishart`` with ``start="prior"``: 4 × (500 + 2000), NumPyro's adapted diagonal metric (the sampler before);
 - ``collapsed``: 2 × (300 + 300) at N = 10 and 100 (it needs minutes per call beyond).
 
-Measured per call: wall time of ``sample_posterior`` (the expansion, proposals, draws of ``f``; compilation on
-the first call), the smallest bulk ESS over the entries of ``U`` (ArviZ) and over all observables, ESS/s on
-``U``, the sampler's own diagnostics (``k̂``, IS ESS, acceptance), and the posterior mean of ``U[1-1, 1-1]``
-with its MCSE. Ratios printed: ESS/s of ``laplace-is`` over ``wishart`` (both starts) at every width, first and
-second call; wall time of ``wishart`` (prior start) over ``auto`` at N = 10; the largest |z| between each
-sampler's and ``wishart``'s means of ``U`` (combined MCSE).
+Measured per call: wall time of ``sample_posterior`` and of the diagnostics it returns (the expansion,
+proposals, draws of ``f``, ``Posterior.summary``; compilation on the first call), the smallest bulk ESS over
+the entries of ``U`` (ArviZ) and over all observables, ESS/s on ``U``, the sampler's own diagnostics (``k̂``,
+IS ESS, acceptance), and the posterior mean of ``U[1-1, 1-1]`` with its MCSE. Ratios printed: ESS/s of
+``laplace-is`` and ``auto`` over ``wishart`` (both starts) at every width, first and second call; wall time of
+``wishart`` over ``auto``; the largest |z| between each sampler's and ``wishart``'s means of ``U`` (combined
+MCSE).
 
-``--busy`` repeats the N = 100 ``laplace-is`` / ``wishart`` pair beside one CPU-bound process per core.
-``--image`` adds the image scale (the landed Fig. 3 model of ``inference/results/fig3``: 16 paths, P = 600,
-float32, its validation-chosen temperature): ``laplace-is`` (4 × 500) at N = 100 and N = 10, and ``wishart``
-from the expansion, 2 × (100 + 200), at N = 10.
+``--fresh`` makes each sampler's two calls in a process of its own (its first call then compiles all it uses, as
+a user's does; without it a sampler's first call reuses the programs that the samplers before it compiled, the
+expansion's among them); ``--compile-cache`` with it gives that process the command's persistent compilation
+cache, warmed by one such process before (what the command's second run on a machine finds). ``--busy``
+repeats the N = 100 ``laplace-is`` / ``wishart`` pair beside one CPU-bound process per core. ``--image`` adds
+the image scale (the landed Fig. 3 model of ``inference/results/fig3``: 16 paths, P = 600, float32, its
+validation-chosen temperature): ``laplace-is`` (4 × 500) at N = 100 and N = 10, and ``wishart`` from the
+expansion, 2 × (100 + 200), at N = 10.
 
 Run alone (~25 min on 2 quiet cores, ~15 more with ``--image``)::
 
     .venv/bin/python benchmarks/bench_guided.py [--widths 10 100 1000] [--busy] [--image] [--quick]
-                                                [--samplers auto wishart ...] [--out FILE]
+                                                [--samplers auto wishart ...] [--fresh [--compile-cache]]
+                                                [--out FILE]
 
 Output: a printed table and ``benchmarks/results/guided.json`` (``--quick``: every code path with 1/50 of the
 draws, at least 20, a temporary folder).
@@ -52,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--busy", action="store_true")
     ap.add_argument("--image", action="store_true")
     ap.add_argument("--samplers", nargs="+", choices=LABELS, help="only these of the Fig. 2c runs (default: all)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each sampler's two calls in a process of their own, so that no first call reuses what "
+                         "another sampler compiled")
+    ap.add_argument("--compile-cache", action="store_true",
+                    help="with --fresh: each sampler's process finds the command's persistent compilation cache "
+                         "warm (filled by one such process first)")
     return parse(ap, argv)
 
 
@@ -68,6 +80,9 @@ if __name__ == "__main__":
 
 import json  # noqa: E402
 import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -80,6 +95,7 @@ from harness import busy_cores  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
+from bayes_attn._internal.compile_cache import ENV_DIR, enable_compile_cache  # noqa: E402
 
 F32 = ("laplace-is", "auto")  # the runs also made in float32 (labels ``<label>-f32``)
 
@@ -101,12 +117,13 @@ def runs(N: int, quick: bool) -> list[tuple[str, str, dict]]:
 
 
 def measure(net, x, y, xt, temperature: float, sampler: str, settings: dict, seed: int) -> dict:
-    """One call of ``sample_posterior``, timed, with its diagnostics (float64 unless ``settings`` say otherwise)."""
+    """One call of ``sample_posterior`` and its diagnostics (``Posterior.summary``), timed together (float64 unless
+    ``settings`` say otherwise)."""
     t0 = time.perf_counter()
     post = ba.sample_posterior(net, x, y, temperature=temperature, x_test=xt,
                                sampler=ba.SamplerSettings(name=sampler, seed=seed, **settings), progress_bar=False)
+    s = post.summary()  # timed: every call reads its diagnostics (``auto`` to choose, the command to report)
     wall = time.perf_counter() - t0
-    s = post.summary()
     u = s.table[s.table.index.str.startswith("U[")]
     ess_u = float(u["ess_bulk"].min())
     return {"wall_seconds": wall, "min_ess_U": ess_u, "ess_per_second_U": ess_u / wall,
@@ -132,8 +149,11 @@ def max_z(a: dict, b: dict) -> float:
     return float(np.max(np.abs(ma - mb) / np.sqrt(sa**2 + sb**2)))
 
 
-def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> dict:
-    """Each sampler (``labels``: some) called twice at each width, and the ratios between them."""
+def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None, fresh: bool = False,
+          cache: bool = False) -> dict:
+    """Each sampler (``labels``: some) called twice at each width, and the ratios between them; ``fresh``: each
+    sampler's two calls in a process of their own (no first call reuses programs another sampler compiled);
+    ``cache``: that process with a warm persistent compilation cache (:func:`in_fresh_process`)."""
     out = {}
     for N in widths:
         task, net = markov.fig2c(width=N)
@@ -143,11 +163,12 @@ def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> 
         for label, sampler, settings in runs(N, quick):
             if labels and label not in labels:
                 continue
-            res[label] = []
-            for call, seed in enumerate((0, 1), start=1):
-                r = measure(net, x, y, xt, 0.01, sampler, settings, seed)
+            if fresh:
+                res[label] = in_fresh_process(N, n_test, quick, label, cache)
+            else:
+                res[label] = [measure(net, x, y, xt, 0.01, sampler, settings, seed) for seed in (0, 1)]
+            for call, r in enumerate(res[label], start=1):
                 show(N, label, call, r)
-                res[label].append(r)
         ratios = {}
         for guided in [label for label in res if label.startswith(F32)]:
             for ref in ("wishart", "wishart-prior"):
@@ -165,6 +186,20 @@ def fig2c(widths, n_test: int, quick: bool, labels: list[str] | None = None) -> 
             print(f"N={N:5d} {k}: {v if isinstance(v, dict) else round(v, 2)}", flush=True)
         out[str(N)] = {"runs": res, "ratios": ratios, "load": os.getloadavg()}
     return out
+
+
+def in_fresh_process(N: int, n_test: int, quick: bool, label: str, cache: bool = False) -> list[dict]:
+    """The two calls of ``label`` at width ``N`` (:func:`fig2c`), made by this script in a new process; ``cache``:
+    with the command's persistent compilation cache (a folder of this label's own), filled by one such process
+    first (its calls dropped), so that the calls returned find it warm, as the command's second run does."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "one.json"
+        env = os.environ | ({ENV_DIR: str(Path(tmp) / "cache")} if cache else {})
+        for _ in range(1 + cache):
+            subprocess.run([sys.executable, __file__, "--widths", str(N), "--n-test", str(n_test), "--samplers",
+                            label, "--out", str(out)] + ["--quick"] * quick + ["--compile-cache"] * cache,
+                           check=True, stdout=subprocess.DEVNULL, env=env)
+        return json.loads(out.read_text())["results"]["fig2c"][str(N)]["runs"][label]
 
 
 def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
@@ -221,7 +256,9 @@ def image(quick: bool) -> dict:
 def main(a: argparse.Namespace) -> dict:
     """Fig. 2c, then ``--busy`` and ``--image`` where asked; the envelope."""
     record = Record(a)
-    results = {"fig2c": fig2c(a.widths, a.n_test, a.quick, a.samplers)}
+    if a.compile_cache and not a.fresh:
+        enable_compile_cache()  # a child of --fresh --compile-cache (its folder in BAYES_ATTN_COMPILE_CACHE)
+    results = {"fig2c": fig2c(a.widths, a.n_test, a.quick, a.samplers, a.fresh, a.fresh and a.compile_cache)}
     if a.busy:
         results["busy"] = busy(a.n_test, a.quick)
     if a.image:

@@ -183,16 +183,11 @@ def data_folder(name: str, folder, files: Sequence[str]) -> None:
 
 def versus(value: float, bound: float, digits: int = 3) -> tuple[str, str]:
     """``value`` and ``bound`` formatted with at least ``digits`` significant digits and as many more as make
-    them differ (``1.0103`` against ``1.01``: ``"1.0103"``, ``"1.01"``), so that a failed check never reads as a
-    pass; NaN and infinities as ``nan``, ``inf``."""
-    b = f"{bound:.{digits}g}"
+    them differ (``1.0103`` against ``1.01``: ``"1.0103"``, ``"1.01"``), both with the same number, so that a failed
+    check never reads as a pass; NaN and infinities as ``nan``, ``inf``."""
     for d in range(digits, 18):
-        v = f"{value:.{d}g}"
+        v, b = f"{value:.{d}g}", f"{bound:.{d}g}"
         if v != b or value == bound:
-            break
-    for d in range(digits, 18):  # the bound itself at full precision when the value needed more digits
-        if float(f"{bound:.{d}g}") == bound:
-            b = f"{bound:.{d}g}"
             break
     return v, b
 

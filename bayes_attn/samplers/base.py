@@ -140,9 +140,10 @@ class Sampler(NamedTuple):
     expansion gives none."""
     draw: Callable | None = None
     """A sampler with its own draw loop instead of NUTS (``laplace-is``, ``laplace-mh``):
-    ``draw(inputs, settings, key[, guide_of], progress_bar=False, stop_above=None) -> GuidedDraws``
-    (``progress_bar``: bars over its batches on stderr; ``stop_above``: the pilot's ``k̂`` that stops it before its
-    proposals, :class:`bayes_attn.samplers.laplace.RuledOut`); then ``model``, ``build`` and ``observables`` are
+    ``draw(inputs, settings, key[, guide_of], progress_bar=False, rule_out=None) -> GuidedDraws``
+    (``progress_bar``: bars over its batches on stderr; ``rule_out``: the
+    :class:`~bayes_attn.samplers.laplace.PilotRule` that stops it before its proposals,
+    :class:`~bayes_attn.samplers.laplace.RuledOut`); then ``model``, ``build`` and ``observables`` are
     ``None``. ``guide_of(inputs)`` gives the expansion's proposal (default
     :func:`bayes_attn.samplers.laplace.guide`; ``auto`` shares one :class:`~bayes_attn.samplers.laplace.GuideOnce`)."""
 

@@ -52,6 +52,8 @@ chains) or ``acceptance``, and ``proposal``, ``mode_converged``, ``mode_seconds`
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -82,8 +84,8 @@ from .weights import psis, systematic_resample
 
 __all__ = ["ADAPT_BELOW", "ADAPT_ROUNDS", "Guide", "GuideOnce", "GuidedDraws", "IS_SAMPLER", "MH_SAMPLER",
            "MIN_CURVATURE", "PILOT_FRACTION", "PILOT_MIN_ESS_PER_DIMENSION", "PILOT_RULES_OUT", "PROPOSAL_BASIS_BYTES",
-           "PROPOSAL_BATCH", "RuledOut", "adapt", "guide", "importance", "metropolis", "observables_of", "plan",
-           "proposal_form", "propose"]
+           "PROPOSAL_BATCH", "PilotRule", "RuledOut", "adapt", "guide", "importance", "metropolis", "observables_of",
+           "plan", "proposal_form", "propose"]
 
 MIN_CURVATURE = 1e-6
 """Smallest eigenvalue of the proposal's ``H``, relative to its largest (:func:`guide`)."""
@@ -191,15 +193,20 @@ def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = N
     ``progress`` (the sampler's name), each pilot shows a progress bar over its batches."""
     size = _batch(g)
     count = -(-int(count) // size) * size
-    info = {"pilot_draws": 0, "pilot_pareto_k": float("nan"), "pilot_is_ess": float("nan"), "adapted": 0}
+    info = {"pilot_draws": 0, "pilot_pareto_k": float("nan"), "pilot_is_ess": float("nan"), "adapted": 0,
+            "pilot_seconds": 0.0}
     for r in range(ADAPT_ROUNDS):
+        t0 = time.perf_counter()
         theta, log_w, *_ = propose(g, jax.random.fold_in(key, r) if r else key, count, inputs,
                                    progress=None if progress is None else f"{progress} pilot {r + 1}")
         smoothed, khat = psis(np.asarray(log_w, np.float64).reshape(1, -1))
         p = np.exp(smoothed.ravel() - smoothed.max())
         p /= p.sum()
         ess = float(1.0 / np.sum(p**2))
-        info |= {"pilot_draws": info["pilot_draws"] + count, "pilot_pareto_k": khat, "pilot_is_ess": ess}
+        seconds = time.perf_counter() - t0
+        info |= {"pilot_draws": info["pilot_draws"] + count, "pilot_pareto_k": khat, "pilot_is_ess": ess,
+                 "pilot_is_ess_per_draw": ess / count, "pilot_seconds": info["pilot_seconds"] + seconds,
+                 "pilot_seconds_per_ess": seconds / ess if ess > 0 else math.inf}
         theta = np.asarray(theta, np.float64)
         if ess >= ADAPT_BELOW * count or not khat <= 1.0 or ess < PILOT_MIN_ESS_PER_DIMENSION * theta.shape[1]:
             break
@@ -215,24 +222,41 @@ def adapt(g: Guide, count: int, key: jax.Array, inputs: SamplerInputs | None = N
     return g, info
 
 
-class RuledOut(ValueError):
-    """A guided sampler left after its pilots (``stop_above`` of :func:`importance` and :func:`metropolis`):
-    ``pareto_k``, the last pilot's ``k̂``; ``pilot_draws``, the proposals the pilots drew."""
+class PilotRule(NamedTuple):
+    """What makes a guided sampler stop after its pilots, before its proposals (``sampler="auto"``): the last
+    pilot's ``k̂`` above ``max_pareto_k``, or its IS ESS per draw projecting fewer than ``min_ess`` effective draws
+    from the proposals asked for (``None``: no such bound; the importance-sampling ESS bounds the ESS of the kept
+    draws' order parameters from above, 0.83 of it at N = 10 of Fig. 2c, so the projection is optimistic and a
+    sampler left by it would have missed the ESS the convergence rule requires)."""
 
-    def __init__(self, name: str, pilot: dict, stop_above: float, planned: int) -> None:
-        self.pareto_k, self.pilot_draws = float(pilot["pilot_pareto_k"]), int(pilot["pilot_draws"])
-        why = " (weights without a finite mean)" if stop_above >= 1 else ""
-        super().__init__(f"{name}'s pilot of {self.pilot_draws} proposals had Pareto k-hat {self.pareto_k:.2f} > "
-                         f"{stop_above:g}{why}, so its {planned} proposals were not drawn")
+    max_pareto_k: float
+    min_ess: float | None = None
+
+
+class RuledOut(ValueError):
+    """A guided sampler left after its pilots (:class:`PilotRule`): ``pareto_k``, the last pilot's ``k̂``;
+    ``pilot_draws``, the proposals the pilots drew; ``pilot``, all they measured (:func:`adapt`)."""
+
+    def __init__(self, name: str, pilot: dict, why: str, planned: int) -> None:
+        self.pareto_k, self.pilot_draws, self.pilot = float(pilot["pilot_pareto_k"]), int(pilot["pilot_draws"]), pilot
+        super().__init__(f"{name}'s pilot of {self.pilot_draws} proposals had {why}, so its {planned} proposals were "
+                         "not drawn")
 
 
 def _pilot(name: str, g: Guide, planned: int, key: jax.Array, inputs: SamplerInputs, progress_bar: bool,
-           stop_above: float | None) -> tuple[Guide, dict]:
+           rule_out: PilotRule | None) -> tuple[Guide, dict]:
     """:func:`adapt` with a pilot of :data:`PILOT_FRACTION` of the ``planned`` proposals; raises :class:`RuledOut`
-    where the last pilot's ``k̂`` exceeds ``stop_above`` (``None``: never)."""
+    where the last pilot breaks ``rule_out`` (``None``: never)."""
     g, pilot = adapt(g, max(1, round(PILOT_FRACTION * planned)), key, inputs, name if progress_bar else None)
-    if stop_above is not None and pilot["pilot_pareto_k"] > stop_above:
-        raise RuledOut(name, pilot, stop_above, planned)
+    if rule_out is None:
+        return g, pilot
+    khat, projected = pilot["pilot_pareto_k"], pilot["pilot_is_ess_per_draw"] * planned
+    if khat > rule_out.max_pareto_k:
+        finite = " (weights without a finite mean)" if rule_out.max_pareto_k >= 1 else ""
+        raise RuledOut(name, pilot, f"Pareto k-hat {khat:.2f} > {rule_out.max_pareto_k:g}{finite}", planned)
+    if rule_out.min_ess is not None and projected < rule_out.min_ess:
+        raise RuledOut(name, pilot, f"an importance-sampling ESS of {pilot['pilot_is_ess']:.0f} that projects "
+                       f"{projected:.0f} effective draws, fewer than the {rule_out.min_ess:.0f} required", planned)
     return g, pilot
 
 
@@ -373,17 +397,17 @@ def _guide_attrs(g: Guide) -> dict:
 
 def importance(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False,
-               stop_above: float | None = None) -> GuidedDraws:
+               rule_out: PilotRule | None = None) -> GuidedDraws:
     """``laplace-is``: ``num_chains × guided_draws`` proposals (``SamplerSettings.guided_draws``), PSIS, and per
     chain a systematic resample (:func:`~bayes_attn.samplers.weights.systematic_resample`) of as many draws kept in
     the proposals' order (module docstring), of which every ``thinning``-th is kept. ``guide_of`` gives the proposal
     (:func:`guide`, or a :class:`GuideOnce` shared with other samplers); ``progress_bar``: progress bars over the
-    batches of the pilots and of the proposals on stderr; ``stop_above``: raise :class:`RuledOut` before the
-    proposals where the last pilot's ``k̂`` exceeds it (``sampler="auto"``: :data:`PILOT_RULES_OUT`)."""
+    batches of the pilots and of the proposals on stderr; ``rule_out``: raise :class:`RuledOut` before the
+    proposals where the last pilot breaks it (``sampler="auto"``)."""
     C, S = cfg.num_chains, cfg.guided_draws
     bar = "laplace-is" if progress_bar else None
     g, pilot = _pilot("laplace-is", guide_of(inputs), C * S, jax.random.fold_in(key, 5), inputs, progress_bar,
-                      stop_above)
+                      rule_out)
     k_prop, k_res = jax.random.split(key)
     theta, log_w, *f = propose(g, k_prop, C * S, inputs, progress=bar and f"{bar} proposals")
     log_w = np.asarray(log_w, np.float64).reshape(C, S)
@@ -419,14 +443,14 @@ def _independence_chain(log_w: jax.Array, log_u: jax.Array) -> tuple[jax.Array, 
 
 def metropolis(inputs: SamplerInputs, cfg: SamplerSettings, key: jax.Array,
                guide_of: Callable[[SamplerInputs], Guide] = guide, progress_bar: bool = False,
-               stop_above: float | None = None) -> GuidedDraws:
+               rule_out: PilotRule | None = None) -> GuidedDraws:
     """``laplace-mh``: independence Metropolis–Hastings chains on the proposal (module docstring); ``guide_of``,
-    ``progress_bar`` and ``stop_above`` as in :func:`importance`."""
+    ``progress_bar`` and ``rule_out`` as in :func:`importance`."""
     C, W, S, thin = cfg.num_chains, cfg.num_warmup, cfg.guided_draws, cfg.thinning
     T = W + S
     bar = "laplace-mh" if progress_bar else None
     g, pilot = _pilot("laplace-mh", guide_of(inputs), C * T, jax.random.fold_in(key, 5), inputs, progress_bar,
-                      stop_above)
+                      rule_out)
     k_prop, k_u = jax.random.split(key)
     theta, raw_w, *f = propose(g, k_prop, C * T, inputs, progress=bar and f"{bar} proposals")
     log_w = jnp.asarray(raw_w, jnp.float64 if inputs.dtype == jnp.float64 else inputs.dtype).reshape(C, T)

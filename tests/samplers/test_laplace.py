@@ -476,7 +476,8 @@ def test_singular_levels_are_flagged_and_auto_falls_back(check, record_property,
                 [np.float64(mh["max_r_hat"]) / MAX_RHAT, MIN_ESS / np.float64(mh["min_ess_bulk"])], nan=np.inf))
         check("laplace_mh_diagnostic_excess", excess, 1.0, fails="below", scale="log", detail=(mh, tried))
     assert [t["sampler"] for t in tried] == ["laplace-is", "laplace-mh", "wishart"], tried
-    assert "pilot" not in tried[0]["left_because"] or tried[0]["pareto_k"] > laplace.PILOT_RULES_OUT, tried
+    assert ("pilot" not in tried[0]["left_because"] or tried[0]["pareto_k"] > laplace.PILOT_RULES_OUT
+            or "projects" in tried[0]["left_because"]), tried
     if tried[0]["pareto_k"] > 1:  # an independence chain on weights without a finite mean sticks: not tried
         assert tried[1]["left_because"].startswith("not tried") and tried[1]["seconds"] == 0
     else:
@@ -598,10 +599,10 @@ def test_auto_logs_what_it_tried(monkeypatch, caplog):
     """``auto``'s record of what it tried and why goes to the log at INFO, not only into the attribute."""
     import logging
 
-    from bayes_attn import posterior
+    from bayes_attn.samplers import auto
 
     net, x, y, xt = tiny_problem()
-    monkeypatch.setattr(posterior, "AUTO_ORDER", ("laplace-is",))  # one guided sampler: cheap
+    monkeypatch.setattr(auto, "AUTO_ORDER", ("laplace-is",))  # one guided sampler: cheap
     with caplog.at_level(logging.INFO, logger="bayes_attn"):
         post = ba.sample_posterior(net, x, y, temperature=0.1,
                                    sampler=ba.SamplerSettings(name="auto", num_chains=2, num_samples=100,
@@ -612,6 +613,33 @@ def test_auto_logs_what_it_tried(monkeypatch, caplog):
     assert len(logged) == len(tried) == 1 and logged[0].startswith("auto: laplace-is"), logged
 
 
+def test_auto_leaves_a_guided_sampler_whose_pilot_projects_too_few_effective_draws(monkeypatch):
+    """For a run of fixed length, ``auto`` leaves a guided sampler after its pilot where the pilot's IS ESS per
+    proposal projects fewer effective draws than the convergence rule requires (``required_ess``: 400 with 2
+    chains): 2 × 100 proposals can never give 400, whatever the weights (deterministic), so only the pilots are
+    drawn and the next sampler runs; each entry of the record carries its measured seconds per effective draw.
+    In blocks (a target) the projection does not apply: more blocks may reach it."""
+    from bayes_attn.diagnostics import required_ess
+    from bayes_attn.samplers import auto
+
+    net, x, y, xt = tiny_problem()
+    drawn, real_propose = [], laplace.propose
+    monkeypatch.setattr(laplace, "propose", lambda g, key, count, *a, **k: drawn.append(count)
+                        or real_propose(g, key, count, *a, **k))
+    monkeypatch.setattr(auto, "AUTO_ORDER", ("laplace-is", "laplace-mh"))  # the last runs whatever its pilot
+    cfg = ba.SamplerSettings(name="auto", num_chains=2, num_warmup=20, num_samples=100, seed=seed_of(6))
+    post = ba.sample_posterior(net, x, y, temperature=0.1, sampler=cfg, progress_bar=False)
+    tried = json.loads(post.tree.attrs["auto"])
+    assert [t["sampler"] for t in tried] == ["laplace-is", "laplace-mh"] and post.sampler == "laplace-mh", tried
+    why = tried[0]["left_because"]
+    assert "projects" in why and f"fewer than the {required_ess(2):.0f} required" in why and "not drawn" in why, why
+    assert 2 * 100 not in drawn[: laplace.ADAPT_ROUNDS] and drawn[-1] == 2 * (20 + 100), drawn  # pilots, then mh
+    assert all(math.isfinite(t["seconds_per_ess"]) and t["seconds_per_ess"] > 0 for t in tried), tried
+    blocks = ba.sample_posterior(net, x, y, temperature=0.1, sampler=cfg.replace(target_ess=50, max_samples=200),
+                                 progress_bar=False)
+    assert "projects" not in json.loads(blocks.tree.attrs["auto"])[0]["left_because"], blocks.tree.attrs["auto"]
+
+
 @pytest.mark.slow  # ~30 s: laplace-is, laplace-mh and wishart compiled
 def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
     """Where the pilot's ``k̂`` exceeds ``PILOT_RULES_OUT``, ``auto`` leaves the guided sampler before its proposals
@@ -619,14 +647,14 @@ def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
     proposals whose k̂ was 2.3–2.8): only the pilots' proposals are drawn, the record names the pilot and keeps its
     ``k̂``, and the explicit sampler, asked for by name, still draws all its proposals. Deterministic: the rule is
     forced (threshold −∞) rather than waited for."""
-    from bayes_attn import posterior
+    from bayes_attn.samplers import auto
 
     net, x, y, xt = tiny_problem()
     drawn, real_propose = [], laplace.propose
     monkeypatch.setattr(laplace, "propose", lambda g, key, count, *a, **k: drawn.append(count)
                         or real_propose(g, key, count, *a, **k))
     monkeypatch.setattr(laplace, "PILOT_RULES_OUT", -math.inf)
-    monkeypatch.setattr(posterior, "AUTO_ORDER", ("laplace-is", "wishart"))  # the NUTS fallback kept cheap
+    monkeypatch.setattr(auto, "AUTO_ORDER", ("laplace-is", "wishart"))  # the NUTS fallback kept cheap
     post = ba.sample_posterior(net, x, y, temperature=0.1,
                                sampler=ba.SamplerSettings(name="auto", num_chains=2, num_warmup=50, num_samples=50,
                                                           guided_samples=4000, seed=seed_of(5)),
@@ -639,7 +667,7 @@ def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
     with pytest.raises(laplace.RuledOut, match="laplace-mh's pilot"):  # the rule, called directly
         laplace.metropolis(prepare(net, x, y, None, 0.1, "float32"),
                            SamplerSettings(num_chains=2, num_warmup=10, num_samples=50, guided_samples=400),
-                           jax.random.key(0), stop_above=-math.inf)
+                           jax.random.key(0), rule_out=laplace.PilotRule(-math.inf))
     drawn.clear()
     explicit = ba.sample_posterior(net, x, y, temperature=0.1,
                                    sampler=ba.SamplerSettings(name="laplace-is", num_chains=2, num_samples=50,
