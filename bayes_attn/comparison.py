@@ -255,6 +255,7 @@ class Comparison:
                 "check_noise_sd": ("check", [c.noise_sd for c in self.checks]),
                 "check_gap": ("check", [c.gap for c in self.checks]),
                 "check_tolerance": ("check", [c.tolerance for c in self.checks]),
+                "check_n_sigma": ("check", [c.n_sigma for c in self.checks]),
                 "check_passed": ("check", [c.passed for c in self.checks]),
             },
             coords={
@@ -326,9 +327,11 @@ def compare(
         posterior: from :func:`bayes_attn.sample_posterior`, sampled with ``x_test``.
         x_test: ``[P_test, T, N0]``, the inputs of ``f_test``; y_test: labels ``[P_test]``,
             ±1 (the comparison reports classification accuracies).
-        rtol: relative tolerance of each check (5% by default).
-        n_sigma: MC standard errors beyond the noise floor that make a difference significant.
-        gp: the GP limit of the same problem (computed if not given).
+        rtol: relative tolerance of each check (5% by default), in (0, 1) (:data:`~bayes_attn.verdict.RTOL_RANGE`).
+        n_sigma: MC standard errors beyond the noise floor that make a difference significant, in [1, 10]
+            (:data:`~bayes_attn.verdict.N_SIGMA_RANGE`).
+        gp: the GP limit of the same problem (:func:`~bayes_attn.gp_limit`; computed if not given; refused if
+            of another network, training set or temperature).
         headline: ``"laplace"`` or ``"none"``, the theory whose verdict is the
             result's (default: ``theory.correction_name``); ``"laplace"`` needs a corrected theory.
     """
@@ -340,18 +343,16 @@ def compare(
     net = theory.net
     x_test = net.check_inputs(x_test, "x_test")
     y_test = _checks.signs("y_test", y_test, x_test.shape[0])
-    _checks.positive("rtol", rtol)
-    _checks.positive("n_sigma", n_sigma)
+    rtol, n_sigma = verdict.check_tolerances(rtol, n_sigma)
     headline = _checks.choice("headline", theory.correction_name if headline is None else headline, CORRECTIONS)
     if headline == "laplace" and theory.correction is None:
         raise ValueError('headline="laplace" needs a theory solved with correction="laplace"')
-    other = posterior.net
-    same_net = ((net.widths, net.variances, net.readout, net.heads)
-                == (other.widths, other.variances, other.readout, other.heads))
-    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, other.attention, strict=True)):
-        raise ValueError("theory and posterior must be of the same network (widths, variances, readout, attention)")
-    if not (np.array_equal(theory.x_train, posterior.x_train) and np.array_equal(theory.y_train, posterior.y_train)):
-        raise ValueError("theory and posterior must be of the same training data")
+    _same_problem(theory, "posterior", posterior)
+    if gp is not None:
+        if not isinstance(gp, Theory) or gp.limit != "gp":
+            raise ValueError(f"gp must be the GP limit of the same problem (from gp_limit), got "
+                             f"{type(gp).__name__}" + (f" of limit {gp.limit!r}" if isinstance(gp, Theory) else ""))
+        _same_problem(theory, "gp", gp)
     if "f_test" not in posterior.tree["posterior"]:
         raise ValueError("posterior has no f_test: sample it with x_test")
     tree = posterior.tree
@@ -363,9 +364,9 @@ def compare(
     stored = tree.attrs.get("x_test_fingerprint")
     if stored is not None and stored != fingerprint(x_test):
         raise ValueError("x_test differs from the test inputs the posterior was sampled with")
-    if not np.isclose(theory.temperature, posterior.temperature, rtol=TEMPERATURE_RTOL, atol=0.0):
-        raise ValueError(f"temperature differs: theory {theory.temperature}, posterior {posterior.temperature} "
-                         f"(relative tolerance {TEMPERATURE_RTOL:g}, at any scale)")
+    stored = tree.attrs.get("test_fingerprint")
+    if stored is not None and stored != data_fingerprint(x_test, y_test):
+        raise ValueError("y_test differs from the test labels the posterior was sampled with")
 
     gp = gp or gp_limit(net, theory.x_train, theory.y_train, temperature=theory.temperature)
     if theory.correction is None:
@@ -375,6 +376,20 @@ def compare(
     sd = both["laplace"].U_sd_theory
     main, alt = both[headline], both["none" if headline == "laplace" else "laplace"]
     return dataclasses.replace(main, alternative=alt, U_sd_theory=sd)
+
+
+def _same_problem(theory: Theory, name: str, other: Posterior | Theory) -> None:
+    """Refuse ``other`` (the ``posterior``, or the ``gp`` limit) of another network, training set or temperature
+    than ``theory``'s (one-line ``ValueError``)."""
+    net, o = theory.net, other.net
+    same_net = (net.widths, net.variances, net.readout, net.heads) == (o.widths, o.variances, o.readout, o.heads)
+    if not same_net or not all(np.array_equal(a, b) for a, b in zip(net.attention, o.attention, strict=True)):
+        raise ValueError(f"theory and {name} must be of the same network (widths, variances, readout, attention)")
+    if not (np.array_equal(theory.x_train, other.x_train) and np.array_equal(theory.y_train, other.y_train)):
+        raise ValueError(f"theory and {name} must be of the same training data")
+    if not np.isclose(theory.temperature, other.temperature, rtol=TEMPERATURE_RTOL, atol=0.0):
+        raise ValueError(f"temperature differs: theory {theory.temperature}, {name} {other.temperature} "
+                         f"(relative tolerance {TEMPERATURE_RTOL:g}, at any scale)")
 
 
 def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_test: np.ndarray, rtol: float,
@@ -435,6 +450,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
         provenance={"sampler_settings": str(tree.attrs.get("settings", "")), "method": posterior.method(),
                     "temperature": theory.temperature,
                     "x_test_fingerprint": fingerprint(x_test),
+                    "test_fingerprint": data_fingerprint(x_test, y_test),
                     "train_fingerprint": data_fingerprint(theory.x_train, theory.y_train)},
         correction=theory.correction_name,
         U_sd_theory=None if theory.correction is None else np.asarray(theory.correction.U_sd),

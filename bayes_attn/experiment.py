@@ -29,6 +29,7 @@ from .samplers import SamplerSettings
 from .theory import Theory, gp_limit, kernel_basis, solve_theory
 from .theory.corrected import check_correction_fits
 from .theory.correction import CORRECTIONS
+from .verdict import check_tolerances
 
 if TYPE_CHECKING:  # imported where used: a theory-only point needs neither sampling nor the comparison
     from .comparison import Comparison
@@ -68,8 +69,7 @@ class Point:
             raise ValueError(f"net must be a Network, got {type(self.net).__name__}")
         _checks.choice("correction", self.correction, CORRECTIONS)
         _checks.choice("headline", self.headline, CORRECTIONS)
-        _checks.positive("rtol", self.rtol)
-        _checks.positive("n_sigma", self.n_sigma)
+        check_tolerances(self.rtol, self.n_sigma)
         if self.sampler is not None and not isinstance(self.sampler, SamplerSettings):
             raise ValueError(f"sampler must be a SamplerSettings or None, got {type(self.sampler).__name__}")
 
@@ -172,7 +172,8 @@ def sample(point: Point, until: Callable[[Posterior], list[str]] | None = None) 
     from .posterior import sample_posterior
 
     return sample_posterior(point.net, point.x, point.y, temperature=point.temperature, x_test=point.x_test,
-                            progress_bar=point.progress_bar, sampler=point.sampler, until=until)
+                            y_test=None if point.x_test is None else point.y_test, progress_bar=point.progress_bar,
+                            sampler=point.sampler, until=until)
 
 
 def _check_theory(point: Point, theory: Theory) -> None:

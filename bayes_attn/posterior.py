@@ -34,7 +34,7 @@ from . import gp
 from ._internal import checks as _checks
 from ._internal import io as _io
 from ._internal import threads
-from ._internal.fingerprints import fingerprint
+from ._internal.fingerprints import data_fingerprint, fingerprint
 from ._internal.precision import check_temperature, x64
 from .diagnostics import EXTRA_FIELDS, GROSS_RHAT, Summary, convergence_failures, sample_stats, summary_table
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
@@ -71,6 +71,7 @@ def sample_posterior(
     keep_effective_weights: bool = False,
     progress_bar: bool = True,
     until: Callable[[Posterior], list[str]] | None = None,
+    y_test=None,
 ) -> Posterior:
     """Sample the posterior: NUTS (docs/theory.md §5, §7), or the samplers guided by the finite-width expansion (§9).
 
@@ -79,6 +80,9 @@ def sample_posterior(
         x: training inputs ``[P, T, N0]``; y: labels ``[P]``.
         temperature: likelihood variance (> 0).
         x_test: optional test inputs ``[P_test, T, N0]`` for ``f_test``.
+        y_test: optional test labels ``[P_test]`` (±1; needs ``x_test``): not used in sampling, their fingerprint
+            with ``x_test`` is stored (attribute ``test_fingerprint``) so that :func:`~bayes_attn.compare` refuses
+            other labels.
         sampler: a sampler name (``"full"``, ``"full-token"``, ``"collapsed"``,
             ``"wishart"``, ``"laplace-is"``, ``"laplace-mh"``, ``"auto"``; see
             :mod:`bayes_attn.samplers`) with the other settings at their defaults, or a whole
@@ -102,9 +106,17 @@ def sample_posterior(
         raise ValueError("sampler.target_precision is the comparison's precision and needs a theory to compare with "
                          "(bayes-attn run, sweep, prune; bayes_attn.experiment.evaluate); without one, ask for "
                          "target_ess")
+    if y_test is not None:
+        if x_test is None:
+            raise ValueError("y_test needs x_test: they are the test set's labels and inputs")
+        test = data_fingerprint(x_test, _checks.signs("y_test", y_test, x_test.shape[0]))
     if cfg.name == AUTO:
-        return sample_auto(_sample, (net, x, y, temperature, x_test), cfg, options, progress_bar, until)
-    return _sample((net, x, y, temperature, x_test), cfg, options, progress_bar, until=until)
+        post = sample_auto(_sample, (net, x, y, temperature, x_test), cfg, options, progress_bar, until)
+    else:
+        post = _sample((net, x, y, temperature, x_test), cfg, options, progress_bar, until=until)
+    if y_test is not None:
+        post.tree.attrs["test_fingerprint"] = test
+    return post
 
 
 def _arguments(net: Network, x, y, temperature: float, x_test, sampler: str | SamplerSettings | None,

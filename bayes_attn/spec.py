@@ -51,6 +51,7 @@ from .samplers.settings import check_keys
 from .tasks.arrays import ArraysNetwork, ArraysTask
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
 from .theory.correction import CORRECTIONS
+from .verdict import check_tolerances
 
 __all__ = ["TASK_KINDS", "CompareSpec", "NetworkSpec", "SHIPPED_SPEC", "Spec", "load_spec", "spec_from_dict"]
 
@@ -102,8 +103,8 @@ class CompareSpec:
         gp_paths: name → path labels (``"1-1"``: head 1 of layer 1, then head 1 of layer 2): the GP limit of a
             network with only those paths, whose test accuracy the report lists and the figures draw.
         path_names: path label → a name shown beside it in the figures (e.g. ``"good path"``).
-        rtol: relative tolerance of each theory-vs-sampling check (:func:`bayes_attn.compare`).
-        n_sigma: Monte-Carlo standard errors beyond the noise floor that make a difference significant.
+        rtol: relative tolerance of each theory-vs-sampling check (:func:`bayes_attn.compare`), in (0, 1).
+        n_sigma: Monte-Carlo standard errors beyond the noise floor that make a difference significant, in [1, 10].
         widths: the widths of ``bayes-attn sweep``'s theory (``--widths`` overrides them).
         sample_widths: the widths ``bayes-attn sweep`` samples (``--sample-widths`` overrides them).
         correction: the headline theory, ``"laplace"`` (§8) or ``"none"`` (§4).
@@ -278,8 +279,7 @@ def spec_from_dict(data: dict, root: str | Path = ".") -> Spec:
     bad = [p for p in spec.compare.path_names if p not in labels]
     if bad:
         raise ValueError(f"compare.path_names must name paths among {labels}, got {bad}")
-    _checks.positive("compare.rtol", spec.compare.rtol)
-    _checks.positive("compare.n_sigma", spec.compare.n_sigma)
+    check_tolerances(spec.compare.rtol, spec.compare.n_sigma, "compare.")
     _checks.choice("compare.correction", spec.compare.correction, CORRECTIONS)
     for key in ("widths", "sample_widths"):
         for w in getattr(spec.compare, key):

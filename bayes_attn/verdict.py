@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["AGREE", "DIAGNOSTICS_PASSED", "DISAGREE", "EXIT_INCONCLUSIVE", "INCONCLUSIVE", "NOT_COMPARED",
-           "NOT_SAMPLED", "THEORY_ONLY", "VALUES", "Verdict", "combine", "of_comparison", "of_sampling", "of_theory"]
+           "NOT_SAMPLED", "N_SIGMA_RANGE", "RTOL_RANGE", "THEORY_ONLY", "VALUES", "Verdict", "check_tolerances",
+           "combine", "of_comparison", "of_sampling", "of_theory"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 NOT_COMPARED = "not compared"
@@ -33,6 +34,32 @@ EXIT_INCONCLUSIVE = 3
 SAMPLE_LONGER = ("sample longer (--warmup, --samples, --chains; or to a target: --target-ess, --max-samples, "
                  "--max-seconds) where the sampler's diagnostics failed")
 CHECK_SCALES = "check the spec's scales (labels, variances, temperature) where the theory is not a solution"
+
+
+RTOL_RANGE = (0.0, 1.0)
+"""A comparison's relative tolerance ``rtol`` lies strictly inside this range: at 1 or more a relative error as
+large as the theory's own value (a theory of zero) would agree."""
+N_SIGMA_RANGE = (1.0, 10.0)
+"""Monte-Carlo standard errors beyond the noise floor that make a difference significant (``n_sigma``), within
+this range, ends included: below 1 a check fails on noise alone more than one time in six; above 10 a gap that the
+draws resolve at 10 standard errors would still agree (3, the default, fails a noise-only check about once in
+700)."""
+
+
+def check_tolerances(rtol, n_sigma, prefix: str = "") -> tuple[float, float]:
+    """``rtol`` and ``n_sigma`` as floats, refused (one-line ``ValueError`` naming ``prefix`` + the argument, e.g.
+    ``compare.rtol``) outside :data:`RTOL_RANGE` and :data:`N_SIGMA_RANGE`: no tolerance may turn a disagreement
+    the draws resolve into ``agree``."""
+    from ._internal import checks as _checks
+
+    r, n = _checks.positive(f"{prefix}rtol", rtol), _checks.positive(f"{prefix}n_sigma", n_sigma)
+    if not RTOL_RANGE[0] < r < RTOL_RANGE[1]:
+        raise ValueError(f"{prefix}rtol must be a relative tolerance strictly between {RTOL_RANGE[0]:g} and "
+                         f"{RTOL_RANGE[1]:g}, got {rtol!r}")
+    if not N_SIGMA_RANGE[0] <= n <= N_SIGMA_RANGE[1]:
+        raise ValueError(f"{prefix}n_sigma must be between {N_SIGMA_RANGE[0]:g} and {N_SIGMA_RANGE[1]:g} Monte-Carlo "
+                         f"standard errors, got {n_sigma!r}")
+    return r, n
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,13 @@ def problem():
     return net, x, y, xt, yt, theory
 
 
+@pytest.fixture(scope="module")
+def gp(problem):
+    """The GP limit of :func:`problem` (what ``compare`` computes when not given one)."""
+    net, x, y, *_ = problem
+    return ba.gp_limit(net, x, y, temperature=0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_verdict_on_draws_centred_on_theory(problem, check, record_property):
@@ -139,6 +146,34 @@ def test_compare_rejects_other_inputs(problem):
         ba.compare(other, post, xt, yt)
 
 
+def test_compare_refuses_loose_tolerances_other_labels_and_a_foreign_gp(problem, gp):
+    """No tolerance turns a clear disagreement into "agree" (``rtol`` ≥ 1 and ``n_sigma`` outside [1, 10] refused,
+    naming the argument; issue 74 row C), the labels the posterior was sampled with are the ones compared (row D:
+    ``-y_test`` refused), and ``gp`` must be the GP limit of the same network, data and temperature (not a
+    ``Posterior``, not the theory itself, not another temperature's). Deterministic: 10 % off, at 2000 draws."""
+    from bayes_attn._internal.fingerprints import data_fingerprint
+
+    net, x, y, xt, yt, theory = problem
+    m, v = theory.predict(xt)
+    post = _synthetic_posterior(net, x, y, xt, 1.1 * theory.U, m, np.sqrt(v))
+    post.tree.attrs["test_fingerprint"] = data_fingerprint(xt, yt)  # as sample_posterior(..., y_test=yt) stores
+    assert not ba.compare(theory, post, xt, yt, gp=gp).agree
+    for kw, name in ((dict(rtol=10), "rtol"), (dict(rtol=1.0), "rtol"), (dict(n_sigma=1e6), "n_sigma"),
+                     (dict(n_sigma=0.5), "n_sigma"), (dict(rtol=float("nan")), "rtol")):
+        with pytest.raises(ValueError, match=f"^{name} must be") as err:
+            ba.compare(theory, post, xt, yt, gp=gp, **kw)
+        assert "\n" not in str(err.value)
+    c = ba.compare(theory, post, xt, yt, gp=gp, rtol=0.99, n_sigma=10)  # the ends of the ranges are usable
+    assert c.to_dataset()["check_n_sigma"].values.tolist() == [10.0] * len(c.checks)
+    with pytest.raises(ValueError, match="y_test differs from the test labels the posterior was sampled with"):
+        ba.compare(theory, post, xt, -yt, gp=gp)
+    for bad, match in ((post, "gp must be the GP limit .* got Posterior"), (theory, "of limit"),
+                       (ba.gp_limit(net, x, y, temperature=0.2), "temperature differs: theory 0.1, gp 0.2"),
+                       (ba.gp_limit(net, x, -y, temperature=0.1), "theory and gp must be of the same training")):
+        with pytest.raises(ValueError, match=match):
+            ba.compare(theory, post, xt, yt, gp=bad)
+
+
 def test_compare_refuses_swapped_arguments_and_small_temperatures_apart(problem):
     """``compare(posterior, theory, …)`` is a ``ValueError`` naming the order (not an ``AttributeError``); two
     temperatures 5× apart are refused at any scale (``np.isclose``'s absolute 1e-8 let 1e-9 and 5e-9 through),
@@ -176,11 +211,13 @@ def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path, check):
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of mean_correlation, is 9.33 sds
     from the statistic's mean (normal tail 5.4e-21)."""
     net, x, y, xt, yt, theory = problem
-    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt,
+    post = ba.sample_posterior(net, x, y, temperature=0.1, x_test=xt, y_test=yt,
                                sampler=ba.SamplerSettings(name="collapsed", num_warmup=200, num_samples=200,
                                                           num_chains=2, seed=seed_of(0)),
                                progress_bar=False)
     c = ba.compare(theory, post, xt, yt)
+    with pytest.raises(ValueError, match="y_test differs"):  # the labels it was sampled with, also once loaded
+        ba.compare(theory, ba.load_posterior(post.save(tmp_path / "p.nc")), xt, -yt)
     check("mean_correlation", c.mean_correlation, 0.9, fails="below")
     ds = c.to_dataset()
     back = xr.load_dataset(c.save(tmp_path / "c.nc"))
@@ -190,7 +227,7 @@ def test_real_tiny_run_agrees_and_round_trips(problem, tmp_path, check):
     assert set(ds["predictor"].values) == {"theory", "sampled", "gp"}
 
 
-def _common_mode_posterior(problem, seed, rho, draws, offsets):
+def _common_mode_posterior(problem, gp, seed, rho, draws, offsets):
     """Synthetic draws whose predictor error is one mode shared by all test inputs (as when ``U`` moves): an AR(1)
     of autocorrelation ``rho`` over 2 chains × ``draws``, chain offsets of sd ``offsets``, small iid noise."""
     net, x, y, xt, yt, theory = problem
@@ -203,12 +240,12 @@ def _common_mode_posterior(problem, seed, rho, draws, offsets):
     f_test = m + 0.5 * np.abs(m).mean() * common[..., None] + 0.01 * rng.normal(size=(2, draws, len(m)))
     post = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v), chains=2, draws=draws, seed=seed)
     post.tree["posterior"]["f_test"].values[...] = f_test
-    return ba.compare(theory, post, xt, yt, gp=theory)
+    return ba.compare(theory, post, xt, yt, gp=gp)
 
 
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_verdict_is_not_fooled_by_correlated_mc_noise(problem, record_property, check):
+def test_verdict_is_not_fooled_by_correlated_mc_noise(problem, gp, record_property, check):
     """MC error shared by all test inputs, no real gap.
 
     - Strong autocorrelation (ρ = 0.95, 2 × 200 draws, chains offset: ESS ~5): the predictor-mean check alone
@@ -223,13 +260,13 @@ def test_verdict_is_not_fooled_by_correlated_mc_noise(problem, record_property, 
     is 3.27 sds from the statistic's mean (normal tail 5.5e-04)."""
     verdicts, worst, excess, ratios, moderate = [], -np.inf, [], [], []
     for seed in range(10):
-        strong = _common_mode_posterior(problem, seed, 0.95, 200, 1.0)
+        strong = _common_mode_posterior(problem, gp, seed, 0.95, 200, 1.0)
         verdicts.append(strong.verdict)
         # how far the diagnostics that make it inconclusive are past their limits (> 1: some limit is passed)
         d = strong.diagnostics
         excess.append(max(np.nan_to_num(d["max_r_hat"], nan=np.inf) / MAX_RHAT,
                           MIN_ESS / np.nan_to_num(d["min_ess_bulk"], nan=0.0), MIN_BFMI / d.get("min_bfmi", np.inf)))
-        c = _common_mode_posterior(problem, 50 + seed, 0.9, 1000, 0.0).check("predictor mean (relative L2)")
+        c = _common_mode_posterior(problem, gp, 50 + seed, 0.9, 1000, 0.0).check("predictor mean (relative L2)")
         worst = max(worst, (c.value - c.noise_floor) / max(c.mcse, c.noise_sd))
         ratios.append(c.value / _pass_bound(c))  # < 1 exactly when c.passed
         moderate.append(c)
@@ -242,7 +279,7 @@ def test_verdict_is_not_fooled_by_correlated_mc_noise(problem, record_property, 
 
 @pytest.mark.slow
 @pytest.mark.stochastic
-def test_verdict_is_inconclusive_when_diagnostics_fail(problem, check, record_property):
+def test_verdict_is_inconclusive_when_diagnostics_fail(problem, gp, check, record_property):
     """Converged-looking numbers from chains that did not converge are neither 'agree' nor 'disagree'.
 
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of
@@ -250,21 +287,21 @@ def test_verdict_is_inconclusive_when_diagnostics_fail(problem, check, record_pr
     net, x, y, xt, yt, theory = problem
     m, v = theory.predict(xt)
     good = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
-    c = ba.compare(theory, good, xt, yt, gp=theory)
+    c = ba.compare(theory, good, xt, yt, gp=gp)
     _record_verdict(record_property, c, "good_")
     assert c.verdict == "agree" and c.inconclusive_reasons == []
     # chains stuck at different places: R-hat far above 1.01
     stuck = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
     f = stuck.tree["posterior"]["f_test"]
     f.values[...] = f.values + np.arange(f.sizes["chain"])[:, None, None] * np.sqrt(v)
-    c = ba.compare(theory, stuck, xt, yt, gp=theory)
+    c = ba.compare(theory, stuck, xt, yt, gp=gp)
     check("stuck_max_rhat", np.nan_to_num(c.diagnostics["max_r_hat"], nan=np.inf), MAX_RHAT, fails="below")
     assert c.verdict == "inconclusive" and any("R-hat" in r for r in c.inconclusive_reasons)
     assert "INCONCLUSIVE" in comparison_report(c) and c.to_dataset().attrs["verdict"] == "inconclusive"
     # one divergent transition is enough
     div = _synthetic_posterior(net, x, y, xt, theory.U, m, np.sqrt(v))
     div.tree["sample_stats"]["diverging"].values[0, 3] = True
-    c = ba.compare(theory, div, xt, yt, gp=theory)
+    c = ba.compare(theory, div, xt, yt, gp=gp)
     _record_verdict(record_property, c, "divergent_", checks=False)
     assert c.inconclusive_reasons == ["1 divergent transitions"]
 

@@ -87,6 +87,8 @@ def test_evaluate_uses_a_given_theory_as_it_is(monkeypatch):
     ({"correction": "exact"}, "correction"),
     ({"headline": "gp"}, "headline"),
     ({"rtol": 0.0}, "rtol"),
+    ({"rtol": 10.0}, "rtol must be a relative tolerance strictly between"),
+    ({"n_sigma": 1e6}, "n_sigma must be between 1 and 10"),
     ({"sampler": "wishart"}, "sampler must be a SamplerSettings"),
 ])
 def test_a_point_refuses_bad_settings_naming_them(changes, match):
