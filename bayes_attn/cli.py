@@ -373,10 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         _error(args.command, "out of memory: make the task, the width or the number of chains or draws smaller")
         return EXIT_USAGE
     except OSError as err:
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            _error(args.command, f"{err.strerror or err}" if "no space" in str(err.strerror) else
-                   f"no space left on the device ({err}): free some disk space or choose another output folder")
-            return EXIT_USAGE
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # not bad input: a failure after computing, with what was kept
+            text = (f"{err.strerror or err}" if "no space" in str(err.strerror) else
+                    f"no space left on the device ({err}): free some disk space or choose another output folder")
+            _error(args.command, text if "kept" in text else f"{text} ({KEPT})")
+            return EXIT_FAILED
         return _late_failure(args.command, err)
     except Exception as err:  # noqa: BLE001 (any other late failure: one line, exit 1; -v logs the traceback)
         return _late_failure(args.command, err)

@@ -239,8 +239,10 @@ def _sections(kind: str, task: dict, network: dict, root: str) -> tuple:
     an = dataclasses.replace(an, root=root).checked()
     n0_data, n0_net = at.N0, an.build(an.width).N0
     if n0_data != n0_net:
-        raise ValueError(f"{an.path}: the attention's N0 = {n0_net} must equal the tokens' of {at.path}: x "
-                         f"(N0 = {n0_data}); W_l is [H_l, N0, N0], Q_l and K_l [H_l, d, N0]")
+        with np.load(an.path, allow_pickle=False) as f:
+            keys = sorted(k.removesuffix(".npy") for k in f.files)
+        raise ValueError(f"{an.path}: {', '.join(keys)} have N0 = {n0_net}, which must equal the tokens' of "
+                         f"{at.path}: x (N0 = {n0_data}); W_l is [H_l, N0, N0], Q_l and K_l [H_l, d, N0]")
     return at, an
 
 

@@ -2,8 +2,10 @@
 theory equals the API's on the same arrays, each bad input is refused before computing with exit 2 naming the file
 and the key, and the run's spec.toml records each file's sha256."""
 
+import io
 import os
 import tomllib
+import zipfile
 
 import numpy as np
 import pytest
@@ -95,7 +97,7 @@ def _bad(case):
     if case == "wrong ndim":
         return d | {"x_test": d["x_test"][0]}, a, "data.npz", "x_test"
     if case == "N0 differs":
-        return d, {k: v[:, 1:, 1:] for k, v in a.items()}, "attention.npz", "N0"
+        return d, {k: v[:, 1:, 1:] for k, v in a.items()}, "attention.npz", "W_2"  # row 5: the keys named
     if case == "P differs":
         return d | {"y": d["y"][:-1]}, a, "data.npz", "y"
     if case == "NaN":
@@ -110,10 +112,17 @@ def _bad(case):
         return d | {"y_test": (d["y_test"] + 1) / 2}, a, "data.npz", "y_test"
     if case == "missing layer":
         return d, {"W_2": a["W_2"]}, "attention.npz", "W_1"
+    if case == "layer 10^9":  # issue 74 row 7: named at once, without listing every layer up to it
+        return d, {"W_1000000000": a["W_1"]}, "attention.npz", "W_1 is missing"
+    if case == "huge labels":  # row 4: squares that overflow float64
+        return d | {"y": d["y"] * 1e200}, a, "data.npz", "y must hold values of at most 1e+100"
+    if case == "huge inputs":
+        return d | {"x": d["x"] * 1e200}, a, "data.npz", "x must hold values of at most 1e+100"
     raise AssertionError(case)
 
 
-BAD = ["missing key", "wrong ndim", "N0 differs", "P differs", "NaN", "inf", "dtype", "labels", "missing layer"]
+BAD = ["missing key", "wrong ndim", "N0 differs", "P differs", "NaN", "inf", "dtype", "labels", "missing layer",
+       "layer 10^9", "huge labels", "huge inputs"]
 
 
 @pytest.mark.parametrize("case", BAD)
@@ -125,6 +134,64 @@ def test_each_bad_array_is_refused_before_computing_naming_the_file_and_the_key(
     line = _one_line(capsys.readouterr().err)
     assert file in line and key in line, line
     assert not (tmp_path / "out").exists()
+
+
+def _npy(arr: np.ndarray, header: dict | None = None) -> bytes:
+    """``arr`` as ``.npy`` bytes, its header's fields replaced by ``header``'s."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr) | (header or {}))
+    return buf.getvalue() + arr.tobytes()
+
+
+def _zip_case(folder, case) -> tuple[str, str]:
+    """Rewrite ``data.npz`` in ``folder`` as one malformed archive (issue 74 rows 1–3 and 7); the member its
+    error must name."""
+    d, _, _ = _arrays()
+    members = {f"{k}.npy": _npy(v) for k, v in d.items()}
+    if case == "bytes member":
+        members["notes"] = b"written by hand"
+        named = "'notes'"
+    elif case == "null header":
+        raw = members["x.npy"]
+        members["x.npy"] = raw[:10] + raw[10:60].replace(b"'", b"\0") + raw[60:]
+        named = "x has a .npy header that cannot be read"
+    elif case == "shape beyond the bytes":
+        members["x.npy"] = _npy(d["x"], {"shape": (10**6, *d["x"].shape[1:])})
+        named = "x declares shape (1000000, "
+    elif case == "zip bomb":
+        members["x.npy"] = _npy(d["x"], {"shape": (10**12, 5, 14)})
+        named = "x declares shape (1000000000000, 5, 14)"
+    with zipfile.ZipFile(folder / "data.npz", "w") as z:
+        for name, raw in members.items():
+            z.writestr(name, raw)
+        if case == "duplicate":
+            with pytest.warns(UserWarning, match="Duplicate name"):
+                z.writestr("x.npy", _npy(-d["x"]))
+            named = "'x.npy' more than once"
+    return "data.npz", named
+
+
+@pytest.mark.parametrize("case", ["bytes member", "null header", "duplicate", "shape beyond the bytes", "zip bomb"])
+def test_a_malformed_archive_is_refused_naming_the_member(tmp_path, capsys, monkeypatch, case):
+    """Anything in a ``.npz`` but ``.npy`` arrays that read is bad input (exit 2) naming the file and the member,
+    refused before anything is computed or allocated (issue 74 rows 1–3, 7)."""
+    path = _write(tmp_path)
+    file, named = _zip_case(tmp_path, case)
+    _forbid(monkeypatch, (ba.theory.solve, "solve_theory"))
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
+    line = _one_line(capsys.readouterr().err)
+    assert file in line and named in line, line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["task.file", "network.attention"])
+def test_a_missing_required_key_is_refused_naming_it(tmp_path, capsys, key):
+    """Issue 74 row 6: a spec without ``task.file`` or ``network.attention`` is bad input naming the key, not a
+    ``TypeError``."""
+    line = {"task.file": 'file = "data.npz"\n', "network.attention": 'attention = "attention.npz"\n'}[key]
+    path = _write(tmp_path, spec=SPEC.replace(line, ""))
+    assert cli.main(["theory", str(path), "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
+    assert f"{key} is required" in _one_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("which", ["task.file", "network.attention"])

@@ -15,8 +15,14 @@ NOT_REAL_KINDS = "cUSMm"
 (they would be parsed) and times; bool, int, float, bfloat16 (kind ``V``) and numbers in objects convert."""
 
 
+MAX_ABS = 1e100
+"""Largest absolute value an array of real numbers may hold (:func:`array`): squares stay below 1e200 and sums of
+them over any realistic size below float64's 1.8e308."""
+
+
 def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | None] | None = None) -> np.ndarray:
-    """Return ``value`` as a finite float64 array, checking rank and shape.
+    """Return ``value`` as a finite float64 array of values at most :data:`MAX_ABS` in size, checking rank and
+    shape.
 
     ``shape`` entries that are ``None`` are free.
     """
@@ -35,6 +41,9 @@ def array(name: str, value, *, ndim: int | None = None, shape: Sequence[int | No
             raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} contains NaN or infinite values")
+    if arr.size and (top := float(np.max(np.abs(arr)))) > MAX_ABS:
+        raise ValueError(f"{name} must hold values of at most {MAX_ABS:g} in absolute value (their squares and "
+                         f"kernels must stay finite in float64), got {top:.3g}")
     return arr
 
 

@@ -148,6 +148,12 @@ def section(cls, name: str, table):
     unknown = set(table) - known
     if unknown:
         raise ValueError(f"[{name}] has unknown keys {sorted(unknown)}; expected some of {sorted(known)}")
+    required = [f.name for f in dataclasses.fields(cls) if f.init and f.metadata.get("spec", True)
+                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [k for k in required if k not in table]
+    if missing:
+        raise ValueError(f"{name}.{missing[0]} is required ([{name}] must give {', '.join(required)}), got "
+                         f"{sorted(table) or 'no keys'}")
     values = {k: check_type(f"{name}.{k}", v, hints[k]) for k, v in table.items()}
     try:
         return cls(**values)

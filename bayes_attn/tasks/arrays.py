@@ -69,21 +69,70 @@ def _stamped[T](read: Callable[[Path], T]) -> Callable[[Path], T]:
     return once
 
 
+MAX_MEMBER_BYTES = 2**34
+"""Most bytes one array of a ``.npz`` file may declare (16 GiB): a header that asks for more is refused before
+anything is allocated (a zip bomb, or a shape no file of this size can hold)."""
+
+
 def _npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of the ``.npz`` file at ``path``."""
+    """The arrays of the ``.npz`` file at ``path``; a ``ValueError`` naming the file and the member for anything
+    else in it: a member that is not a ``.npy`` array, two members of one name, a header that cannot be read or
+    declares more than the member holds (or more than :data:`MAX_MEMBER_BYTES`), an object array."""
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} must be a NumPy .npz file (np.savez), but it is not one (not a zip archive)")
     try:
+        with zipfile.ZipFile(path) as z:
+            infos = z.infolist()
+            names = [i.filename for i in infos]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{path} holds {twice[0]!r} more than once (which copy to read is not defined)")
+            for info in infos:
+                _member_header(path, z, info)
         with np.load(path, allow_pickle=False) as f:
-            out = {}
-            for key in f.files:
-                try:
-                    out[key] = f[key]
-                except ValueError:  # an object array, which would need pickle
-                    raise ValueError(f"{path}: {key} must be an array of real numbers, got an object array") from None
-            return out
+            return {key: _member(path, f, key) for key in f.files}
     except (zipfile.BadZipFile, OSError, EOFError) as err:
         raise ValueError(f"{path} must be a NumPy .npz file (np.savez), but it cannot be read as one: {err}") from None
+
+
+def _member_header(path: Path, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+    """Refuse the member ``info`` of ``z`` unless it is a ``.npy`` array whose header reads and whose declared
+    size fits the member and :data:`MAX_MEMBER_BYTES` (nothing beyond the header is read)."""
+    key = info.filename.removesuffix(".npy")
+    where = f"{path}: {key}"
+    if not info.filename.endswith(".npy"):
+        raise ValueError(f"{path}: member {info.filename!r} must be a NumPy array (.npy), as np.savez writes")
+    try:
+        with z.open(info) as fh:
+            version = np.lib.format.read_magic(fh)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                raise ValueError(f"format version {version}")
+            shape, _, dtype = read[version](fh)
+            offset = fh.tell()
+    except Exception as err:  # noqa: BLE001  a corrupt header raises whatever its parser meets
+        raise ValueError(f"{where} has a .npy header that cannot be read ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else 'no detail'})") from None
+    if dtype.hasobject:
+        raise ValueError(f"{where} must be an array of real numbers, got an object array")
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if declared > MAX_MEMBER_BYTES:
+        raise ValueError(f"{where} declares shape {shape} of {dtype} ({declared:.3g} bytes), more than the "
+                         f"{MAX_MEMBER_BYTES:.3g} bytes an array may hold")
+    if declared > info.file_size - offset:
+        raise ValueError(f"{where} declares shape {shape} of {dtype} ({declared} bytes), but holds "
+                         f"{info.file_size - offset} bytes")
+
+
+def _member(path: Path, f, key: str) -> np.ndarray:
+    """The array ``key`` of the open ``.npz`` ``f`` (its header checked by :func:`_member_header`)."""
+    try:
+        arr = f[key]
+    except Exception as err:  # noqa: BLE001  a corrupt body raises whatever its reader meets
+        raise ValueError(f"{path}: {key} cannot be read as a .npy array ({type(err).__name__})") from None
+    if not isinstance(arr, np.ndarray):
+        raise ValueError(f"{path}: {key} must be a NumPy array (.npy), got {type(arr).__name__}")
+    return arr
 
 
 def _check(path: Path, key: str, arr: np.ndarray, ndim: int) -> np.ndarray:
@@ -153,8 +202,12 @@ def read_attention(path: Path) -> list[np.ndarray]:
     if "W" in kinds and kinds != {"W"}:
         raise ValueError(f"{path} must hold either W_l or Q_l and K_l, not both, got {sorted(raw)}")
     L = max(int(m.group(2)) for m in keys.values() if m is not None)
-    names = [f"W_{l}" for l in range(1, L + 1)] if kinds == {"W"} else \
-        [n for l in range(1, L + 1) for n in (f"Q_{l}", f"K_{l}")]
+    per_layer = ("W",) if kinds == {"W"} else ("Q", "K")
+    if L > len(raw):  # a layer missing below L: named without listing every layer up to L
+        first = next(l for l in range(1, len(raw) + 2) if any(f"{k}_{l}" not in raw for k in per_layer))
+        raise ValueError(f"{path}: {next(f'{k}_{first}' for k in per_layer if f'{k}_{first}' not in raw)} is "
+                         f"missing (layers 1..{L}), got {sorted(raw)}")
+    names = [f"{k}_{l}" for l in range(1, L + 1) for k in per_layer]
     missing = [n for n in names if n not in raw]
     if missing:
         raise ValueError(f"{path}: {missing[0]} is missing (layers 1..{L}), got {sorted(raw)}")

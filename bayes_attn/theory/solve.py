@@ -89,7 +89,12 @@ def solve_theory(
         warnings.warn("the Laplace correction is skipped (the result is the leading order): "
                       + "; ".join(theory.problems), RuntimeWarning, stacklevel=2)
     elif correction == "laplace":
-        theory = corrected_theory(theory, problem)
+        corrected = corrected_theory(theory, problem)
+        if np.all(np.isfinite(corrected.correction.U_covariance)) and np.all(np.isfinite(corrected.U)):
+            return corrected
+        warnings.warn("the Laplace correction is skipped (the result is the leading order): its covariance of U "
+                      f"is not finite at temperature {temperature:g} (the curvature of S is singular to float64 "
+                      "precision; a larger temperature, or the leading order)", RuntimeWarning, stacklevel=2)
     return theory
 
 

@@ -21,6 +21,7 @@ posterior does not change.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -106,6 +107,27 @@ def test_default_is_the_paper_theory_bit_for_bit():
             np.testing.assert_array_equal(u, v)
         assert b.correction is None and b.correction_name == "none"
     assert a.to_dataset().attrs["correction"] == "none"
+
+
+def test_a_correction_without_a_finite_covariance_is_skipped_for_the_leading_order(monkeypatch):
+    """Issue 74 row 8: where the curvature of S is singular to float64 precision (temperatures of 1e-5 and below
+    on some problems), the expansion's covariance of ``U`` is not finite; ``solve_theory`` then warns and returns
+    the leading order, whose ``predict`` works, instead of a theory that fails later in ``predict``. The breakdown
+    is forced (a NaN covariance), since where it happens depends on the machine's rounding."""
+    net, x, y = _markov_problem(16)
+    real = solve_module.corrected_theory
+
+    def singular(theory, problem):
+        t = real(theory, problem)
+        c = dataclasses.replace(t.correction, U_covariance=np.full_like(t.correction.U_covariance, np.nan))
+        return dataclasses.replace(t, correction=c)
+
+    monkeypatch.setattr(solve_module, "corrected_theory", singular)
+    with pytest.warns(RuntimeWarning, match="correction is skipped .* covariance of U is not finite at temperature"):
+        t = th.solve_theory(net, x, y, temperature=0.1, correction="laplace")
+    assert t.correction is None
+    mean, var = t.predict(x[:3])
+    assert np.all(np.isfinite(mean)) and np.all(np.isfinite(var))
 
 
 @pytest.mark.slow
