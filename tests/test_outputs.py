@@ -393,7 +393,7 @@ def test_flipped_byte_in_saved_data_is_an_error(tiny, tmp_path):
     assert at > 0
     raw[at + 3] ^= 0x01
     path.write_bytes(bytes(raw))
-    with pytest.raises(ValueError, match="truncated or corrupted"):
+    with pytest.raises(ValueError, match="corrupted"):
         ba.load_theory(path)
 
 
@@ -407,8 +407,33 @@ def test_flipped_byte_in_a_saved_scalar_is_an_error(tiny, tmp_path):
         flipped[at + 6] ^= 0x10  # an exponent bit: another number altogether
         path = tmp_path / f"flipped-{name}.nc"
         path.write_bytes(bytes(flipped))
-        with pytest.raises(outputs.CorruptFileError, match=r"flipped-.*scalars and attributes do not match"):
+        with pytest.raises(outputs.CorruptFileError, match=r"flipped-.*contents do not match"):
             ba.load_theory(path)
+
+
+def test_values_edited_with_xarray_are_refused(tiny, tmp_path):
+    """Issue 74 rows A and E: ``U`` of ``theory.nc`` multiplied by 1.3 with xarray and written back
+    (``to_netcdf``, which keeps every attribute and rewrites the Fletcher-32 checksums), and made-up ``U`` draws
+    written into ``posterior.nc`` the same way, are refused at load with the package's one-line corrupt-file
+    error; so is a file whose ``U_sd`` became NaN."""
+    net, x, y, _ = tiny
+    path = ba.solve_theory(net, x, y, temperature=0.5, correction="laplace").save(tmp_path / "theory.nc")
+    for name, change in (("U", lambda v: v * 1.3), ("U_sd", lambda v: v * np.nan)):
+        ds = xr.load_dataset(path)
+        assert name in ds, list(ds)
+        ds[name].values[...] = change(ds[name].values)
+        ds.to_netcdf(tmp_path / f"edited-{name}.nc")
+        with pytest.raises(outputs.CorruptFileError, match=r"edited-.*changed by something other than bayes_attn"):
+            ba.load_theory(tmp_path / f"edited-{name}.nc")
+    n = len(net.path_labels)
+    U = np.broadcast_to(np.eye(n), (2, 3, n, n))
+    post = ba.posterior.Posterior.from_draws(net, {"U": U}, {}, x, y, temperature=0.1, sampler="full")
+    tree = xr.load_datatree(post.save(tmp_path / "posterior.nc"))
+    tree["posterior"]["U"].values[...] = 2.0
+    tree.to_netcdf(tmp_path / "made-up.nc")
+    with pytest.raises(outputs.CorruptFileError, match="one line|changed by something other") as err:
+        ba.load_posterior(tmp_path / "made-up.nc")
+    assert "\n" not in str(err.value)
 
 
 def test_changed_attribute_is_an_error(tiny, tmp_path):
@@ -444,8 +469,8 @@ def test_file_without_metadata_checksum_loads_with_a_warning(tiny, tmp_path):
         warnings.simplefilter("error")  # a file of this version verifies, without a note
         assert ba.load_theory(path).Ua == theory.Ua
     with netCDF4.Dataset(path, "r+") as f:
-        f.delncattr("metadata_sha256")  # as written before scalars and attributes were checksummed
-    with pytest.warns(RuntimeWarning, match="records no checksum of its scalars and attributes.*unchecked"):
+        f.delncattr("content_sha256")  # as written before the contents were checksummed
+    with pytest.warns(RuntimeWarning, match="records no checksum of its contents.*unchecked"):
         assert ba.load_theory(path).Ua == theory.Ua
 
 
@@ -466,7 +491,7 @@ def test_other_version_missing_versions_and_unknown_sampler(tmp_path, monkeypatc
     outputs.load_dataset(tmp_path / "ok.nc")  # this version: no warning (pytest -W error would show one)
     ds.to_netcdf(tmp_path / "bare.nc")
     with pytest.warns(RuntimeWarning, match="records no package versions"):
-        with pytest.warns(RuntimeWarning, match="scalars and attributes.*unchecked"):  # nor a checksum of those
+        with pytest.warns(RuntimeWarning, match="contents.*unchecked"):  # nor a checksum of those
             outputs.load_dataset(tmp_path / "bare.nc")
     outputs.save(ds.assign_attrs(versions=json.dumps({"bayes_attn": "0.0.1"})), tmp_path / "old.nc")
     with pytest.warns(RuntimeWarning, match="written by bayes_attn 0.0.1"):

@@ -1,10 +1,12 @@
 """netCDF reading and writing that never leaves a half-written file behind.
 
-Every array variable is written with HDF5's Fletcher-32 checksum, and the
-rest (attributes, scalars, strings, dimension sizes) is covered by one
-SHA-256 (attribute ``metadata_sha256``), so a file corrupted on disk fails to
-load (:class:`CorruptFileError`) instead of giving other numbers; a file
-written before that SHA-256 loads with a warning that those are unchecked.
+Every file's whole content (every variable's values, its attributes and dimension sizes, in every group) is
+covered by one SHA-256 (attribute ``content_sha256``), and every array variable is also written with HDF5's
+Fletcher-32 checksum, so a file corrupted on disk, or edited by anything but this package (an xarray
+``to_netcdf`` of changed values, an in-place ``netCDF4`` write), fails to load (:class:`CorruptFileError`)
+instead of giving other numbers. (An integrity check, not a signature: whoever recomputes the hash can forge
+it.) Files written before it carry ``metadata_sha256``, the SHA-256 of all but the Fletcher-32-covered arrays,
+checked as before; a file with neither loads with a warning that they are unchecked.
 Every file records the package versions that wrote it (attribute
 ``versions``, JSON); a file written by another version of this package, or
 without that record, loads with a warning, and JSON attributes that do not
@@ -37,8 +39,11 @@ TMP_PREFIX = ".bayes_attn-"
 _TEMPORARY = re.compile(re.escape(TMP_PREFIX) + r"[A-Za-z0-9_]+\.[A-Za-z0-9]+\.tmp")
 JSON_ATTRS = ("versions", "head_names", "settings", "sampler_settings", "failed_jobs")
 """Attributes stored as JSON text; one that does not parse makes the file corrupt."""
+CONTENT_ATTR = "content_sha256"
+"""Root attribute: the SHA-256 of the whole file (see :func:`_sha256`), written by :func:`save`."""
 CHECKSUM_ATTR = "metadata_sha256"
-"""Root attribute: the SHA-256 of what Fletcher-32 does not cover (see :func:`_metadata_sha256`)."""
+"""Root attribute of files written before :data:`CONTENT_ATTR`: the SHA-256 of what Fletcher-32 does not cover."""
+HASH_ATTRS = (CONTENT_ATTR, CHECKSUM_ATTR)
 PACKAGES = ("bayes_attn", "jax", "jaxlib", "numpyro", "numpy", "scipy", "xarray", "arviz-stats", "netCDF4")
 
 
@@ -83,9 +88,10 @@ def _canonical(value) -> bytes:
     return a.dtype.str.encode() + repr(a.shape).encode() + a.tobytes()
 
 
-def _metadata_sha256(f) -> str:
-    """SHA-256 of an open ``netCDF4.Dataset``'s attributes, dimension sizes and every value that Fletcher-32 does
-    not cover (scalars, strings), in every group, in name order; :data:`CHECKSUM_ATTR` itself is left out."""
+def _sha256(f, everything: bool = True) -> str:
+    """SHA-256 of an open ``netCDF4.Dataset``: its attributes, dimension sizes and every variable's values
+    (``everything=False``: only the values Fletcher-32 does not cover, scalars and strings, as
+    :data:`CHECKSUM_ATTR` was made), in every group, in name order; :data:`HASH_ATTRS` themselves are left out."""
     h = hashlib.sha256()
 
     def add(*parts: bytes) -> None:
@@ -93,7 +99,7 @@ def _metadata_sha256(f) -> str:
             h.update(len(part).to_bytes(8, "little") + part)
 
     def attrs(obj) -> None:
-        for name in sorted(set(obj.ncattrs()) - {CHECKSUM_ATTR}):
+        for name in sorted(set(obj.ncattrs()) - set(HASH_ATTRS)):
             add(b"attr", name.encode(), _canonical(obj.getncattr(name)))
 
     groups = [f]
@@ -109,37 +115,40 @@ def _metadata_sha256(f) -> str:
             v = g.variables[name]
             add(b"var", name.encode(), json.dumps(v.dimensions).encode())
             attrs(v)
-            if not v.filters().get("fletcher32"):
+            if everything or not v.filters().get("fletcher32"):
                 add(b"value", _canonical(v[...]))
         groups.extend(g.groups[k] for k in sorted(g.groups, reverse=True))
     return h.hexdigest()
 
 
 def _add_checksum(path: Path) -> None:
-    """Store :func:`_metadata_sha256` of the netCDF file ``path`` in its root attribute :data:`CHECKSUM_ATTR`."""
+    """Store :func:`_sha256` of the netCDF file ``path`` in its root attribute :data:`CONTENT_ATTR`."""
     import netCDF4
 
     with netCDF4.Dataset(path, "a") as f:
-        f.setncattr(CHECKSUM_ATTR, _metadata_sha256(f))
+        f.setncattr(CONTENT_ATTR, _sha256(f))
 
 
 def _verify_checksum(path: Path) -> None:
-    """Raise :class:`CorruptFileError` when ``path``'s :data:`CHECKSUM_ATTR` differs from its contents; warn when
-    it has none (a file written before it was recorded)."""
+    """Raise :class:`CorruptFileError` when ``path``'s :data:`CONTENT_ATTR` (or, in an older file,
+    :data:`CHECKSUM_ATTR`) differs from its contents; warn when it has neither."""
     import netCDF4
 
     try:
         with netCDF4.Dataset(path, "r") as f:
-            stored = f.getncattr(CHECKSUM_ATTR) if CHECKSUM_ATTR in f.ncattrs() else None
-            actual = None if stored is None else _metadata_sha256(f)
-    except (OSError, RuntimeError, ValueError, KeyError) as err:
+            names = set(f.ncattrs())
+            kind = next((a for a in HASH_ATTRS if a in names), None)
+            stored = None if kind is None else f.getncattr(kind)
+            actual = None if kind is None else _sha256(f, everything=kind == CONTENT_ATTR)
+    except Exception as err:  # noqa: BLE001  whatever HDF5 raises on a damaged file (AttributeError among them)
         raise _corrupt(path, err) from err
-    if stored is None:
-        warnings.warn(f"{str(path)!r} records no checksum of its scalars and attributes (it was written before "
-                      "they were checksummed): they are unchecked", RuntimeWarning, stacklevel=5)
+    if kind is None:
+        warnings.warn(f"{str(path)!r} records no checksum of its contents (it was written before they were "
+                      "checksummed): they are unchecked", RuntimeWarning, stacklevel=5)
     elif stored != actual:
-        raise CorruptFileError(f"{str(path)!r} cannot be read: its scalars and attributes do not match their "
-                               "checksum; the file is corrupted")
+        what = "contents" if kind == CONTENT_ATTR else "scalars and attributes"
+        raise CorruptFileError(f"{str(path)!r} cannot be read: its {what} do not match their checksum; the file "
+                               "is corrupted or was changed by something other than bayes_attn")
 
 
 @contextlib.contextmanager
@@ -188,7 +197,8 @@ def _json_default(o):
 def save(obj: xr.Dataset | xr.DataTree, path: str | os.PathLike) -> Path:
     """Write ``obj`` to ``path`` as netCDF, atomically (see :func:`atomic`), with checksums and versions."""
     obj = obj.copy()
-    obj.attrs.pop(CHECKSUM_ATTR, None)  # a loaded file's, stale once its contents change
+    for name in HASH_ATTRS:  # a loaded file's, stale once its contents change
+        obj.attrs.pop(name, None)
     obj.attrs.setdefault("versions", json.dumps(versions()))
     if isinstance(obj, xr.DataTree):
         encoding = {node.path: _checksummed(node.to_dataset(inherit=False)) for node in obj.subtree}
@@ -261,12 +271,14 @@ def _corrupt(path: Path, err: Exception) -> CorruptFileError:
 def _load(path: str | os.PathLike, open_file, samplers: Collection[str] | None):
     """``open_file(path)``'s tree or dataset read into memory, the file closed, its attributes checked."""
     path = _existing(path)
+    _verify_checksum(path)  # before xarray decodes anything of a file that may be damaged
     try:
         with open_file(path, engine="netcdf4") as data:
             data = data.load().copy()
-    except (OSError, RuntimeError, ValueError, KeyError) as err:
+    except Exception as err:  # noqa: BLE001  whatever HDF5 or a decoder raises on a damaged file
         raise _corrupt(path, err) from err
-    data.attrs.pop(CHECKSUM_ATTR, None)
+    for name in HASH_ATTRS:
+        data.attrs.pop(name, None)
     _check_attrs(data.attrs, path, samplers)
     return data
 
@@ -285,8 +297,8 @@ def load_dataset(path: str | os.PathLike, samplers: Collection[str] | None = Non
 
 
 def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = None) -> None:
-    """JSON attributes parse (else :class:`CorruptFileError`); a sampler name is known; the checksum of scalars and
-    attributes matches (:func:`_verify_checksum`); versions are compared."""
+    """JSON attributes parse (else :class:`CorruptFileError`); a sampler name is known; versions are compared (the
+    checksum was verified before, :func:`_verify_checksum`)."""
     for name in JSON_ATTRS:
         if name in attrs:
             try:
@@ -298,7 +310,6 @@ def _check_attrs(attrs: dict, path: Path, samplers: Collection[str] | None = Non
         raise CorruptFileError(f"{str(path)!r} names the sampler {str(attrs['sampler'])!r}, which this version "
                                f"does not know (known: {', '.join(samplers)}); it was written by another "
                                "version or is corrupted")
-    _verify_checksum(path)
     if "versions" not in attrs:
         warnings.warn(f"{str(path)!r} records no package versions: it was not written by this package's save "
                       "functions, or by a version before they recorded them", RuntimeWarning, stacklevel=4)

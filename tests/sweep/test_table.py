@@ -61,6 +61,24 @@ def test_truncated_cache_file_is_recomputed_with_a_warning(tmp_path):
     xr.testing.assert_allclose(again["U_theory"], first["U_theory"], rtol=1e-12)
 
 
+def test_a_cache_file_edited_in_place_is_recomputed_with_a_warning(tmp_path):
+    """Issue 74 row B: ``U`` and ``U_1`` of a finished width's file multiplied by 3 in place (netCDF4, every
+    attribute kept): the resumed sweep refuses it, says so and recomputes it, so ``sweep.nc`` is the untouched
+    sweep's."""
+    import netCDF4
+
+    spec = spec_from_dict(THEORY_ONLY)
+    first = table.sweep(spec, tmp_path / "sw", progress_bar=False)
+    cached = tmp_path / "sw" / "widths" / "theory-N30-T0.1.nc"
+    with netCDF4.Dataset(cached, "r+") as f:
+        for name in ("U", "U_1"):
+            if name in f.variables:
+                f.variables[name][...] = 3 * f.variables[name][...]
+    with pytest.warns(RuntimeWarning, match="changed by something other than bayes_attn.*recomputing"):
+        again = table.sweep(spec, tmp_path / "sw", progress_bar=False)
+    xr.testing.assert_allclose(again["U_theory"], first["U_theory"], rtol=1e-12)
+
+
 @pytest.mark.slow
 def test_sweep_resumes_without_recomputing(tmp_path, monkeypatch):
     spec = spec_from_dict(TINY)
