@@ -447,7 +447,7 @@ def _compare_one(theory: Theory, posterior: Posterior, x_test: np.ndarray, y_tes
         checks=checks,
         diagnostics=summary.diagnostics() | {"draws": float(posterior.num_draws)}
         | (group_diagnostics(statistics, summary.chains, summary.draws, CHECKS_GROUP) if summary.chains else {}),
-        provenance={"sampler_settings": str(tree.attrs.get("settings", "")), "method": posterior.method(),
+        provenance={"sampler_settings": str(tree.attrs.get("settings", "{}")), "method": posterior.method(),
                     "temperature": theory.temperature,
                     "x_test_fingerprint": fingerprint(x_test),
                     "test_fingerprint": data_fingerprint(x_test, y_test),

@@ -16,11 +16,13 @@ field or its type says binomial or class bootstrap).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from .._internal import checks as _checks
 from .._internal import io as _io
 from ..comparison import Check, Comparison, theories_line
 from ..verdict import NOT_SAMPLED, Verdict, combine
@@ -351,12 +353,35 @@ def from_json(d: dict) -> PruneResult:
                        {int(N): _comparison(c) for N, c in d.get("comparisons", {}).items()})
 
 
+SHA256_KEY = "sha256"
+"""The last key of ``pruning.json``: :func:`content_sha256` of the rest, checked at every load (files written before
+it have none and load unchecked)."""
+
+
+def content_sha256(d: dict) -> str:
+    """SHA-256 of the ``pruning.json`` dict ``d`` without :data:`SHA256_KEY` (its keys sorted, compact JSON)."""
+    rest = {k: v for k, v in d.items() if k != SHA256_KEY}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def write(r: PruneResult, path: str | os.PathLike) -> Path:
-    """Write ``pruning.json`` (indented JSON, atomically)."""
-    return _io.write_json(path, to_json(r))
+    """Write ``pruning.json`` (indented JSON, atomically), with its :data:`SHA256_KEY`."""
+    d = to_json(r)
+    return _io.write_json(path, d | {SHA256_KEY: content_sha256(d)})
 
 
 def load_pruning(path: str | os.PathLike) -> PruneResult:
-    """Read a ``pruning.json`` file, or the one in the folder ``path``."""
+    """Read a ``pruning.json`` file, or the one in the folder ``path``; a file that is not one, or whose content
+    does not match its :data:`SHA256_KEY`, is a one-line :class:`~bayes_attn._internal.io.CorruptFileError`."""
     path = Path(path)
-    return from_json(json.loads((path / "pruning.json" if path.is_dir() else path).read_text()))
+    path = path / "pruning.json" if path.is_dir() else path
+    try:
+        d = json.loads(path.read_text())
+        if not isinstance(d, dict):
+            raise TypeError(f"a JSON {type(d).__name__}, not an object")
+        if SHA256_KEY in d and d[SHA256_KEY] != content_sha256(d):
+            raise ValueError("its content does not match its sha256")
+        return from_json(d)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
+        raise _io.CorruptFileError(f"{str(path)!r} cannot be read as a pruning.json: {_checks.one_line(err)}; the "
+                                   "file is corrupted or was changed by something other than bayes_attn") from None
