@@ -36,7 +36,15 @@ from ._internal import io as _io
 from ._internal import threads
 from ._internal.fingerprints import data_fingerprint, fingerprint
 from ._internal.precision import check_temperature, x64
-from .diagnostics import EXTRA_FIELDS, GROSS_RHAT, Summary, convergence_failures, sample_stats, summary_table
+from .diagnostics import (
+    EXTRA_FIELDS,
+    GROSS_RHAT,
+    Summary,
+    convergence_failures,
+    required_ess,
+    sample_stats,
+    summary_table,
+)
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
 from .samplers import SAMPLERS, SamplerSettings, Storage, blocks, get, memory, nuts, prepare
@@ -111,7 +119,8 @@ def sample_posterior(
             raise ValueError("y_test needs x_test: they are the test set's labels and inputs")
         test = data_fingerprint(x_test, _checks.signs("y_test", y_test, x_test.shape[0]))
     if cfg.name == AUTO:
-        post = sample_auto(_sample, (net, x, y, temperature, x_test), cfg, options, progress_bar, until)
+        post = sample_auto(_sample, (net, x, y, temperature, x_test), cfg, options, progress_bar, until,
+                           required_ess(cfg.num_chains))
     else:
         post = _sample((net, x, y, temperature, x_test), cfg, options, progress_bar, until=until)
     if y_test is not None:

@@ -120,7 +120,7 @@ def test_temperature_out_of_the_dtypes_range_is_refused_before_computing(tmp_pat
 
 
 def test_unconverged_theory_exits_3_in_theory_and_sweep(tmp_path, capsys):
-    data = TINY | {"task": TINY["task"] | {"noise_perp": 1e150},
+    data = TINY | {"task": TINY["task"] | {"noise_perp": 1e60},
                    "compare": TINY["compare"] | {"widths": [3], "sample_widths": []}}
     path = _spec_file(tmp_path, data)
     with pytest.warns(RuntimeWarning, match="did not converge"):

@@ -87,6 +87,13 @@ def _variants(damaged: Path, reads: Path, kind: str, folder: Path) -> list[tuple
     return out
 
 
+def _pump(stream, lines: queue.Queue) -> None:
+    """Each line of ``stream`` into ``lines``, then ``None`` at its end."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
 def _load_all(kind: str, paths: list[Path]) -> list[dict]:
     """Each path's outcome from the worker (:mod:`fuzz_worker`); a worker that dies or hangs gives ``crash`` or
     ``hang`` for the file it was on and is started again after it."""
@@ -96,8 +103,7 @@ def _load_all(kind: str, paths: list[Path]) -> list[dict]:
         proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fuzz_worker.py")), kind,
                                  *map(str, rest)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
         first = True
         while len(results) < len(paths):
             try:

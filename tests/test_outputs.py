@@ -481,8 +481,12 @@ def test_corrupt_json_attribute_is_a_corrupt_file(tiny, tmp_path):
     path = ba.solve_theory(net, x, y, temperature=0.5).save(tmp_path / "theory.nc")
     with netCDF4.Dataset(path, "a") as f:
         f.setncattr("head_names", "[[\"a\", ")
+    with pytest.raises(outputs.CorruptFileError, match="contents do not match their checksum"):
+        ba.load_theory(path)  # an edit: refused by the checksum first
+    broken = tmp_path / "broken.nc"  # the package itself writing the broken attribute: checksummed, not JSON
+    outputs.save(xr.Dataset({"a": ("i", [1.0])}, attrs={"head_names": "[[\"a\", "}), broken)
     with pytest.raises(outputs.CorruptFileError, match="head_names"):
-        ba.load_theory(path)
+        outputs.load_dataset(broken)
 
 
 def test_other_version_missing_versions_and_unknown_sampler(tmp_path, monkeypatch):

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 
 from .._internal import checks as _checks
-from ..diagnostics import required_ess
 from . import memory
 from .settings import AUTO, AUTO_ORDER, GUIDED, SamplerSettings
 
@@ -33,10 +32,11 @@ log = logging.getLogger("bayes_attn.posterior")
 
 
 def sample_auto(sample: Callable, problem: tuple, cfg: SamplerSettings, options, progress_bar: bool,
-                until: Callable | None = None):
+                until: Callable | None, required_ess: float):
     """``sampler="auto"`` on ``problem`` ``(net, x, y, temperature, x_test)`` (arguments checked) with ``sample``,
-    the one-sampler call (``bayes_attn.posterior._sample``); the last sampler's draws are returned whatever their
-    diagnostics (the verdict then says so). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds
+    the one-sampler call (``bayes_attn.posterior._sample``), and the ESS the convergence rule requires of
+    ``cfg.num_chains`` chains (:func:`bayes_attn.diagnostics.required_ess`); the last sampler's draws are
+    returned whatever their diagnostics (the verdict then says so). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds
     1 (its acceptance was below 0.02 wherever that was measured, docs/theory.md §9). An explicit
     ``guided_samples`` too big for the memory is refused (``ValueError``), never left for ``wishart``. The
     expansion's proposal is computed once, by the first sampler that needs it
@@ -44,7 +44,7 @@ def sample_auto(sample: Callable, problem: tuple, cfg: SamplerSettings, options,
     the others."""
     from .laplace import PILOT_RULES_OUT, GuideOnce, PilotRule, RuledOut
 
-    need = None if cfg.in_blocks else max(required_ess(cfg.num_chains), cfg.target_ess or 0.0)
+    need = None if cfg.in_blocks else max(required_ess, cfg.target_ess or 0.0)
     rule = PilotRule(PILOT_RULES_OUT, need)
     tried: list[dict] = []
     guide_of = GuideOnce()

@@ -90,7 +90,8 @@ def solve_theory(
                       + "; ".join(theory.problems), RuntimeWarning, stacklevel=2)
     elif correction == "laplace":
         corrected = corrected_theory(theory, problem)
-        if np.all(np.isfinite(corrected.correction.U_covariance)) and np.all(np.isfinite(corrected.U)):
+        c = corrected.correction
+        if c is not None and np.all(np.isfinite(c.U_covariance)) and np.all(np.isfinite(corrected.U)):
             return corrected
         warnings.warn("the Laplace correction is skipped (the result is the leading order): its covariance of U "
                       f"is not finite at temperature {temperature:g} (the curvature of S is singular to float64 "
