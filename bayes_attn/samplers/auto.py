@@ -36,8 +36,9 @@ def sample_auto(sample: Callable, problem: tuple, cfg: SamplerSettings, options,
     """``sampler="auto"`` on ``problem`` ``(net, x, y, temperature, x_test)`` (arguments checked) with ``sample``,
     the one-sampler call (``bayes_attn.posterior._sample``), and the ESS the convergence rule requires of
     ``cfg.num_chains`` chains (:func:`bayes_attn.diagnostics.required_ess`); the last sampler's draws are
-    returned whatever their diagnostics (the verdict then says so). ``laplace-mh`` is not tried after a ``laplace-is`` whose ``k̂`` exceeds
-    1 (its acceptance was below 0.02 wherever that was measured, docs/theory.md §9). An explicit
+    returned whatever their diagnostics (the verdict then says so). ``laplace-mh`` is not tried after a
+    ``laplace-is`` whose ``k̂`` exceeds 1 (its acceptance was below 0.02 wherever that was measured,
+    docs/theory.md §9). An explicit
     ``guided_samples`` too big for the memory is refused (``ValueError``), never left for ``wishart``. The
     expansion's proposal is computed once, by the first sampler that needs it
     (:class:`~bayes_attn.samplers.laplace.GuideOnce`; its cost counts in that sampler's seconds), and shared by
