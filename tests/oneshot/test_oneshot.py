@@ -552,6 +552,7 @@ def test_prune_writes_every_file_with_the_right_keys(tiny_run):
     assert set(saved["cumulative"]) == {"ascending", "descending", "random"}
     assert load_oneshot_spec(out / "spec.toml") == TINY
     # the file is the returned value, written by its one serialiser and read back by its one loader
+    assert saved.pop(prune_result.SHA256_KEY) == prune_result.content_sha256(saved)  # the file carries its hash
     assert prune_result.load_pruning(out) == result and saved == json.loads(json.dumps(prune_result.to_json(result)))
     # at every sampled width, the corrected theory against the exact posterior, the leading order beside it
     assert list(result.comparisons) == list(TINY.theory.sample_widths)
