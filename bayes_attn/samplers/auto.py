@@ -28,7 +28,7 @@ from .settings import AUTO, AUTO_ORDER, GUIDED, SamplerSettings
 
 __all__ = ["guided_refusal", "sample_auto"]
 
-log = logging.getLogger("bayes_attn.posterior")
+log = logging.getLogger(__name__)
 
 
 def sample_auto(sample: Callable, problem: tuple, cfg: SamplerSettings, options, progress_bar: bool,

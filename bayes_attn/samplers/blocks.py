@@ -218,10 +218,9 @@ def run(block: Callable[[int], Block], judge: Callable[[Block], tuple[list[str],
     """Draw ``block(0)``, ``block(1)``, ... (joined) until ``judge`` of all draws so far gives no reason, or the
     budget is spent: the next block would pass ``cfg.block_cap`` blocks (every block drawn counts, a dropped one
     too) or ``cfg.max_seconds`` (counted from ``t0``, the next block as long as the last one with its judging).
-    ``rewarm``: after a first
-    block whose warm-up failed, its draws are dropped and the blocks start again from the new warm-up (at most
-    :data:`REWARMS` times, while the budget allows). Returns what ``judge`` made of the last draws, and the
-    :class:`Stopping`."""
+    ``rewarm``: after a first block whose warm-up failed, its draws are dropped and the blocks start again from
+    the new warm-up (at most :data:`REWARMS` times, while the budget allows). Returns what ``judge`` made of the
+    last draws, and the :class:`Stopping`."""
     step, cap = cfg.block_draws, cfg.block_cap
     rewarmed: list[str] = []
     drawn = block(0)
