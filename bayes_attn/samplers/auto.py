@@ -51,7 +51,7 @@ def sample_auto(sample: Callable, problem: tuple, cfg: SamplerSettings, options,
     guide_of = GuideOnce()
     for i, name in enumerate(AUTO_ORDER):
         last = i + 1 == len(AUTO_ORDER)
-        if name == "laplace-mh" and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
+        if name == "laplace-mh" and not last and tried and tried[-1].get("pareto_k", 0.0) > 1.0:
             tried.append(_tried(name, 0.0, "not tried: laplace-is's k-hat {} > {} (weights without a finite mean: "
                                 "an independence chain on this proposal sticks)".format(
                                     *_checks.versus(tried[-1]["pareto_k"], 1.0, 2))))
