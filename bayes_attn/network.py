@@ -26,9 +26,9 @@ from . import kernels
 from ._internal import checks as _checks
 from .kernels import kernel_from_xi, path_kernel_from_xi
 
-__all__ = ["Network", "READOUTS", "Weights", "effective_weights", "forward_from_xi", "forward_token", "head_labels",
-           "order_parameter_labels", "order_parameters_from_partial_weights", "order_parameters_from_weights",
-           "partial_effective_weights"]
+__all__ = ["MAX_PRIOR_OVER_TEMPERATURE", "Network", "READOUTS", "Weights", "effective_weights", "forward_from_xi",
+           "forward_token", "head_labels", "order_parameter_labels", "order_parameters_from_partial_weights",
+           "order_parameters_from_weights", "partial_effective_weights"]
 
 READOUTS = ("last", "first", "mean")
 
@@ -43,6 +43,12 @@ class Weights[T](NamedTuple):
     V0: T
     V: tuple[T, ...]
     a: T
+
+
+MAX_PRIOR_OVER_TEMPERATURE = 1e12
+"""The largest prior variance of the output over the temperature accepted (:meth:`Network.check_scale`): beyond
+it ``K + T I`` is singular to float64's precision (``T`` below the rounding of ``K``'s entries, 2.2e-16 of them)
+with few digits left, and the theory would fail late ("action not finite") instead of at once."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,6 +191,19 @@ class Network:
     def check_inputs(self, x, name: str = "x") -> np.ndarray:
         """Validate a batch ``[P, T, N0]`` for this network."""
         return _checks.inputs(name, x, self.N0)
+
+    def check_scale(self, x: np.ndarray, temperature: float, name: str = "x") -> None:
+        """``ValueError`` where the prior variance of the output on checked inputs ``x`` ``[P, T, N0]`` is too
+        large for ``temperature`` (:data:`MAX_PRIOR_OVER_TEMPERATURE`; e.g. inputs at int64's extremes). The GP
+        kernel's diagonal (docs/theory.md §3) is at most ``prod(variances) max_token |x_token|² / N0``, since
+        attention averages tokens (softmax weights sum to 1): that bound is checked, computing nothing else."""
+        top = math.prod(self.variances) * float(np.max(np.einsum("ptn,ptn->pt", x, x))) / self.N0
+        if top > MAX_PRIOR_OVER_TEMPERATURE * temperature:
+            raise ValueError(
+                f"{name} is too large for temperature {temperature:g}: the prior variance of the output "
+                f"(prod(variances) max |token|² / N0 = {top:.3g}) over the temperature is {top / temperature:.3g}, "
+                f"above the {MAX_PRIOR_OVER_TEMPERATURE:g} float64 can resolve (K + T I would be singular to its "
+                "precision); rescale the inputs or raise the temperature")
 
     def attention_matrices(self, x) -> list[jax.Array]:
         """``Omega[l][h]`` for each layer: ``[P, H_l, T, T]`` (key, query), softmax over keys.

@@ -34,6 +34,7 @@ from . import gp
 from ._internal import checks as _checks
 from ._internal import io as _io
 from ._internal import threads
+from ._internal.compile_cache import for_library
 from ._internal.fingerprints import data_fingerprint, fingerprint
 from ._internal.precision import check_temperature, x64
 from .diagnostics import (
@@ -145,6 +146,7 @@ def _arguments(net: Network, x, y, temperature: float, x_test, sampler: str | Sa
     else:
         raise ValueError(f"sampler must be a sampler name or a SamplerSettings, got {type(sampler).__name__}")
     temperature = check_temperature(temperature, cfg.dtype)
+    net.check_scale(x, temperature)
     return x, y, temperature, x_test, cfg, Storage(bool(keep_weights), bool(keep_effective_weights))
 
 
@@ -190,6 +192,7 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
     smp = get(cfg.name)
     check_weights(smp, options)
     chain_method = resolve_chain_method(cfg.chain_method, cfg.num_chains)
+    for_library()  # the command's persistent compilation cache, unless the caller configured JAX's
 
     with x64(cfg.dtype == "float64"), threads.limits():
         thread_record = threads.record(chain_method)

@@ -38,6 +38,7 @@ Your own arrays (paths relative to the spec's folder)::
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,7 +125,8 @@ class Spec:
     """A whole run: task, network, temperature, sampler settings, comparison settings.
 
     Attributes:
-        name: the run's name: the default output folder is ``runs/<name>-N<width>`` (``bayes-attn run``).
+        name: the run's name: the default output folder is ``runs/<name>-N<width>`` (``bayes-attn run``); a spec
+            without it is named ``markov_4paths``, or after its data file for ``kind = "arrays"``.
         temperature: the likelihood temperature (the variance of the labels' Gaussian noise, docs/theory.md §1).
         task: ``[task]``: :class:`~bayes_attn.tasks.markov.MarkovTask` (``kind = "markov"``) or
             :class:`~bayes_attn.tasks.arrays.ArraysTask` (``kind = "arrays"``).
@@ -246,6 +248,15 @@ def _sections(kind: str, task: dict, network: dict, root: str) -> tuple:
     return at, an
 
 
+def _default_name(task) -> str:
+    """A spec without ``name``: an arrays task is named after its data file (``data.npz`` → ``data``, characters
+    a folder name may not hold replaced by ``_``), the Markov task ``markov_4paths``."""
+    if not isinstance(task, ArraysTask):
+        return Spec.name
+    stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", Path(task.file).stem).lstrip(".-")[:100]
+    return stem or "arrays"
+
+
 def spec_from_dict(data: dict, root: str | Path = ".") -> Spec:
     """Build and check a :class:`Spec` from a parsed TOML table (``root``: the folder its data files are relative
     to, the spec file's)."""
@@ -263,7 +274,7 @@ def spec_from_dict(data: dict, root: str | Path = ".") -> Spec:
     check_keys(sampler, "[sampler]")  # renamed keys get their own message
     task_, network = _sections(kind, task, data.get("network", {}), str(root))
     spec = Spec(
-        name=check_name(check_type("name", data.get("name", Spec.name), str)),
+        name=check_name(check_type("name", data.get("name", _default_name(task_)), str)),
         temperature=_checks.positive(
             "temperature", check_type("temperature", data.get("temperature", Spec.temperature), float)),
         task=task_,
@@ -273,7 +284,10 @@ def spec_from_dict(data: dict, root: str | Path = ".") -> Spec:
         cluster=dict(data.get("cluster", {})),
     )
     spec.check_size()
-    labels = spec.net().path_labels  # fail early on a bad network
+    net = spec.net()
+    labels = net.path_labels  # fail early on a bad network
+    if isinstance(spec.task, ArraysTask):  # inputs too large for the temperature: refused before any theory
+        net.check_scale(spec.task.arrays()["x"], spec.temperature, f"{spec.task.path}: x")
     for name, paths in spec.compare.gp_paths.items():
         bad = [p for p in paths if p not in labels]
         if bad or not paths:

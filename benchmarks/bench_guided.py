@@ -95,7 +95,7 @@ from harness import busy_cores  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from bayes_attn._internal.compile_cache import ENV_DIR, enable_compile_cache  # noqa: E402
+from bayes_attn._internal.compile_cache import ENV_DIR, ENV_OFF, enable_compile_cache  # noqa: E402
 
 F32 = ("laplace-is", "auto")  # the runs also made in float32 (labels ``<label>-f32``)
 
@@ -194,7 +194,7 @@ def in_fresh_process(N: int, n_test: int, quick: bool, label: str, cache: bool =
     first (its calls dropped), so that the calls returned find it warm, as the command's second run does."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "one.json"
-        env = os.environ | ({ENV_DIR: str(Path(tmp) / "cache")} if cache else {})
+        env = os.environ | ({ENV_DIR: str(Path(tmp) / "cache"), ENV_OFF: "0"} if cache else {})
         for _ in range(1 + cache):
             subprocess.run([sys.executable, __file__, "--widths", str(N), "--n-test", str(n_test), "--samplers",
                             label, "--out", str(out)] + ["--quick"] * quick + ["--compile-cache"] * cache,

@@ -118,11 +118,13 @@ def _bad(case):
         return d | {"y": d["y"] * 1e200}, a, "data.npz", "y must hold values of at most 1e+100"
     if case == "huge inputs":
         return d | {"x": d["x"] * 1e200}, a, "data.npz", "x must hold values of at most 1e+100"
+    if case == "int64 extremes":  # row 4: finite, but K + T I singular to float64's precision
+        return d | {"x": np.full(d["x"].shape, np.iinfo(np.int64).max)}, a, "data.npz", "x is too large for temperature"
     raise AssertionError(case)
 
 
 BAD = ["missing key", "wrong ndim", "N0 differs", "P differs", "NaN", "inf", "dtype", "labels", "missing layer",
-       "layer 10^9", "huge labels", "huge inputs"]
+       "layer 10^9", "huge labels", "huge inputs", "int64 extremes"]
 
 
 @pytest.mark.parametrize("case", BAD)
@@ -253,3 +255,12 @@ def test_an_alpha_sweep_needs_a_task_that_can_draw_more_sequences(tmp_path):
     with pytest.raises(ValueError, match="alpha_sweep .* task.kind = 'markov', got 'arrays'"):
         alpha_sweep(load_spec(_write(tmp_path)), tmp_path / "out", alpha=2.0, widths=[3])
     assert not (tmp_path / "out").exists()
+
+
+def test_an_arrays_spec_without_a_name_is_named_after_its_data_file(tmp_path):
+    """Issue 71 item 6: not ``markov_4paths``, whose runs it would otherwise write beside."""
+    d, a, _ = _arrays()
+    _write(tmp_path, spec=SPEC.replace('name = "mine"\n', "").replace('"data.npz"', '"my data.v2.npz"'))
+    np.savez(tmp_path / "my data.v2.npz", **d)
+    assert load_spec(tmp_path / "spec.toml").name == "my_data.v2"
+    assert load_spec(_write(tmp_path / "named")).name == "mine"

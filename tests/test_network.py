@@ -137,3 +137,21 @@ def test_bad_inputs():
         net.xi(x)
     with pytest.raises(ValueError, match="U must have shape"):
         net.kernel(np.eye(3), np.zeros((2, 4, 6)))
+
+
+def test_check_scale_bounds_the_gp_kernels_diagonal_and_refuses_beyond_float64():
+    """Issue 74 row 4: ``check_scale``'s bound ``prod(variances) max |token|² / N0`` is at least the GP kernel's
+    largest diagonal entry (computed independently, from ``net.kernel``), and inputs at int64's extremes are
+    refused by the theory and the samplers, naming ``x`` and the temperature, before anything is computed."""
+    net = ba.Network([np.random.default_rng(0).normal(size=(2, 4, 4)) for _ in range(2)], 3, [1.3, 0.7, 2.0, 0.9])
+    x = np.random.default_rng(1).normal(size=(9, 5, 4)) * np.array([1.0, 3.0, 0.5, 2.0])
+    diag = np.diag(np.asarray(net.kernel(net.gp_U, x)))
+    bound = math.prod(net.variances) * np.max(np.sum(x**2, axis=-1)) / net.N0
+    assert diag.max() <= bound * (1 + 1e-6) and diag.max() > bound / 20  # an upper bound, and not a loose one
+    net.check_scale(x, bound / ba.network.MAX_PRIOR_OVER_TEMPERATURE * 1.01)  # just inside: accepted
+    huge = np.full(x.shape, np.iinfo(np.int64).max)
+    y = np.sign(np.arange(9) - 4.5)
+    for call in (lambda: ba.solve_theory(net, huge, y, temperature=0.1),
+                 lambda: ba.posterior.check_sampling(net, huge, y, temperature=0.1, sampler="collapsed")):
+        with pytest.raises(ValueError, match=r"^x is too large for temperature 0.1: .* rescale the inputs"):
+            call()

@@ -120,6 +120,22 @@ def test_save_load_round_trip_is_exact(tiny_full, tmp_path):
 
 
 @pytest.mark.slow
+def test_posterior_nc_opens_as_docs_files_says(tiny_full, tmp_path):
+    """docs/files.md: ``xr.open_dataset`` shows the root only (no variables); ``xr.open_datatree`` and ArviZ read
+    the groups, equal to the posterior's own."""
+    import arviz as az
+
+    post = tiny_full[-1]
+    path = post.save(tmp_path / "posterior.nc")
+    with xr.open_dataset(path) as root:
+        assert not root.data_vars
+    with xr.open_datatree(path) as tree:
+        np.testing.assert_array_equal(tree["posterior"]["U"].values, post.tree["posterior"]["U"].values)
+        got = az.summary(tree, var_names=["Ua"])
+    assert got.equals(az.summary(post.tree, var_names=["Ua"]))
+
+
+@pytest.mark.slow
 def test_summary_is_computed_once_per_posterior(tiny_full, tmp_path, monkeypatch):
     """``summary()`` runs ArviZ (:func:`~bayes_attn.diagnostics.summary_table`) once per Posterior (``auto``,
     ``sample`` and ``compare`` all read it) and returns the same object after; a copy loaded from disk computes its

@@ -416,3 +416,33 @@ def test_unreadable_cache_entries_are_one_line_and_recompiled(tmp_path):
     accuracy = [[line for line in run.stdout.splitlines() if line.startswith("test accuracy")]
                 for run in (first, second, third)]
     assert accuracy[0] == accuracy[1] == accuracy[2] and accuracy[0]
+
+
+_API_SOLVE = """
+import sys
+import jax
+if sys.argv[1] != "-":
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])  # the caller's own configuration
+import numpy as np
+import bayes_attn as ba
+net, x, _ = ba.calibration.random_problem((1,), width=3, N0=3, T=2, P=6, P_test=2, seed=0)
+ba.solve_theory(net, x, np.sign(np.arange(6) - 2.5), temperature=0.5)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["default", "opted out", "caller's own cache"])
+def test_the_api_uses_the_commands_cache_unless_told_or_configured_otherwise(tmp_path, case):
+    """Issue 71 item 6: the first ``solve_theory`` of a process turns the command's persistent cache on
+    (:func:`~bayes_attn._internal.compile_cache.for_library`); ``BAYES_ATTN_NO_COMPILE_CACHE=1`` opts out, and a
+    cache the caller configured in JAX is left as it is."""
+    env = {k: v for k, v in os.environ.items() if k not in (compile_cache.ENV_OFF, "JAX_COMPILATION_CACHE_DIR")}
+    env[compile_cache.ENV_DIR] = str(tmp_path / "ours")
+    if case == "opted out":
+        env[compile_cache.ENV_OFF] = "1"
+    own = str(tmp_path / "theirs") if case == "caller's own cache" else "-"
+    subprocess.run([sys.executable, "-c", _API_SOLVE, own], env=env, check=True, capture_output=True, text=True)
+    ours = list((tmp_path / "ours").glob("*")) if (tmp_path / "ours").exists() else []
+    assert bool(ours) is (case == "default"), ours
+    if case == "caller's own cache":
+        assert list((tmp_path / "theirs").glob("*-cache")), "the caller's cache holds the programs"

@@ -1,14 +1,16 @@
-"""JAX's persistent compilation cache for the ``bayes-attn`` command.
+"""JAX's persistent compilation cache for the ``bayes-attn`` command and the library.
 
 Compiling the theory's and the samplers' programs dominates a short run of
 the command. With the cache each program compiles once per machine, JAX
 version and shape; later runs load it from disk. The command turns the cache
-on (the library leaves JAX's configuration as the caller set it); the folder
-is the user's cache folder, never an output folder:
+on, and so does the library's first theory solve or sampling call
+(:func:`for_library`) unless the caller configured JAX's cache already; the
+folder is the user's cache folder, never an output folder:
 
     $BAYES_ATTN_COMPILE_CACHE, else $XDG_CACHE_HOME/bayes_attn/jax, else ~/.cache/bayes_attn/jax
 
-``--no-compile-cache`` or ``BAYES_ATTN_NO_COMPILE_CACHE=1`` turn it off. A
+``--no-compile-cache`` or ``BAYES_ATTN_NO_COMPILE_CACHE=1`` (the library's
+opt-out too) turn it off. A
 Dask sweep can hand :func:`cache_dir` to its workers
 (``JAX_COMPILATION_CACHE_DIR``) so that they share it.
 
@@ -47,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["ENV_DIR", "ENV_NO_EXPORTED", "ENV_OFF", "UNREADABLE", "cache_dir", "disabled_by_env",
-           "enable_compile_cache", "exported_jit", "own_folder", "program_key"]
+           "enable_compile_cache", "exported_jit", "for_library", "own_folder", "program_key"]
 
 ENV_DIR = "BAYES_ATTN_COMPILE_CACHE"
 ENV_OFF = "BAYES_ATTN_NO_COMPILE_CACHE"
@@ -111,6 +113,25 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     _exported_dir = None if disabled_by_env(ENV_NO_EXPORTED) else folder / "exported"
     _one_line_for_unreadable_entries(folder)
     return folder
+
+
+_library_checked = False
+
+
+def for_library() -> Path | None:
+    """The library's own entry points (``solve_theory``, ``gp_limit``, ``sample_posterior``) call this first: once
+    per process it turns the command's cache on (:func:`enable_compile_cache`), unless the caller configured JAX's
+    cache already (``jax_compilation_cache_dir`` set, or ``jax_enable_compilation_cache`` off) or set
+    ``BAYES_ATTN_NO_COMPILE_CACHE=1``, the opt-out. Returns the folder it turned on, else ``None``."""
+    global _library_checked
+    if _library_checked:
+        return None
+    _library_checked = True
+    import jax
+
+    if jax.config.jax_compilation_cache_dir or not jax.config.jax_enable_compilation_cache:
+        return None
+    return enable_compile_cache()
 
 
 UNREADABLE = "Error reading persistent compilation cache entry"

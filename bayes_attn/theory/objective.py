@@ -148,6 +148,7 @@ def check_problem(net, x, y, temperature) -> tuple[np.ndarray, np.ndarray, float
     x = net.check_inputs(x, "x")
     y = _checks.labels("y", y, x.shape[0])
     temperature = _checks.positive("temperature", temperature)
+    net.check_scale(x, temperature)
     return x, y, temperature
 
 

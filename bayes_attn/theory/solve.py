@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._internal import checks as _checks
+from .._internal.compile_cache import for_library
 from .._internal.precision import float64
 from ..kernels import Basis
 from ..network import Network
@@ -79,6 +80,7 @@ def solve_theory(
         Us0 = gp_order_parameters(net)[0]
     else:
         Us0 = check_order_parameters("init", init, net)
+    for_library()  # the command's persistent compilation cache, unless the caller configured JAX's
     t0 = time.perf_counter()
     problem = make_problem(net, x, y, temperature, basis=basis)
     res = _minimise(solver, Us0, problem, net, y, temperature)
@@ -140,6 +142,7 @@ def gp_limit(net: Network, x, y, *, temperature: float, basis: Basis | None = No
     :func:`solve_theory`.
     """
     x, y, temperature = check_problem(net, x, y, temperature)
+    for_library()
     t0 = time.perf_counter()
     problem = make_problem(net, x, y, temperature, basis=basis)
     theta = pack(gp_order_parameters(net)[0])
