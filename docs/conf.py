@@ -9,8 +9,7 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import api_reference  # noqa: E402  (docs/api_reference.py, docs/spec_reference.py: beside this file)
-import spec_reference  # noqa: E402
+import api_reference  # noqa: E402  (docs/api_reference.py: beside this file)
 
 project = "bayes_attn"
 author = "the bayes_attn developers"
@@ -49,4 +48,3 @@ sphinx_gallery_conf = {
 
 api_reference.write_pages(HERE / "api")  # one page per public name (docs/api/<name>.rst)
 api_reference.write_groups(HERE / "_generated" / "api")  # the tables by workflow docs/api.md includes
-spec_reference.write_tables(HERE / "_generated" / "spec")  # the tables docs/spec.md includes

@@ -1,9 +1,11 @@
-"""The spec reference's tables, generated from the spec dataclasses (docs/spec.md includes them).
+"""The spec reference's tables, generated from the spec dataclasses and committed in docs/spec.md.
 
-:func:`write_tables` writes one Markdown table per spec table into ``docs/_generated/spec/`` before the build
-(``docs/conf.py`` calls it): key, type, default and meaning, the meaning read from the ``Attributes:`` (or
-``Args:``) section of the class's docstring. Fields with ``metadata={"spec": False}`` are not keys and are left
-out. tests/test_spec_reference.py checks that every key of every table has a row with a meaning.
+One Markdown table per spec table (:func:`tables`): key, type, default and meaning, the meaning read from the
+``Attributes:`` (or ``Args:``) section of the class's docstring. Fields with ``metadata={"spec": False}`` are not
+keys and are left out. Each sits in docs/spec.md between ``<!-- spec-table: STEM -->`` and
+``<!-- end spec-table -->``, so that the page read from the source has them; ``python docs/spec_reference.py``
+rewrites them (:func:`render`). tests/test_spec_reference.py checks that the page is current and that every key of
+every table has a row with a meaning.
 """
 
 from __future__ import annotations
@@ -149,13 +151,22 @@ def tables() -> dict[str, str]:
     return out
 
 
-def write_tables(folder: Path) -> list[Path]:
-    """Write :func:`tables` as ``folder/<stem>.md`` (a file is rewritten only when its text changes)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for stem, text in tables().items():
-        page = folder / f"{stem}.md"
-        if not page.exists() or page.read_text() != text:
-            page.write_text(text)
-        written.append(page)
-    return written
+PAGE = Path(__file__).resolve().parent / "spec.md"
+BLOCK = re.compile(r"^<!-- spec-table: ([\w-]+) -->\n.*?^<!-- end spec-table -->$", flags=re.S | re.M)
+"""One generated table of docs/spec.md, between its markers."""
+
+
+def render(page: str) -> str:
+    """``page`` with every generated table (:data:`BLOCK`) as :func:`tables` gives it now (``KeyError`` for a
+    stem that has no table)."""
+    now = tables()
+    return BLOCK.sub(lambda m: f"<!-- spec-table: {m.group(1)} -->\n{now[m.group(1)]}<!-- end spec-table -->", page)
+
+
+def stems(page: str) -> list[str]:
+    """The stems of the generated tables in ``page``, in order."""
+    return BLOCK.findall(page)
+
+
+if __name__ == "__main__":
+    PAGE.write_text(render(PAGE.read_text()))
