@@ -253,6 +253,7 @@ def cmd_sweep(args) -> int:
     from ._internal.compile_cache import cache_dir, disabled_by_env
     from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
     from .sweep.table import sweep, sweep_verdict
+    from .sweep.temperature import CHOSEN_SPEC, choice_lines
 
     spec, out = _setup(args, sampler=False)
     sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
@@ -268,8 +269,9 @@ def cmd_sweep(args) -> int:
                executor=None if isinstance(executor, InProcess) else executor,
                progress_bar=not args.no_progress, force=args.force)
     for names in (["accuracy_theory", "accuracy_validation_theory"], ["accuracy_gp"],
-                  ["best_temperature_theory", "accuracy_theory_at_best"],
-                  ["accuracy_sampled", "accuracy_sampled_se", "verdict", "alternative_verdict"],
+                  ["best_temperature_theory", "best_temperature_margin", "accuracy_theory_at_best"],
+                  ["accuracy_sampled", "accuracy_sampled_se", "accuracy_sampled_test_se", "verdict",
+                   "alternative_verdict"],
                   ["check_value", "check_mcse", "check_gap"],
                   ["alternative_check_value", "alternative_check_mcse", "alternative_check_gap"]):
         if all(n in ds for n in names):
@@ -281,7 +283,10 @@ def cmd_sweep(args) -> int:
             print(f"{corr or 'none'} theory: U gap ~ N^-slope, "
                   + (f"slope {slope:.2f} ± {se:.2f}" if estimated else "slope not estimated")
                   + f" ({points} widths above the noise floor)")
-    print(f"wrote {out}/sweep.nc and figures (verdict: {ds.attrs['verdict']})")
+    for line in choice_lines(ds):
+        print(line)
+    chosen = f"; {out}/{CHOSEN_SPEC}: the spec at the pooled temperature" if "pooled_temperature" in ds else ""
+    print(f"wrote {out}/sweep.nc and figures{chosen} (verdict: {ds.attrs['verdict']})")
     failed = json.loads(ds.attrs["failed_jobs"])
     if failed:
         log.warning(f"{len(failed)} job(s) failed: " + "; ".join(f["job"] for f in failed) + ". sweep.nc holds what "

@@ -19,7 +19,11 @@ run). Levers (``wishart`` from the expansion's mode with its metric, 4 chains, `
 - ``blocks-float64``: ``blocks`` in float64;
 - ``rule``: blocks of 50 until the convergence rule holds (``bayes_attn.diagnostics``: each group's R-hat within
   its bound, bulk and tail ESS of 800 with 4 chains) and the checks' own statistics converged, at most 1200 s;
-- ``rule-2chains``: the same with 2 chains (one a core; the rule asks 400).
+- ``rule-2chains``: the same with 2 chains (the rule asks 400), one after the other (``chain_method="auto"`` in a
+  process of one CPU device, as the library's API runs them);
+- ``rule-2chains-parallel``: the same, the chains side by side, one CPU device each (as the command runs them:
+  ``bayes-attn`` sets a device per chain); ``rule-2chains-parallel-warmup50``: after 50 warm-up iterations (the
+  metric comes from the expansion; warm-up adapts the step size only).
 
 Measured per point: the sampling stage's wall time (compilation included), draws per chain, max R-hat and min bulk
 ESS over every observable, whether the targets were met (the stopping record), the verdict, the load average.
@@ -59,6 +63,10 @@ LEVERS = {
                            dtype="float64"),
     "rule": dict(num_warmup=150, num_samples=50, max_tree_depth=5, max_seconds=1200.0),
     "rule-2chains": dict(num_warmup=150, num_samples=50, max_tree_depth=5, max_seconds=1200.0, num_chains=2),
+    "rule-2chains-parallel": dict(num_warmup=150, num_samples=50, max_tree_depth=5, max_seconds=1200.0,
+                                  num_chains=2, chain_method="parallel"),
+    "rule-2chains-parallel-warmup50": dict(num_warmup=50, num_samples=50, max_tree_depth=5, max_seconds=1200.0,
+                                           num_chains=2, chain_method="parallel"),
 }
 """Each lever's sampler settings (over ``wishart``, 4 chains, float32, seed 0)."""
 
@@ -130,6 +138,9 @@ def worker(run: str, lever: str, quick: bool) -> dict:
 def measure(run: str, lever: str, quick: bool) -> dict:
     """:func:`worker` in a fresh process, the compilation cache off: a cold start."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), BAYES_ATTN_NO_COMPILE_CACHE="1", JAX_ENABLE_COMPILATION_CACHE="false")
+    if LEVERS[lever].get("chain_method") == "parallel":  # a CPU device per chain, as the command sets them
+        chains = LEVERS[lever].get("num_chains", 4)
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={chains}".strip()
     args = [sys.executable, __file__, "--worker", run, lever] + (["--quick"] if quick else [])
     t0 = time.perf_counter()
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)

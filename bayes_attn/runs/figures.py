@@ -141,18 +141,52 @@ def alignment(theory: Theory, gp: Theory, path, n_pcs: int = 20) -> Path:
     return _save(fig, path)
 
 
+def _runs_of_equal(values: np.ndarray) -> list[slice]:
+    """The index ranges over which ``values`` stays the same (a line is drawn within each, never across)."""
+    cuts = [0, *(i for i in range(1, len(values)) if values[i] != values[i - 1]), len(values)]
+    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=False)]
+
+
+def _theory_lines(ax, w: np.ndarray, values: np.ndarray, temps: np.ndarray | None, **style) -> list:
+    """The theory against width: one line, or (a temperature grid's view, each width at its own best
+    temperature ``temps``) one line per run of widths at the same temperature, in one colour."""
+    if temps is None:
+        return ax.plot(w, values, **style)
+    lines: list = []
+    for part in _runs_of_equal(temps):
+        lines += ax.plot(w[part], values[part], **(style | ({"label": None, "color": lines[0].get_color()}
+                                                            if lines else {})))
+    return lines
+
+
+def _temperature_labels(ax, w: np.ndarray, temps: np.ndarray | None) -> None:
+    """``T=…`` above each width, at the top of the panel: the temperature its theory points are at."""
+    for x, t in zip(w, [] if temps is None else temps, strict=False):
+        ax.text(x, 1.01, f"T={t:g}", transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=6,
+                rotation=90 if len(w) > 6 else 0)
+
+
 def sweep_accuracy(ds: xr.Dataset, path) -> Path:
-    """Paper Fig. 2c: test accuracy vs N (theory line, sampled points, GP lines) and U entries vs N."""
+    """Paper Fig. 2c: test accuracy vs N (theory line, sampled points, GP lines) and U entries vs N.
+
+    A temperature grid's view (:func:`~bayes_attn.sweep.best_temperature_view`: every width at its own best
+    validation temperature) labels each theory point with its temperature and draws no line between widths at
+    different temperatures, so that a change of temperature is not read as a change with width."""
     fig, axes = _subplots(1, 2, figsize=(12, 4.6))
     w = ds["width"].values
+    temps = ds["best_temperature_theory"].values if "best_temperature_theory" in ds else None
+    at_best = "" if temps is None else ", each width at its best validation T"
     ax = axes[0]
-    ax.plot(w, ds["accuracy_theory"], "o-", color="tab:orange", label="theory (finite width)")
+    _theory_lines(ax, w, ds["accuracy_theory"].values, temps, marker="o", color="tab:orange",
+                  label="theory (finite width)" + at_best)
     if "sample_width" in ds.dims and ds.sizes["sample_width"]:
         se = ds["accuracy_sampled_se"].values
         sampler = json.loads(ds.attrs.get("sampler_settings", "{}")).get("name", "exact posterior")
+        test_se = ("" if "accuracy_sampled_test_se" not in ds else
+                   f"; test-set error ±{float(np.nanmax(ds['accuracy_sampled_test_se'].values)):.3f} (not shown)")
         ax.errorbar(ds["sample_width"], ds["accuracy_sampled"], yerr=se, fmt="s", ms=7, color="black", capsize=3,
                     label=f"sampled ({sampler}), ±1 s.e. over chains" + (" (none: < 3 chains)" if np.isnan(se).any()
-                                                                          else ""))
+                                                                          else "") + test_se)
         bad = inconclusive_points(ds)
         if bad.any():
             ax.scatter(ds["sample_width"].values[bad], ds["accuracy_sampled"].values[bad], **INCONCLUSIVE,
@@ -165,7 +199,8 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     plain_log_ticks(ax, "x")
     ax.set_xlabel("width N")
     ax.set_ylabel("test accuracy")
-    ax.set_title("Test accuracy vs width")
+    ax.set_title("Test accuracy vs width", pad=None if temps is None else 30)
+    _temperature_labels(ax, w, temps)
     ax.legend(fontsize=8)
     ax = axes[1]
     labels = list(ds["path"].values)
@@ -174,7 +209,8 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
         for j in range(i, len(labels)):
             q = labels[j]
             suffix = f" ({names[p]})" if i == j and p in names else ""
-            line = ax.plot(w, ds["U_theory"].sel(path=p, path_=q), "-", label=f"U[{p}, {q}]{suffix}")
+            line = _theory_lines(ax, w, ds["U_theory"].sel(path=p, path_=q).values, temps, ls="-",
+                                 label=f"U[{p}, {q}]{suffix}")
             if "sample_width" in ds.dims and ds.sizes["sample_width"]:
                 ax.errorbar(ds["sample_width"], ds["U_sampled"].sel(path=p, path_=q),
                             yerr=2 * ds["U_mcse"].sel(path=p, path_=q), fmt="o", color=line[0].get_color(), ms=4)
@@ -186,7 +222,9 @@ def sweep_accuracy(ds: xr.Dataset, path) -> Path:
     plain_log_ticks(ax, "x")
     ax.set_xlabel("width N")
     ax.set_ylabel("U entry (lines: theory; points: sampled ±2 MCSE)")
-    ax.set_title("Order parameter vs width")
+    ax.set_title("Order parameter vs width" + ("" if temps is None else " (each width at its best validation T)"),
+                 pad=None if temps is None else 30)
+    _temperature_labels(ax, w, temps)
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
 

@@ -37,9 +37,10 @@ from ..runs import figures
 from ..runs.pipeline import gp_accuracies, point_of, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
-from ..stats import accuracy, choose_temperature, power_law_slope
+from ..stats import accuracy, binomial_se, choose_temperature, power_law_slope
 from ..tasks.markov import MarkovTask
 from .executors import DaskLocal, Executor, InProcess, Job, job_seed, run_jobs
+from .temperature import CHOSEN_SPEC, best_temperature_view, choose_temperatures, chosen_spec
 
 __all__ = ["CACHE_VERSION", "MIN_CHAINS_SE", "SWEEP_FILES", "THEORY_VARS", "alpha_sweep", "best_temperature_view",
            "run_job", "sample_job", "sweep", "sweep_jobs", "sweep_verdict", "theory_job"]
@@ -334,6 +335,8 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         stage.record.update(failed_jobs=failed, jobs=len(jobs), verdict=ds.attrs["verdict"])
         _io.save(ds, stage.path("sweep.nc"))
         _sweep_figures(ds, spec, stage)
+        if "pooled_temperature" in ds:
+            stage.path(CHOSEN_SPEC).write_text(chosen_spec(spec, ds).to_toml())
     return ds
 
 
@@ -370,6 +373,19 @@ def _sampled_points(ds: xr.Dataset) -> list[tuple[str, str]]:
             for j, v in enumerate(np.atleast_1d(ds["verdict"].isel(sample_width=i).values))]
 
 
+def _test_set_errors(ds: xr.Dataset, n_test: int) -> None:
+    """Beside each accuracy's sampling error, the test set's own: the binomial standard error on ``n_test``
+    examples (``accuracy_theory_test_se``, ``accuracy_sampled_test_se``), each named in its attributes."""
+    for acc in ("accuracy_theory", "accuracy_sampled"):
+        if acc in ds:
+            ds[f"{acc}_test_se"] = xr.apply_ufunc(binomial_se, ds[acc], kwargs={"n": n_test})
+            ds[f"{acc}_test_se"].attrs.update(
+                long_name="test-set error", note=f"binomial standard error of the accuracy on the {n_test} test "
+                "examples: how far another test set of this size could move it")
+    if "accuracy_sampled_se" in ds:
+        ds["accuracy_sampled_se"].attrs["long_name"] = "sampling error"
+
+
 def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, validation) -> xr.Dataset:
     """``sweep.nc``'s table from the finished jobs (widths with a failed job at some temperature are left out)."""
     _, _, xt, yt = data
@@ -393,6 +409,7 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
                  for temp in temps]
         ds = ds.merge(xr.concat(per_temp, dim=xr.DataArray(temps, dims="temperature", name="temperature"),
                                 coords="minimal", compat="override"))
+    _test_set_errors(ds, len(yt))
     if "alternative_check_gap" in ds:
         ds.attrs.update(correction=spec.compare.correction,
                         alternative_correction="none" if spec.compare.correction == "laplace" else "laplace")
@@ -403,11 +420,7 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
         ds.attrs["temperature"] = temps[0]
         return ds
     if widths:
-        val, ok = ds["accuracy_validation_theory"], ds["converged_theory"]
-        idx = [choose_temperature(val.sel(width=N).values, ok.sel(width=N).values) for N in ds["width"].values]
-        best = xr.DataArray(np.asarray(temps)[idx], coords={"width": ds["width"]}, dims="width", name="temperature")
-        ds["best_temperature_theory"] = best
-        ds["accuracy_theory_at_best"] = _at(ds["accuracy_theory"], best)
+        ds = choose_temperatures(ds, len(validation[1]))
     i = choose_temperature(gp_val)
     ds["best_temperature_gp"] = temps[i]
     ds["accuracy_gp_at_best"] = ds["accuracy_gp"].isel(temperature=i)
@@ -415,31 +428,7 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
     return ds
 
 
-def best_temperature_view(ds: xr.Dataset) -> xr.Dataset:
-    """A one-temperature view of a temperature-grid sweep: every width at its best temperature (theory's choice)."""
-    if "temperature" not in ds.dims:
-        return ds
-    best = ds["best_temperature_theory"]
-    view = ds.drop_dims("temperature").assign(
-        accuracy_theory=_at(ds["accuracy_theory"], best),
-        U_theory=_at(ds["U_theory"], best),
-        accuracy_gp=_at(ds["accuracy_gp"], float(ds["best_temperature_gp"])),
-    )
-    if "sample_width" in ds.dims:
-        sampled = ds["sample_width"].values
-        at = xr.DataArray(best.sel(width=sampled).values, coords={"sample_width": sampled}, dims="sample_width")
-        for v in ("U_sampled", "U_mcse", "accuracy_sampled", "accuracy_sampled_se", "verdict"):
-            view[v] = _at(ds[v], at)
-    return view
-
-
-def _at(da: xr.DataArray, temperature) -> xr.DataArray:
-    """``da`` at ``temperature`` (one, or one per width) without the selected temperatures as a coordinate: the
-    theory's choice per width and the GP limit's single choice would otherwise clash when put in one Dataset."""
-    return da.sel(temperature=temperature).drop_vars("temperature")
-
-
-SWEEP_FILES = ("sweep.nc", "accuracy_vs_width.png", "finite_size.png", "order_parameter_sd.png")
+SWEEP_FILES = ("sweep.nc", "accuracy_vs_width.png", "finite_size.png", "order_parameter_sd.png", CHOSEN_SPEC)
 """Every file :func:`sweep` may write into its folder (besides ``manifest.json`` and the ``widths/`` cache)."""
 
 

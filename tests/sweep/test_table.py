@@ -1,5 +1,6 @@
 """The sweep's jobs, their per-job files and the assembled table (bayes_attn.sweep.table)."""
 
+import dataclasses
 import json
 import tomllib
 
@@ -11,7 +12,7 @@ from conftest import THEORY_ONLY, TINY, forbid_calls
 from bayes_attn import experiment
 from bayes_attn import posterior as ba_posterior
 from bayes_attn import theory as ba_theory
-from bayes_attn.spec import spec_from_dict
+from bayes_attn.spec import load_spec, spec_from_dict
 from bayes_attn.sweep import job_seed, table
 
 
@@ -150,6 +151,20 @@ def test_temperature_grid_picks_the_best_on_validation_not_test(tmp_path):
         assert float(ds["accuracy_theory_at_best"].sel(width=N)) == at_best
     assert float(ds["best_temperature_gp"]) == temps[int(np.argmax(ds["accuracy_gp_validation"].values))]
     assert (tmp_path / "grid" / "accuracy_vs_width.png").exists()
+    # issue 71 item 5: each choice's lead in standard errors, the pooled choice as a spec that runs, test-set errors
+    n_val, n_test = len(spec.validation()[1]), len(spec.data()[3])
+    for N in (3, 30):
+        val = np.sort(ds["accuracy_validation_theory"].sel(width=N).values)[::-1]
+        se = np.hypot(*np.sqrt(val[:2] * (1 - val[:2]) / n_val))
+        want = np.inf if val[0] > val[1] and se == 0 else (val[0] - val[1]) / se if se else 0.0
+        assert float(ds["best_temperature_margin"].sel(width=N)) == pytest.approx(want)
+    pooled = temps[int(np.argmax(ds["accuracy_validation_theory"].mean("width").values))]
+    assert float(ds["pooled_temperature"]) == pooled
+    chosen = load_spec(tmp_path / "grid" / "chosen.toml")
+    assert chosen.temperature == pooled and dataclasses.replace(chosen, temperature=spec.temperature) == spec
+    acc = ds["accuracy_theory"].values
+    np.testing.assert_allclose(ds["accuracy_theory_test_se"].values, np.sqrt(acc * (1 - acc) / n_test))
+    assert ds["accuracy_theory_test_se"].attrs["long_name"] == "test-set error"
     with pytest.raises(ValueError, match="sample_widths must be among widths"):
         table.sweep(spec, tmp_path / "bad", temperatures=temps, widths=[30], sample_widths=[3])
 
@@ -175,6 +190,58 @@ def test_best_temperature_view_where_the_theory_and_the_gp_limit_choose_differen
     assert view["accuracy_theory"].values.tolist() == [0.0, 5.0]
     assert view["U_theory"].values[:, 0, 0].tolist() == [0.0, 5.0]
     assert float(view["accuracy_gp"]) == 0.6 and view["accuracy_sampled"].values.tolist() == [10.0]
+
+
+def test_a_grid_choice_within_noise_says_so():
+    """A lead of 0.02 in accuracy is 0.35 standard errors on 100 validation examples (within noise) and 11 on
+    100,000; a single eligible temperature leads by ``inf``."""
+    from bayes_attn.sweep import temperature
+
+    assert temperature.margin([0.78, 0.80, 0.5], 100) == pytest.approx(0.02 / np.hypot(0.04, np.sqrt(0.1716) / 10))
+    assert temperature.margin([0.78, 0.80], 100_000) > 10
+    assert temperature.margin([0.78, 0.80], 100, eligible=[False, True]) == np.inf
+    ds = xr.Dataset({"pooled_temperature": 0.3, "pooled_temperature_margin": 0.35,
+                     "best_temperature_theory": ("width", [0.3, 3.0]), "best_temperature_margin": ("width", [5.0, 1.2])},
+                    coords={"width": [3, 30]})
+    lines = temperature.choice_lines(ds)
+    assert "0.3" in lines[0] and "(within noise)" in lines[0]
+    assert len(lines) == 2 and lines[1].startswith("N=30: the best temperature 3 leads") and "within noise" in lines[1]
+
+
+def test_a_grid_sweeps_figure_labels_each_widths_temperature_and_breaks_the_line_where_it_changes(tmp_path):
+    """Issue 71 item 5: the view puts each width at its own best temperature; the panels say which (``T=…`` above
+    each width) and draw no line across a change of temperature (the unlabelled joined line made a peak that
+    sweep.nc does not have)."""
+    from bayes_attn.runs import figures
+
+    temps = [0.01, 0.3]
+    ds = xr.Dataset(
+        {"accuracy_theory": (("width", "temperature"), [[0.6, 0.7], [0.8, 0.9], [0.7, 0.75]]),
+         "U_theory": (("width", "temperature", "path", "path_"), np.ones((3, 2, 1, 1))),
+         "accuracy_gp": ("temperature", [0.5, 0.6]), "best_temperature_gp": 0.3,
+         "best_temperature_theory": ("width", [0.01, 0.01, 0.3])},
+        coords={"width": [3, 10, 30], "temperature": temps, "path": ["1-1"], "path_": ["1-1"]})
+    view = table.best_temperature_view(ds).assign(gp_model=["whole"])
+    view["accuracy_gp"] = view["accuracy_gp"].expand_dims(gp_model=["whole"])
+    calls = []
+    real = figures.Figure.subplots
+
+    def spy(fig, *a, **k):
+        calls.append(real(fig, *a, **k))
+        return calls[-1]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(figures.Figure, "subplots", spy)
+        figures.sweep_accuracy(view, tmp_path / "a.png")
+    for ax in calls[0]:
+        assert [t.get_text() for t in ax.texts] == ["T=0.01", "T=0.01", "T=0.3"]
+        assert "best validation T" in ax.get_title() or any("best validation T" in lbl
+                                                            for lbl in ax.get_legend_handles_labels()[1])
+    for ax in calls[0]:
+        xs = [[int(v) for v in line.get_xdata()] for line in ax.get_lines() if line.get_xdata()[0] >= 3]
+        assert [3, 10] in xs and [30] in xs and [3, 10, 30] not in xs, xs
+        split = [line.get_color() for line in ax.get_lines() if list(line.get_xdata()) in ([3, 10], [30])]
+        assert len(set(split)) == 1  # one theory curve, in one colour
 
 
 def test_job_seeds_do_not_depend_on_the_folder():
