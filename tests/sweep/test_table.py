@@ -201,8 +201,8 @@ def test_a_grid_choice_within_noise_says_so():
     assert temperature.margin([0.78, 0.80], 100_000) > 10
     assert temperature.margin([0.78, 0.80], 100, eligible=[False, True]) == np.inf
     ds = xr.Dataset({"pooled_temperature": 0.3, "pooled_temperature_margin": 0.35,
-                     "best_temperature_theory": ("width", [0.3, 3.0]), "best_temperature_margin": ("width", [5.0, 1.2])},
-                    coords={"width": [3, 30]})
+                     "best_temperature_theory": ("width", [0.3, 3.0]),
+                     "best_temperature_margin": ("width", [5.0, 1.2])}, coords={"width": [3, 30]})
     lines = temperature.choice_lines(ds)
     assert "0.3" in lines[0] and "(within noise)" in lines[0]
     assert len(lines) == 2 and lines[1].startswith("N=30: the best temperature 3 leads") and "within noise" in lines[1]
