@@ -1,11 +1,11 @@
 # Quick start:  make demo   (install, then run the main job on the embedded default)
-#               make test   (install with the test extra, then run the whole test suite)
+#               make test   (install with the test extra, then run the tests; `make validate`: the validation tier)
 #               make test-fast (the inner loop: every test not marked slow)
 PYTHON ?= $(shell scripts/find-python)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 
-.PHONY: install install-test install-docs install-lint demo test test-fast lint docs robustness bench clean
+.PHONY: install install-test install-docs install-lint demo test validate test-fast lint docs robustness bench clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.12 found"; exit 1; }
@@ -39,15 +39,21 @@ demo: install
 # run on one worker (tests/conftest.py: SHARED_FIXTURES)
 PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
+# two tiers (pyproject.toml's markers): `make test` every unit and integration test and the fast statistical
+# checks; `make validate` the samplers' statistical validation (SBC, agreement with an exact sampler) and the fuzz
+# test. CI runs both
 test: install-test
-	$(PYTEST)
+	$(PYTEST) -m "not validate"
+
+validate: install-test
+	$(PYTEST) -m validate
 
 # the inner loop compiles with LLVM's optimisation off (XLA's CPU backend, level 0 of 2): its programs
 # compile faster and run slower, which the short tests gain from (103 s against 147 s on a quiet 2-core
 # machine, 2026-12-04; the whole suite lost: 575 s against 490 s). Results differ from the optimised
 # programs' in the last bits, within every tolerance; `make test` (CI) compiles as users' runs do
 test-fast: install-test
-	XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0" $(PYTEST) -m "not slow"
+	XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0" $(PYTEST) -m "not slow and not validate"
 
 # the documentation site (docs/, Sphinx with MyST, the PyData theme, sphinx-gallery over examples/, autodoc,
 # sphinx-argparse) into docs/_build/html, warnings as errors; the gallery's examples are executed

@@ -202,9 +202,9 @@ class Comparison:
 
     @property
     def inconclusive_reasons(self) -> list[str]:
-        """:attr:`sampler_failures` and a theory that is not a solution (:attr:`theory_problems`: not
-        converged, or not a minimum)."""
-        return self.sampler_failures + self.theory_problems
+        """:attr:`outcome`'s reasons: :attr:`sampler_failures` and a theory that is not a solution
+        (:attr:`theory_problems`: not converged, or not a minimum)."""
+        return list(self.outcome.reasons)
 
     @property
     def outcome(self) -> verdict.Verdict:
@@ -264,7 +264,8 @@ class Comparison:
                 "predictor": list(self.accuracy),
                 "check": [c.name for c in self.checks],
             },
-            attrs={"width": self.width, "verdict": self.verdict, "correction": self.correction,
+            attrs={"width": self.width, "verdict": self.verdict, "verdict_record": self.outcome.to_json(),
+                   "correction": self.correction,
                    "agree": int(self.agree), "sampler": self.sampler,
                    "inconclusive_reasons": "; ".join(self.inconclusive_reasons),
                    "theory_warnings": "; ".join(self.theory_warnings), **self.diagnostics,
@@ -278,6 +279,7 @@ class Comparison:
         if alt is not None and [c.name for c in alt.checks] == [c.name for c in self.checks]:
             ds.attrs["alternative_correction"] = alt.correction
             ds.attrs["alternative_verdict"] = alt.verdict
+            ds.attrs["alternative_verdict_record"] = alt.outcome.to_json()
             ds["alternative_U_theory"] = (pp, alt.U_theory)
             for key in ("value", "mcse", "noise_floor", "gap", "passed"):
                 ds[f"alternative_check_{key}"] = ("check", [getattr(c, key) for c in alt.checks])

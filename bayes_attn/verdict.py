@@ -10,12 +10,13 @@ read from the verdict (:attr:`Verdict.exit_status`, :meth:`Verdict.warning`), re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["AGREE", "DIAGNOSTICS_PASSED", "DISAGREE", "EXIT_INCONCLUSIVE", "INCONCLUSIVE", "NOT_COMPARED",
            "NOT_SAMPLED", "N_SIGMA_RANGE", "RTOL_RANGE", "THEORY_ONLY", "VALUES", "Verdict", "check_tolerances",
-           "combine", "of_comparison", "of_sampling", "of_theory"]
+           "combine", "of_comparison", "of_sampling", "of_theory", "stored"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 NOT_COMPARED = "not compared"
@@ -78,6 +79,34 @@ class Verdict:
         if self.value not in VALUES:
             raise ValueError(f"a verdict is one of {list(VALUES)}, got {self.value!r}")
 
+    def to_json(self) -> str:
+        """The one serialised form every result file stores (:meth:`from_json` reads it back): value, reasons and
+        which side failed."""
+        return json.dumps({"value": self.value, "reasons": list(self.reasons),
+                           "sampler_failed": self.sampler_failed, "theory_failed": self.theory_failed})
+
+    @classmethod
+    def from_json(cls, text: str) -> Verdict:
+        """The verdict :meth:`to_json` wrote (``ValueError`` for anything else). A bare value of :data:`VALUES`,
+        what files held before, reads as that value without reasons, an inconclusive one with both sides failed
+        (which failed was not stored)."""
+        if text in VALUES:
+            return stored(text)
+        try:
+            d = json.loads(text)
+            return cls(str(d["value"]), tuple(str(r) for r in d["reasons"]), bool(d["sampler_failed"]),
+                       bool(d["theory_failed"]))
+        except (TypeError, KeyError, json.JSONDecodeError) as err:
+            raise ValueError(f"not a stored verdict: {text!r} ({err})") from None
+
+    def at(self, point: str) -> Verdict:
+        """This verdict of one point of several, each reason labelled ``"<point>: <reason>"`` (the point alone
+        where an inconclusive verdict has no reason), so that a headline over points says where."""
+        if self.value != INCONCLUSIVE:
+            return self
+        return Verdict(self.value, tuple(f"{point}: {r}" for r in self.reasons) or (point,), self.sampler_failed,
+                       self.theory_failed)
+
     @property
     def exit_status(self) -> int:
         """:data:`EXIT_INCONCLUSIVE` when inconclusive, else 0 (``disagree`` is a result, not a failure)."""
@@ -94,6 +123,15 @@ class Verdict:
         if self.sampler_failed and not self.theory_failed and not where:  # one point, its sampler alone
             head = "the sampler's diagnostics failed"
         return f"{head}: {'; '.join(self.reasons)}. Do not trust these numbers: {'; '.join(advice)}."
+
+
+def stored(value: str, reasons: Iterable[str] = (), sampler_failed: bool | None = None,
+           theory_failed: bool | None = None) -> Verdict:
+    """A verdict read back from a file that stores its parts apart (``pruning.json``): the sides that failed as
+    stored, or, where a file written before them has none (``None``), both where it is inconclusive."""
+    unknown = value == INCONCLUSIVE
+    return Verdict(value, tuple(reasons), unknown if sampler_failed is None else bool(sampler_failed),
+                   unknown if theory_failed is None else bool(theory_failed))
 
 
 def of_sampling(diagnostics: Mapping[str, Mapping[str, float]]) -> Verdict:

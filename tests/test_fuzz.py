@@ -122,6 +122,7 @@ def _load_all(kind: str, paths: list[Path]) -> list[dict]:
     return results
 
 
+@pytest.mark.validate
 @pytest.mark.slow  # ~3 min: 8 kinds × 121 loads, each kind in a worker of its own
 def test_every_damaged_file_is_refused_or_reads_as_it_was(tmp_path, record_property):
     originals = _originals(tmp_path / "originals")

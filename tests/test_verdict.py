@@ -98,3 +98,19 @@ def test_verdict_strings_are_made_in_one_module():
         found += [f"{path.relative_to(ROOT)}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
                   if isinstance(n, ast.Constant) and n.value in verdict.VALUES and id(n) not in keys]
     assert not found, found
+
+
+def test_a_verdict_round_trips_through_its_one_stored_form():
+    """Issue 71 item 1: value, reasons and which side failed survive the file boundary; a bare value of a file
+    written before reads as itself; anything else is refused; ``at`` labels each reason with its point."""
+    for v in (Verdict(AGREE), Verdict(INCONCLUSIVE, ("R-hat 1.2 > 1.01", "ESS 80 < 400"), sampler_failed=True),
+              Verdict(INCONCLUSIVE, ("not a minimum",), theory_failed=True)):
+        assert Verdict.from_json(v.to_json()) == v
+    assert Verdict.from_json(DISAGREE) == Verdict(DISAGREE)
+    assert Verdict.from_json(INCONCLUSIVE) == Verdict(INCONCLUSIVE, (), True, True)
+    for bad in ("maybe", '{"value": "agree"}', "[1, 2]"):
+        with pytest.raises(ValueError, match="not a stored verdict|a verdict is one of"):
+            Verdict.from_json(bad)
+    v = Verdict(INCONCLUSIVE, ("a", "b"), sampler_failed=True).at("N=3, T=0.1")
+    assert v.reasons == ("N=3, T=0.1: a", "N=3, T=0.1: b") and v.sampler_failed and not v.theory_failed
+    assert Verdict(INCONCLUSIVE).at("N=3").reasons == ("N=3",) and Verdict(AGREE).at("N=3") == Verdict(AGREE)

@@ -25,7 +25,7 @@ from pathlib import Path
 from .._internal import checks as _checks
 from .._internal import io as _io
 from ..comparison import Check, Comparison, theories_line
-from ..verdict import NOT_SAMPLED, Verdict, combine
+from ..verdict import NOT_SAMPLED, Verdict, combine, stored
 from .model import ModelConfig, Params
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
 from .training import History
@@ -104,6 +104,13 @@ class TheoryVerdict:
     reasons: list[str]
     checks: list[Check]
     accuracy: float
+    sampler_failed: bool | None = None  # None: a file written before these were stored
+    theory_failed: bool | None = None
+
+    @property
+    def outcome(self) -> Verdict:
+        """The typed verdict (:func:`bayes_attn.verdict.stored`)."""
+        return stored(self.verdict, self.reasons, self.sampler_failed, self.theory_failed)
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,8 @@ def width_comparison(comp: Comparison, temperature: float, problems: list[str]) 
     """The typed value of a :class:`~bayes_attn.comparison.Comparison` at its width (``problems``: of the
     correction, besides the comparison's own warnings)."""
     theories = {name: TheoryVerdict(c.verdict, list(c.inconclusive_reasons), list(c.checks),
-                                    float(c.accuracy["theory"])) for name, c in comp.theories.items()}
+                                    float(c.accuracy["theory"]), c.outcome.sampler_failed, c.outcome.theory_failed)
+                for name, c in comp.theories.items()}
     return WidthComparison(int(comp.width), float(temperature), theories, float(comp.accuracy["sampled"]),
                            [*problems, *comp.theory_warnings])
 
@@ -240,10 +248,9 @@ class PruneResult:
         (``N=10 (comparison, on every observable): …``)."""
         if self.sampling.verdict == NOT_SAMPLED:
             return Verdict(NOT_SAMPLED)
-        sampling = Verdict(self.sampling.verdict, tuple(self.sampling.reasons), sampler_failed=True)
-        compared = [Verdict(c.verdict, tuple(f"N={N} (comparison, on every observable): {why}"
-                                             for why in c.theories[c.headline].reasons),
-                            sampler_failed=True, theory_failed=True) for N, c in self.comparisons.items()]
+        sampling = stored(self.sampling.verdict, self.sampling.reasons, sampler_failed=True, theory_failed=False)
+        compared = [c.theories[c.headline].outcome.at(f"N={N} (comparison, on every observable)")
+                    for N, c in self.comparisons.items()]
         return combine([sampling, *compared])
 
     @property
@@ -304,12 +311,15 @@ def _comparison_json(c: WidthComparison) -> dict:
             "summary": c.summary(), "sampled_accuracy": c.sampled_accuracy,
             "correction_problems": c.correction_problems,
             "theories": {name: {"verdict": t.verdict, "reasons": t.reasons, "accuracy": t.accuracy,
-                                "checks": [{**asdict(k), "gap": k.gap, "passed": k.passed} for k in t.checks]}
+                                "checks": [{**asdict(k), "gap": k.gap, "passed": k.passed} for k in t.checks],
+                                **{k: getattr(t, k) for k in ("sampler_failed", "theory_failed")
+                                   if getattr(t, k) is not None}}
                          for name, t in c.theories.items()}}
 
 
 def _comparison(d: dict) -> WidthComparison:
-    theories = {name: TheoryVerdict(t["verdict"], t["reasons"], [_flat(Check, k) for k in t["checks"]], t["accuracy"])
+    theories = {name: TheoryVerdict(t["verdict"], t["reasons"], [_flat(Check, k) for k in t["checks"]], t["accuracy"],
+                                    t.get("sampler_failed"), t.get("theory_failed"))
                 for name, t in d["theories"].items()}
     return WidthComparison(d["width"], d["temperature"], theories, d["sampled_accuracy"], d["correction_problems"])
 

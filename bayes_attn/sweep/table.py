@@ -47,7 +47,7 @@ __all__ = ["CACHE_VERSION", "MIN_CHAINS_SE", "SWEEP_FILES", "THEORY_VARS", "alph
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 """Bumped when the per-job files change layout or key: older files are recomputed."""
 
 THEORY_VARS = ("U", "accuracy", "accuracy_validation", "action", "max_gradient", "hessian_min_eigenvalue", "Ua",
@@ -218,6 +218,8 @@ def _sampled_table(sampled: list[xr.Dataset], sample_widths: list[int]) -> xr.Da
     out["sampler_seed"] = ("sample_width", [s["seed"] for s in settings])
     out["chain_method"] = ("sample_width", [s["chain_method"] for s in settings])
     out["verdict"] = ("sample_width", [d.attrs["verdict"] for d in sampled])
+    out["verdict_record"] = ("sample_width", [d.attrs["verdict_record"] for d in sampled])
+    out["verdict_record"].attrs["note"] = "each point's verdict as bayes_attn.verdict.Verdict.to_json wrote it"
     out["sample_seconds"] = ("sample_width", [d.attrs["seconds"] for d in sampled])
     return out
 
@@ -301,7 +303,8 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
 
     Per-job results go to ``out/widths/`` as they finish (a rerun resumes);
     ``sweep.nc`` and the figures replace the previous ones together when the
-    sweep ends. Failed jobs are listed in ``sweep.nc`` (``failed_jobs``) and
+    sweep ends; with several temperatures, so does ``chosen.toml``, the given spec at the pooled temperature
+    (:mod:`bayes_attn.sweep.temperature`). Failed jobs are listed in ``sweep.nc`` (``failed_jobs``) and
     the finished ones are kept; the table then covers what finished. The
     sweep's verdict (attribute ``verdict``, see :func:`sweep_verdict`) is
     ``"inconclusive"`` when the sampler's diagnostics failed at some sampled
@@ -316,7 +319,7 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
     temps = _check_temperatures([spec.temperature] if temperatures is None else temperatures)
     if len(temps) > 1 and not set(sample_widths) <= set(widths):
         raise ValueError(f"with several temperatures, sample_widths must be among widths {widths}, got {sample_widths}")
-    spec = _portable(spec)
+    given, spec = spec, _portable(spec)
     data, validation = spec.data(), spec.validation()
     if len(temps) > 1 and validation is None:
         raise ValueError(f"temperatures: several temperatures are chosen among on a validation set, and "
@@ -336,7 +339,7 @@ def sweep(spec: Spec, out: str | Path, *, widths=None, sample_widths=None, tempe
         _io.save(ds, stage.path("sweep.nc"))
         _sweep_figures(ds, spec, stage)
         if "pooled_temperature" in ds:
-            stage.path(CHOSEN_SPEC).write_text(chosen_spec(spec, ds).to_toml())
+            stage.path(CHOSEN_SPEC).write_text(chosen_spec(given, ds).to_toml())
     return ds
 
 
@@ -347,8 +350,8 @@ def sweep_verdict(ds: xr.Dataset) -> verdict.Verdict:
     unsolved = verdict.of_theory(_unsolved_points(ds))
     if "verdict" not in ds:
         return verdict.combine([unsolved], sampled=False)
-    points = [verdict.Verdict(str(v), (point,) if v == verdict.INCONCLUSIVE else (), sampler_failed=True,
-                              theory_failed=True) for point, v in _sampled_points(ds) if v in verdict.COMPARISONS]
+    stored = "verdict_record" if "verdict_record" in ds else "verdict"  # a sweep.nc written before the records
+    points = [verdict.Verdict.from_json(v).at(point) for point, v in _sampled_points(ds, stored)]
     return verdict.combine([*points, unsolved])
 
 
@@ -366,11 +369,11 @@ def _unsolved_points(ds: xr.Dataset) -> list[str]:
     return [f"N={int(N)}, T={temp:g}: the theory is not a solution" for N in failed]
 
 
-def _sampled_points(ds: xr.Dataset) -> list[tuple[str, str]]:
-    """``("N=…, T=…", verdict)`` of every sampled point of ``ds``."""
+def _sampled_points(ds: xr.Dataset, name: str) -> list[tuple[str, str]]:
+    """``("N=…, T=…", ds[name] there)`` of every sampled point of ``ds``."""
     temps = np.atleast_1d(ds["temperature"].values)
     return [(f"N={int(N)}, T={float(temps[j]):g}", str(v)) for i, N in enumerate(ds["sample_width"].values)
-            for j, v in enumerate(np.atleast_1d(ds["verdict"].isel(sample_width=i).values))]
+            for j, v in enumerate(np.atleast_1d(ds[name].isel(sample_width=i).values))]
 
 
 def _test_set_errors(ds: xr.Dataset, n_test: int) -> None:

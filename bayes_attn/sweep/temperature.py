@@ -82,7 +82,7 @@ def best_temperature_view(ds: xr.Dataset) -> xr.Dataset:
         sampled = ds["sample_width"].values
         at = xr.DataArray(best.sel(width=sampled).values, coords={"sample_width": sampled}, dims="sample_width")
         for v in ("U_sampled", "U_mcse", "accuracy_sampled", "accuracy_sampled_se", "accuracy_sampled_test_se",
-                  "verdict"):
+                  "verdict", "verdict_record"):
             if v in ds:
                 view[v] = _at(ds[v], at)
     return view

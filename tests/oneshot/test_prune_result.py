@@ -92,6 +92,26 @@ def _with_verdict(c: prune_result.WidthComparison, verdict: str) -> prune_result
     return dataclasses.replace(c, theories=theories)
 
 
+def test_which_side_failed_survives_the_file_and_decides_the_advice(tmp_path):
+    """Issue 71 item 1: a width whose theory is not a solution (its sampler fine) is stored as such; read back, the
+    headline's warning advises on the theory alone, with the width's reason. Files written before the flags load
+    with both sides failed where inconclusive (their bytes round-trip: the test above)."""
+    r = prune_result.load_pruning(ROOT / "inference/results/fig3/compared/pruning.json")
+    passed = dataclasses.replace(r, sampling=prune_result.SamplingVerdict("diagnostics passed", []))
+    first = next(iter(r.comparisons))
+    c = r.comparisons[first]
+    theories = {name: dataclasses.replace(t, verdict="inconclusive", reasons=["not a minimum"], sampler_failed=False,
+                                          theory_failed=True) for name, t in c.theories.items()}
+    mine = dataclasses.replace(passed, comparisons={first: dataclasses.replace(c, theories=theories)})
+    back = prune_result.load_pruning(prune_result.write(mine, tmp_path / "pruning.json"))
+    assert back == mine
+    warning = back.outcome.warning("at some sampled width")
+    assert f"N={first} (comparison, on every observable): not a minimum" in warning
+    assert "check the spec's scales" in warning and "sample longer" not in warning
+    legacy = dataclasses.replace(theories[c.headline], sampler_failed=None, theory_failed=None)
+    assert legacy.outcome.sampler_failed and legacy.outcome.theory_failed
+
+
 def test_the_binomial_and_the_bootstrap_error_are_two_fields(tmp_path):
     result = prune_result.load_pruning(SHIPPED[0])
     result = dataclasses.replace(result, pruning=dataclasses.replace(result.pruning, base_binomial_se=0.0123))

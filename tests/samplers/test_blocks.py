@@ -134,6 +134,7 @@ SBC_BLOCKS = {name: calibration.SBC_SAMPLER.replace(name=name, num_warmup=w, num
 every 50th kept after resampling; ``laplace-mh``: 100 dropped steps, then every 10th of 100)."""
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 @pytest.mark.parametrize("sampler", list(SBC_BLOCKS))

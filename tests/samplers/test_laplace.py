@@ -269,6 +269,7 @@ def _sbc_problem():
     return calibration.random_problem((2, 2), width=6, N0=4, T=3, P=8, P_test=1, seed=seed_of(0))
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 @pytest.mark.parametrize("sampler", list(SBC_GUIDED))
@@ -293,6 +294,7 @@ def test_simulation_based_calibration(sampler, check):
     check("p_pooled_wrong_temperature", w["p_pooled"], SBC_LEVEL, fails="above", scale="p", detail=w)
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_simulation_based_calibration_with_the_pilot_adapted_proposal(monkeypatch, check):
@@ -340,6 +342,7 @@ def _agree(guided, exact, bound, check, label=""):
 Z_FIG2C = (14, MIN_ESS)  # 10 entries of U, 3 of U_2, Ua, MCSEs from ESS >= MIN_ESS: false failures <= 1e-3
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 @pytest.mark.parametrize("N", [pytest.param(10, marks=pytest.mark.xdist_group("fig2c_10")),
@@ -387,6 +390,7 @@ def test_auto_agrees_with_wishart_on_fig2c(N, check, record_property):
 Z_THREE = (3 + 1 + 3 + 1, MIN_ESS)  # U_1 (2x2: 3), U_2 (1x1), U_3 (2x2: 3), Ua: (comparisons, df)
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 @pytest.mark.xdist_group("three_layers")

@@ -75,6 +75,7 @@ def _assert_same_means(a, b, what: str, check):
     check_max_abs_z(check, "max_abs_z_p", z, *Z, detail=f"{what}: z-scores {np.round(z, 2)}")
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_collapsed_and_full_agree_within_mc_error(runs, check):
@@ -187,6 +188,7 @@ def _sbc_problem():
     return calibration.random_problem((2, 2), width=2, N0=4, T=3, P=8, P_test=1, seed=seed_of(0))
 
 
+@pytest.mark.validate
 @pytest.mark.parametrize("sampler", ["full", "collapsed", "wishart"])
 @pytest.mark.slow
 @pytest.mark.stochastic
@@ -211,6 +213,7 @@ def test_simulation_based_calibration(sampler, check):
     check("p_pooled", u["p_pooled"], SBC_LEVEL, fails="below", scale="p", detail=u)
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.stochastic
 def test_simulation_based_calibration_has_power(check):

@@ -393,6 +393,7 @@ def _means_and_mcse(post, names):
     return np.concatenate(means), np.concatenate(ses), np.concatenate(sds)
 
 
+@pytest.mark.validate
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "layers, width, variances",

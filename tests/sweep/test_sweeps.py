@@ -14,6 +14,7 @@ from bayes_attn._internal import compile_cache
 from bayes_attn.spec import spec_from_dict
 from bayes_attn.sweep import table
 from bayes_attn.sweep.executors import DaskLocal, Job
+from bayes_attn.verdict import Verdict
 
 
 def _values(ds: xr.Dataset) -> xr.Dataset:
@@ -62,7 +63,11 @@ def test_sweep_on_unconverged_chains_is_inconclusive_and_exits_3(tmp_path, capsy
     err = capsys.readouterr().err
     assert status == cli.EXIT_DIAGNOSTICS, err
     assert "WARNING: inconclusive" in err and "N=3" in err
+    # issue 71 item 1: the stored verdict keeps its reasons and which side failed, so the advice fits the cause
+    assert "ESS" in err and "sample longer" in err and "check the spec's scales" not in err, err
     ds = xr.open_dataset(out / "sweep.nc")
+    stored = Verdict.from_json(str(ds["verdict_record"].sel(sample_width=3).values))
+    assert stored.value == "inconclusive" and stored.sampler_failed and not stored.theory_failed and stored.reasons
     assert ds.attrs["verdict"] == "inconclusive" and str(ds["verdict"].sel(sample_width=3).values) == "inconclusive"
     assert np.isnan(float(ds["accuracy_sampled_se"].sel(sample_width=3)))  # 2 chains: unavailable, not 0
     ds.close()
