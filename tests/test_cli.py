@@ -305,3 +305,19 @@ def test_ctrl_c_while_sampling_is_one_line_and_status_130(tmp_path, progress):
     assert rc == cli.EXIT_INTERRUPTED and "Traceback" not in after, after
     assert len(lines) == 1 and lines[0].startswith("bayes-attn sample: error: interrupted (Ctrl-C)"), after
     assert not (out / "posterior.nc").exists()
+
+
+@pytest.mark.slow
+def test_tiny_temperatures_solve_and_predict_or_are_refused_before_solving(tmp_path, capsys, monkeypatch):
+    """Issue 74 row 8: down to 1e-11 the theory solves and predicts (exit 0; 3 at most for a theory that is not a
+    solution, never a late exit 2 or a LinAlgError); at 1e-13, beyond float64 for this kernel's scale, it is bad
+    input naming x and the temperature, refused before anything is solved."""
+    path = _spec_file(tmp_path, TINY | {"compare": TINY["compare"] | {"widths": [3], "sample_widths": []}})
+    for T in ("1e-5", "1e-9", "1e-11"):
+        assert cli.main(["theory", str(path), "--temperature", T, "--out", str(tmp_path / T)]) in (0, 3), T
+        assert float(xr.load_dataset(tmp_path / T / "theory.nc")["accuracy"]) >= 0, T  # finite: NaN is not
+    _forbid(monkeypatch, (ba.theory.solve, "solve_theory"), (ba.experiment, "solve_theory"))
+    capsys.readouterr()
+    assert cli.main(["theory", str(path), "--temperature", "1e-13", "--out", str(tmp_path / "t13")]) == cli.EXIT_USAGE
+    assert "x is too large for temperature 1e-13" in capsys.readouterr().err
+    assert not (tmp_path / "t13").exists()
