@@ -101,10 +101,10 @@ class PointResult:
 
 
 def check(point: Point, *, memory_check: bool = True) -> SamplerSettings | None:
-    """Refuse (one-line ``ValueError``) what :func:`evaluate` would refuse, computing nothing: inputs too large for
-    the temperature (:meth:`~bayes_attn.Network.check_scale`), the sampler's arguments (:func:`bayes_attn.posterior.check_sampling`) and, unless ``memory_check`` is false (the point
-    runs on another machine), a sampler or a correction too big for this machine's memory. Returns the
-    sampler's settings."""
+    """Refuse (one-line ``ValueError``) what :func:`evaluate` would refuse, computing nothing: inputs too large
+    for the temperature (:meth:`~bayes_attn.Network.check_scale`), the sampler's arguments
+    (:func:`bayes_attn.posterior.check_sampling`) and, unless ``memory_check`` is false (the point runs on another
+    machine), a sampler or a correction too big for this machine's memory. Returns the sampler's settings."""
     point.net.check_scale(point.net.check_inputs(point.x), point.temperature)  # inputs too large for the temperature
     if point.correction == "laplace" and memory_check:
         check_correction_fits(point.net, len(point.y))
