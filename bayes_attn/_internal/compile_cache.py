@@ -57,6 +57,7 @@ ENV_NO_EXPORTED = "BAYES_ATTN_NO_EXPORTED_PROGRAMS"
 _log = logging.getLogger(__name__)
 _exported_dir: Path | None = None  # set by enable_compile_cache: where exported_jit keeps its programs
 _programs: dict[str, Callable] = {}  # this process's programs of exported_jit, by key
+_library_checked = False  # whether this process decided on the cache (enable_compile_cache, for_library)
 
 
 def cache_dir() -> Path:
@@ -94,6 +95,8 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     or ``None`` when ``enabled`` is False, the environment turns the cache
     off, or the folder cannot be created or written (then the run goes on without it, after one warning).
     """
+    global _library_checked
+    _library_checked = True  # a decision made here (the command's --no-compile-cache too) is the library's
     if not enabled or disabled_by_env():
         return None
     folder = cache_dir()
@@ -113,9 +116,6 @@ def enable_compile_cache(enabled: bool = True) -> Path | None:
     _exported_dir = None if disabled_by_env(ENV_NO_EXPORTED) else folder / "exported"
     _one_line_for_unreadable_entries(folder)
     return folder
-
-
-_library_checked = False
 
 
 def for_library() -> Path | None:
