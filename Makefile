@@ -41,12 +41,14 @@ PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 # two tiers (pyproject.toml's markers): `make test` every unit and integration test and the fast statistical
 # checks; `make validate` the samplers' statistical validation (SBC, agreement with an exact sampler) and the fuzz
-# test. CI runs both
+# test. CI runs both. validate writes each of its tests' outcome, seconds and checked statistics (each SBC's
+# pooled p-value, each agreement's statistic with its threshold) to VALIDATE_JSON, to compare one run with another
+VALIDATE_JSON ?= validate.json
 test: install-test
 	$(PYTEST) -m "not validate"
 
 validate: install-test
-	$(PYTEST) -m validate
+	BAYES_ATTN_STATS_JSON=$(VALIDATE_JSON) $(PYTEST) -m validate
 
 # the inner loop compiles with LLVM's optimisation off (XLA's CPU backend, level 0 of 2): its programs
 # compile faster and run slower, which the short tests gain from (103 s against 147 s on a quiet 2-core

@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["AGREE", "DIAGNOSTICS_PASSED", "DISAGREE", "EXIT_INCONCLUSIVE", "INCONCLUSIVE", "NOT_COMPARED",
            "NOT_SAMPLED", "N_SIGMA_RANGE", "RTOL_RANGE", "THEORY_ONLY", "VALUES", "Verdict", "check_tolerances",
-           "combine", "of_comparison", "of_sampling", "of_theory", "stored"]
+           "combine", "inconclusive_values", "of_comparison", "of_sampling", "of_theory", "stored"]
 
 AGREE, DISAGREE, INCONCLUSIVE = "agree", "disagree", "inconclusive"
 NOT_COMPARED = "not compared"
@@ -108,6 +112,36 @@ class Verdict:
                        self.theory_failed)
 
     @property
+    def is_inconclusive(self) -> bool:
+        """Whether the sampler's diagnostics failed or a theory is not a solution, so nothing can be told."""
+        return self.value == INCONCLUSIVE
+
+    @property
+    def disagrees(self) -> bool:
+        """Whether a comparison found theory and samples apart (a result, not a failure)."""
+        return self.value == DISAGREE
+
+    @property
+    def uncompared(self) -> bool:
+        """Whether samples passed their diagnostics but no theory was compared with them (``not compared``)."""
+        return self.value == NOT_COMPARED
+
+    @property
+    def sampled(self) -> bool:
+        """Whether there were samples to judge (every value but ``not sampled``)."""
+        return self.value != NOT_SAMPLED
+
+    def text(self, theory: str = "") -> str:
+        """The report's verdict line: ``INCONCLUSIVE (sampler diagnostics failed)``, or ``<theory> theory and
+        sampling agree`` / ``… DISAGREE`` (``theory``: its name where two theories were compared)."""
+        if self.is_inconclusive:
+            why = [w for w, bad in (("sampler diagnostics failed", self.sampler_failed),
+                                    ("the theory is not a solution", self.theory_failed)) if bad]
+            return f"INCONCLUSIVE ({'; '.join(why)})"
+        name = theory + " " if theory else ""
+        return f"{name}theory and sampling {self.value if self.value == AGREE else self.value.upper()}"
+
+    @property
     def exit_status(self) -> int:
         """:data:`EXIT_INCONCLUSIVE` when inconclusive, else 0 (``disagree`` is a result, not a failure)."""
         return EXIT_INCONCLUSIVE if self.value == INCONCLUSIVE else 0
@@ -123,6 +157,14 @@ class Verdict:
         if self.sampler_failed and not self.theory_failed and not where:  # one point, its sampler alone
             head = "the sampler's diagnostics failed"
         return f"{head}: {'; '.join(self.reasons)}. Do not trust these numbers: {'; '.join(advice)}."
+
+
+def inconclusive_values(values) -> np.ndarray:
+    """Boolean, the shape of ``values`` (an array of stored verdict values, e.g. ``sweep.nc``'s ``verdict``):
+    which are ``inconclusive``."""
+    import numpy as np
+
+    return np.asarray(values) == INCONCLUSIVE
 
 
 def stored(value: str, reasons: Iterable[str] = (), sampler_failed: bool | None = None,

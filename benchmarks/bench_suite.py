@@ -42,15 +42,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("paths", nargs="*", default=["tests"], help="what pytest collects (default: tests)")
     ap.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (make test: one per core, at most 4)")
     ap.add_argument("--top", type=int, default=40, help="how many of the slowest tests to list")
+    ap.add_argument("--marker", default="not validate",
+                    help="pytest's -m: which tier (default: make test's; 'validate': make validate's; '': both)")
     return parse(ap, argv)
 
 
-def run_pytest(paths: list[str], workers: int, folder: Path) -> tuple[int, float, str]:
-    """pytest over ``paths`` with the plugin writing to ``folder``: exit status, wall seconds, the output's tail."""
+def run_pytest(paths: list[str], workers: int, folder: Path, marker: str = "") -> tuple[int, float, str]:
+    """pytest over ``paths`` (the tests ``marker`` selects, pytest's ``-m``; all where empty) with the plugin writing
+    to ``folder``: exit status, wall seconds, the output's tail."""
     env = dict(os.environ, BENCH_SUITE_DIR=str(folder),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")])))
     args = [sys.executable, "-m", "pytest", "-q", "-p", "suite_pytest", "-p", "no:cacheprovider",
-            *(["-n", str(workers), "--dist", "loadgroup"] if workers > 0 else ["-p", "no:xdist"]), *paths]
+            *(["-n", str(workers), "--dist", "loadgroup"] if workers > 0 else ["-p", "no:xdist"]),
+            *(["-m", marker] if marker else []), *paths]
     t0 = time.perf_counter()
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     return done.returncode, time.perf_counter() - t0, (done.stdout + done.stderr)[-3000:]
@@ -99,7 +103,7 @@ def main(a: argparse.Namespace) -> dict:
     paths = ["tests/test_verdict.py"] if a.quick else a.paths
     record = Record(a, paths=paths)
     with tempfile.TemporaryDirectory(prefix="bench_suite_") as tmp:
-        code, seconds, tail = run_pytest(paths, a.workers, Path(tmp))
+        code, seconds, tail = run_pytest(paths, a.workers, Path(tmp), a.marker)
         if code != 0:
             raise SystemExit(f"pytest exited {code}:\n{tail}")
         results = {"pytest_seconds": round(seconds, 1)} | summarise(rows_of(Path(tmp)), a.top, a.workers)

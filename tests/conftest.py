@@ -6,6 +6,7 @@ JAX's 64-bit mode (the package itself never does: see test_package.py).
 
 import contextlib
 import dataclasses
+import datetime
 import functools
 import gc
 import json
@@ -147,6 +148,34 @@ def check(record_property):
     return _check
 
 
+STATS_ENV = "BAYES_ATTN_STATS_JSON"  # where a run writes every checked statistic (make validate sets it)
+_stats_run: dict | None = None  # the controlling process's rows for that file, by test id
+
+
+def pytest_runtest_logreport(report):
+    """In the controlling process, where ``BAYES_ATTN_STATS_JSON`` is set: keep each test's outcome, seconds and
+    checked statistics (:func:`record_check`), so that a later run can be compared with this one."""
+    if _stats_run is None or report.when != "call":
+        return
+    _stats_run[report.nodeid] = {"outcome": report.outcome, "seconds": round(report.duration, 2), "stats": {
+        k.removeprefix(STAT_PREFIX): json.loads(v) for k, v in report.user_properties if k.startswith(STAT_PREFIX)}}
+
+
+def _write_stats(config, exitstatus) -> None:
+    path = Path(os.environ[STATS_ENV])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps({"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                               "seed_offset": SEED_OFFSET, "marker": config.getoption("markexpr"),
+                               "exit_status": int(exitstatus), "tests": _stats_run}, indent=1, sort_keys=True))
+    tmp.replace(path)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _stats_run is not None:
+        _write_stats(session.config, exitstatus)
+
+
 def pytest_report_header(config):
     return f"test seed offset: {SEED_OFFSET} ({SEED_ENV})"
 
@@ -164,6 +193,9 @@ def pytest_configure(config):
     from bayes_attn._internal.compile_cache import ENV_DIR, ENV_NO_EXPORTED, enable_compile_cache
 
     if not hasattr(config, "workerinput"):  # the controlling process (or the only one)
+        if os.environ.get(STATS_ENV):
+            global _stats_run
+            _stats_run = {}
         os.environ[ENV_DIR] = config.stash[_RUN_CACHE] = tempfile.mkdtemp(prefix="bayes_attn-test-jax-")
         # the theory's programs traced as the library does, in the test processes and in the commands they
         # start, so that both share compiled programs (an exported program compiles to another entry); the

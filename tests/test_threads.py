@@ -422,7 +422,8 @@ _API_SOLVE = """
 import sys
 import jax
 if sys.argv[1] != "-":
-    jax.config.update("jax_compilation_cache_dir", sys.argv[1])  # the caller's own configuration
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])  # the caller's own configuration,
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # every program (JAX's default: >= 1 s)
 import numpy as np
 import bayes_attn as ba
 net, x, _ = ba.calibration.random_problem((1,), width=3, N0=3, T=2, P=6, P_test=2, seed=0)

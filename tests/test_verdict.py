@@ -114,3 +114,53 @@ def test_a_verdict_round_trips_through_its_one_stored_form():
     v = Verdict(INCONCLUSIVE, ("a", "b"), sampler_failed=True).at("N=3, T=0.1")
     assert v.reasons == ("N=3, T=0.1: a", "N=3, T=0.1: b") and v.sampler_failed and not v.theory_failed
     assert Verdict(INCONCLUSIVE).at("N=3").reasons == ("N=3",) and Verdict(AGREE).at("N=3") == Verdict(AGREE)
+
+
+VERDICT_NAMES = {"AGREE", "DISAGREE", "INCONCLUSIVE", "NOT_COMPARED", "NOT_SAMPLED", "THEORY_ONLY",
+                 "DIAGNOSTICS_PASSED", "VALUES", "COMPARISONS"}
+"""bayes_attn.verdict's values (and their tuples): only verdict.py compares with them."""
+
+
+def _verdict_decisions(source: str) -> list[str]:
+    """Where a module compares with a verdict value (a name of :data:`VERDICT_NAMES`, or its string) or builds a
+    ``Verdict(...)`` itself: ``"line: code"``."""
+    def is_value(node: ast.AST) -> bool:
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        return name in VERDICT_NAMES or isinstance(node, ast.Constant) and node.value in verdict.VALUES
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(map(is_value, [node.left, *node.comparators])) or (
+                isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "Verdict"):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_but_verdict_decides_a_verdict():
+    """Issue 71 item 1: the verdict's values are compared, built and rebuilt in ``verdict.py`` alone; every other
+    module asks a :class:`~bayes_attn.verdict.Verdict` (or ``verdict.stored`` / ``verdict.combine``)."""
+    found = {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / "bayes_attn").rglob("*.py"))
+             if p.name != "verdict.py" and (hits := _verdict_decisions(p.read_text()))}
+    assert not found, found
+
+
+def test_verdict_decision_detector_can_fail():
+    source = "if v.value == verdict.INCONCLUSIVE: pass\nx = Verdict('agree')\ny = s != 'disagree'\nz = a == b\n"
+    assert _verdict_decisions(source) == ["1: v.value == verdict.INCONCLUSIVE", "2: Verdict('agree')",
+                                          "3: s != 'disagree'"]
+
+
+def test_what_other_modules_ask_a_verdict():
+    """The questions reports, figures and results ask instead of comparing values (issue 71 item 1)."""
+    inc = Verdict(INCONCLUSIVE, ("R-hat",), sampler_failed=True)
+    assert [inc.is_inconclusive, Verdict(AGREE).is_inconclusive] == [True, False]
+    assert [Verdict(DISAGREE).disagrees, Verdict(AGREE).disagrees, inc.disagrees] == [True, False, False]
+    assert [Verdict(NOT_SAMPLED).sampled, Verdict(THEORY_ONLY).sampled] == [False, True]
+    assert [Verdict(NOT_COMPARED).uncompared, Verdict(DIAGNOSTICS_PASSED).uncompared] == [True, False]
+    assert Verdict(AGREE).text() == "theory and sampling agree"
+    assert Verdict(DISAGREE).text("leading order (§4)") == "leading order (§4) theory and sampling DISAGREE"
+    assert inc.text("x") == "INCONCLUSIVE (sampler diagnostics failed)"
+    assert Verdict(INCONCLUSIVE, (), True, True).text() == (
+        "INCONCLUSIVE (sampler diagnostics failed; the theory is not a solution)")
+    assert verdict.inconclusive_values([[AGREE, INCONCLUSIVE], [DISAGREE, NOT_SAMPLED]]).tolist() == [
+        [False, True], [False, False]]

@@ -25,7 +25,7 @@ from pathlib import Path
 from .._internal import checks as _checks
 from .._internal import io as _io
 from ..comparison import Check, Comparison, theories_line
-from ..verdict import NOT_SAMPLED, Verdict, combine, stored
+from ..verdict import Verdict, combine, stored
 from .model import ModelConfig, Params
 from .pruning import Cumulative, PruningResult, RandomPruning, Spearman, SpearmanSpread, TheoryAblation
 from .training import History
@@ -246,12 +246,10 @@ class PruneResult:
         headline comparison's), each reason labelled with its width and its check: the sampler's on ``U``
         (``N=10 (sampler, on U): …``) and the comparison's on every observable and the theory
         (``N=10 (comparison, on every observable): …``)."""
-        if self.sampling.verdict == NOT_SAMPLED:
-            return Verdict(NOT_SAMPLED)
         sampling = stored(self.sampling.verdict, self.sampling.reasons, sampler_failed=True, theory_failed=False)
         compared = [c.theories[c.headline].outcome.at(f"N={N} (comparison, on every observable)")
                     for N, c in self.comparisons.items()]
-        return combine([sampling, *compared])
+        return combine([sampling, *compared], sampled=sampling.sampled)
 
     @property
     def inconclusive_reasons(self) -> list[str]:

@@ -18,7 +18,6 @@ from .._internal import markdown as _markdown
 from ..comparison import THEORY_NAMES
 from ..network import head_labels
 from ..runs import figures as run_figures
-from ..verdict import NOT_COMPARED
 from . import figures
 from .prune_result import PAPER_SPEARMAN_RHO, PruneResult, load_pruning
 
@@ -303,7 +302,7 @@ def _width_verdicts(r: PruneResult) -> str:
 def _theory_verdict_lines(r: PruneResult) -> list[str]:
     """The theory's verdict against the samples, ``not compared`` in words where samples passed but no theory
     was compared with them; nothing without samples."""
-    if r.verdict == NOT_COMPARED:
+    if r.outcome.uncompared:
         return ["Verdict of the theory against the samples: **not compared** (the samples passed their diagnostics, "
                 "but no theory was compared with them: this result was written before `prune` compared; run `prune` "
                 "again to compare).", ""]

@@ -52,7 +52,7 @@ def inconclusive_points(ds: xr.Dataset) -> np.ndarray:
         return np.zeros(ds.sizes.get("sample_width", 0), dtype=bool)
     v = ds["verdict"]
     other = [d for d in v.dims if d != "sample_width"]
-    bad = v == verdict.INCONCLUSIVE
+    bad = v.copy(data=verdict.inconclusive_values(v.values))
     return np.asarray(bad.any(other).values if other else bad.values, dtype=bool)
 
 

@@ -21,13 +21,7 @@ __all__ = ["comparison_report"]
 
 def _verdict_text(comp: Comparison) -> str:
     """The verdict line: whose theory, and whether it agrees with sampling (or why that cannot be told)."""
-    name = THEORY_NAMES[comp.correction] + " " if comp.alternative is not None else ""
-    v = comp.outcome
-    if v.value == verdict.INCONCLUSIVE:
-        why = [w for w, bad in (("sampler diagnostics failed", v.sampler_failed),
-                                ("the theory is not a solution", v.theory_failed)) if bad]
-        return f"INCONCLUSIVE ({'; '.join(why)})"
-    return f"{name}theory and sampling {v.value if v.value == verdict.AGREE else v.value.upper()}"
+    return comp.outcome.text(THEORY_NAMES[comp.correction] if comp.alternative is not None else "")
 
 
 def _theories_section(comp: Comparison) -> list[str]:
@@ -75,9 +69,9 @@ def _warnings(comp: Comparison) -> list[str]:
         lines += ["The sampler's diagnostics failed, so the Monte-Carlo error bars cannot be trusted: "
                   + "; ".join(comp.sampler_failures) + ". Sample longer (more warm-up and draws, more "
                   "chains) or with a higher target acceptance before reading the checks below.", ""]
-    if comp.verdict == verdict.DISAGREE and comp.alternative is not None:
+    if comp.outcome.disagrees and comp.alternative is not None:
         lines += [f"The other theory: {THEORY_NAMES[comp.alternative.correction]}: {comp.alternative.verdict}.", ""]
-    if comp.verdict == verdict.DISAGREE and comp.correction != "laplace":
+    if comp.outcome.disagrees and comp.correction != "laplace":
         lines += ["The theory is exact only as the widths grow (N, P → ∞ at fixed P/N): at small N a gap "
                   "that shrinks like 1/N is a finite-size effect, not a sampler fault. `bayes-attn sweep` with "
                   "several --sample-widths shows whether it shrinks.", ""]
