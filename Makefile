@@ -40,8 +40,8 @@ demo: install
 PYTEST = $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 # two tiers (pyproject.toml's markers): `make test` every unit and integration test and the fast statistical
-# checks; `make validate` the samplers' statistical validation (SBC, agreement with an exact sampler) and the fuzz
-# test. CI runs both. validate writes each of its tests' outcome, seconds and checked statistics (each SBC's
+# checks; `make validate` the samplers' statistical validation (SBC, agreement with an exact sampler), the fuzz
+# test and the end-to-end runs (examples, pages, benchmarks, scripts, Dask). CI runs both. validate writes each of its tests' outcome, seconds and checked statistics (each SBC's
 # pooled p-value, each agreement's statistic with its threshold) to VALIDATE_JSON, to compare one run with another
 VALIDATE_JSON ?= validate.json
 test: install-test

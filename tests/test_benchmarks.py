@@ -152,6 +152,7 @@ def quick_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
 
 
 @pytest.mark.slow
+@pytest.mark.validate  # every benchmark end to end at its quick size
 @pytest.mark.parametrize("name", list(QUICK))
 def test_quick_run_writes_an_envelope(name, quick_runs):
     out, seconds, path = quick_runs[name]
@@ -164,6 +165,7 @@ def test_quick_run_writes_an_envelope(name, quick_runs):
 
 
 @pytest.mark.slow
+@pytest.mark.validate
 def test_report_reads_the_quick_runs(quick_runs):
     paths = [str(p) for _, _, p in quick_runs.values()]
     out, _ = run(BENCH / "report.py", paths, 60)
@@ -182,6 +184,7 @@ def test_report_flags_a_file_that_is_no_envelope(tmp_path):
 # the GPU script's dry run
 # ----------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.validate  # the GPU harness end to end on the CPU
 def test_gpu_script_dry_run(tmp_path):
     """``JAX_PLATFORMS=cpu GPU_SH_TESTS=0 bash benchmarks/gpu.sh --quick`` (the wheels of ``.whl/``, where
     scripts/gpu-wheels put them, into a temporary folder; no pytest inside, so that the suite does not run

@@ -245,6 +245,7 @@ def _common_mode_posterior(problem, gp, seed, rho, draws, offsets):
 
 @pytest.mark.slow
 @pytest.mark.stochastic
+@pytest.mark.validate  # the verdict's false-alarm rate over replications of correlated chains
 def test_verdict_is_not_fooled_by_correlated_mc_noise(problem, gp, record_property, check):
     """MC error shared by all test inputs, no real gap.
 

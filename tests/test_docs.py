@@ -194,6 +194,7 @@ def test_the_api_reference_groups_every_page_once():
 
 
 @pytest.mark.slow
+@pytest.mark.validate  # the page's whole walk-through, end to end
 @pytest.mark.xdist_group("examples")  # compiles what the gallery and the README's example compile
 def test_getting_started_python_block_runs(tmp_path, monkeypatch, capsys):
     """The getting-started page's Python block, in an empty folder (it writes theory.nc, posterior.nc,

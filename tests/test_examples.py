@@ -70,6 +70,7 @@ def test_the_gallery_order_lists_every_example_quick_start_first():
         key("plot_new.py")
 
 
+@pytest.mark.validate  # an end-to-end run, minutes in all (make docs runs the gallery too)
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path):
     import matplotlib.pyplot as plt

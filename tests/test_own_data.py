@@ -18,7 +18,7 @@ from bayes_attn import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "own-data.md").read_text()
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("examples")]
+pytestmark = [pytest.mark.slow, pytest.mark.validate, pytest.mark.xdist_group("examples")]  # end to end
 
 
 def _blocks(language: str) -> list[str]:

@@ -76,6 +76,7 @@ QUICK_OUTPUTS = {"fig2c.py": "sweep.nc", "fig2d.py": "alignment.png",
 
 
 @pytest.mark.slow
+@pytest.mark.validate  # each script end to end at its tiny size
 @pytest.mark.parametrize("name", sorted(QUICK))
 def test_quick_run_of_a_script(name, tmp_path):
     """The script runs end to end at its tiny size and writes its result into ``--out``."""

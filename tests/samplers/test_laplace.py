@@ -215,6 +215,7 @@ def test_systematic_resampling_counts(check):
 
 @pytest.mark.slow
 @pytest.mark.stochastic
+@pytest.mark.validate  # the importance-sampling error's calibration over replications
 def test_resampled_draws_carry_the_importance_sampling_error(check):
     """The MCSE ArviZ reads from ``laplace-is``'s resampled draws (copies kept in the proposals' order) is the
     error of the estimate: over 60 independent runs the spread of the posterior means of every entry of ``U``

@@ -23,6 +23,7 @@ def _values(ds: xr.Dataset) -> xr.Dataset:
 
 
 @pytest.mark.slow
+@pytest.mark.validate  # a local Dask cluster end to end
 def test_dask_sweep_equals_in_process_sweep(tmp_path, tiny_sweep):
     spec, _, here = tiny_sweep
     # the workers load the programs this process compiled (the run's cache, tests/conftest.py): same values

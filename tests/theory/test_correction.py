@@ -531,6 +531,7 @@ def _shift_fraction(post, leading, corrected) -> tuple[float, float]:
                                             pytest.param(100, 0.008, 1 / 2,
                                                          marks=pytest.mark.xdist_group("fig2c_100"))])
 @pytest.mark.stochastic
+@pytest.mark.validate  # the paper's Fig. 2c at N = 10 and 100 against the exact sampler, at size
 def test_fig2c_U_against_wishart(N, tol, factor, record_property, check):
     """The corrected ``U`` is within ``tol`` (relative Frobenius distance, as in ``bayes_attn.compare``) of the
     sampled posterior mean and removes all but ``factor`` of the leading order's error: at N = 10 its gap (the
