@@ -1,6 +1,7 @@
 """Thread settings as a context (bayes_attn._internal.threads) and the command's compilation cache
 (bayes_attn._internal.compile_cache)."""
 
+import importlib
 import json
 import logging
 import os
@@ -20,16 +21,13 @@ from bayes_attn import cli
 from bayes_attn._internal import compile_cache, threads
 
 
-def test_a_moved_module_imports_under_its_old_name_with_a_warning():
-    """``bayes_attn.threads`` (and every old name of ``bayes_attn.MOVED``) still imports for one release, as the
-    new module's names, with a ``DeprecationWarning`` that names the new home."""
-    code = ("import warnings; warnings.simplefilter('error'); import bayes_attn\n"
-            "try:\n    bayes_attn.threads\nexcept DeprecationWarning as w:\n    print(w)\n"
-            "warnings.simplefilter('ignore'); from bayes_attn.threads import limits; from bayes_attn.run import run\n"
-            "import bayes_attn._internal.threads as t, bayes_attn.runs as r; print(limits is t.limits, run is r.run)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["bayes_attn.threads moved to bayes_attn._internal.threads: import it from there "
-                                       "(bayes_attn.threads goes in the next release)", "True True"], out.stdout
+def test_the_moved_modules_old_names_are_gone():
+    """The old names of the modules moved in 0.1.0 (``bayes_attn.threads``, ``bayes_attn.run``, ...) imported for
+    one release with a warning; that release is out, so they are gone (CHANGELOG)."""
+    for old in ("bayes_attn.threads", "bayes_attn.run", "bayes_attn.bartlett", "bayes_attn.precision"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    assert not hasattr(ba, "MOVED")
 
 
 @pytest.fixture
