@@ -37,6 +37,7 @@ GROUPS = {
     "Theory": ("solve_theory", "gp_limit", "Theory"),
     "Sampling": ("sample_posterior", "SamplerSettings", "SAMPLERS", "samplers", "Posterior", "Summary"),
     "Comparison": ("compare", "Comparison", "comparison_report"),
+    "One experiment point": ("Point", "evaluate", "Verdict"),
     "Runs and sweeps": ("run", "theory_run", "sweep", "alpha_sweep", "executor_from_options"),
     "One-shot pruning (Fig. 3)": ("run_oneshot",),
     "Calibration": ("calibration",),
