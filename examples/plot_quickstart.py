@@ -3,10 +3,11 @@ Quick start: theory against the exact posterior at N = 10
 ==========================================================
 
 The Fig. 2c network (four attention paths, the hidden-Markov-chain task) at
-width N = 10: solve the theory (the leading order, docs/theory.md §4, and its
-finite-width correction, §8), sample the exact posterior of the order
-parameters with NUTS (the ``wishart`` sampler, §7), and compare the two with
-Monte-Carlo error bars. ArviZ reads the posterior as it is.
+width N = 10 as one experiment point: solve the theory (the leading order,
+docs/theory.md §4, and its finite-width correction, §8), sample the exact
+posterior of the order parameters with NUTS (the ``wishart`` sampler, §7), and
+compare the two with Monte-Carlo error bars. ArviZ reads the posterior as it
+is.
 """
 
 # %%
@@ -19,31 +20,35 @@ from bayes_attn import markov
 task, net = markov.fig2c(width=10, n_test=100)  # the task (§6) and the network (§1)
 x, y, x_test, y_test = task.generate()  # x: [P, T, N0] = [100, 31, 20]
 
-theory = ba.solve_theory(net, x, y, temperature=0.01, correction="laplace")
-print(net.path_labels)
-print(theory.U.round(3))  # the order parameter U [path, path_], corrected (§8)
-print(theory.correction.U_leading.round(3))  # its leading order (§4)
-
 # %%
-# Sampling: four chains of the exact Wishart chain (any width costs the same).
-post = ba.sample_posterior(
+# One experiment point: the network at its width, the data, the temperature,
+# the theory's correction and the sampler (four chains of the exact Wishart
+# chain, §7: any width costs the same). ``evaluate`` solves the theory, samples
+# the posterior and compares the two (each part is also a function of its own:
+# ``ba.solve_theory``, ``ba.sample_posterior``, ``ba.compare``).
+point = ba.Point(
     net,
     x,
     y,
+    x_test,
+    y_test,
     temperature=0.01,
-    x_test=x_test,
+    correction="laplace",
     sampler=ba.SamplerSettings(
         name="wishart", num_chains=4, num_warmup=300, num_samples=1000
     ),
-    progress_bar=False,
 )
+result = ba.evaluate(point)
+theory, post = result.theory, result.posterior
+print(net.path_labels)
+print(theory.U.round(3))  # the order parameter U [path, path_], corrected (§8)
+print(theory.correction.U_leading.round(3))  # its leading order (§4)
 print(post.summary())  # R-hat, ESS and MCSE of U, U_l, Ua, f_train, f_test
 
 # %%
 # The comparison: the corrected theory is the headline, the leading order beside it.
-comparison = ba.compare(theory, post, x_test, y_test)
-print(comparison.verdict)
-print(comparison.theories_summary())
+print(result.outcome.value)
+print(result.comparison.theories_summary())
 
 # %%
 # ArviZ works on the posterior's ``DataTree`` directly (here the R-hat of every
