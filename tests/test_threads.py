@@ -82,7 +82,7 @@ def test_sampling_records_settings_restores_blas_and_repeats_bit_for_bit(no_blas
 
 
 def test_single_thread_xla_only_before_jax_starts():
-    code = ("import os, json; from bayes_attn import threads; first = threads.single_thread_xla(); "
+    code = ("import os, json; from bayes_attn._internal import threads; first = threads.single_thread_xla(); "
             "import jax; jax.numpy.ones(2).block_until_ready(); second = threads.single_thread_xla(); "
             "print(json.dumps([first, second, threads.xla_threads(), threads.jax_started()]))")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
