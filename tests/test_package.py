@@ -438,4 +438,3 @@ def test_the_project_files_of_a_package():
     assert [a["family-names"] for a in paper["authors"]] == ["Tiberi", "Mignacco", "Irie", "Sompolinsky"]
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert "## [Unreleased]" in changelog and f"## [{project['version']}] - " in changelog
-
