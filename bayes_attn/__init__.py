@@ -63,6 +63,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from .theory import Theory, gp_limit, load_theory, solve_theory  # noqa: F401
     from .verdict import Verdict  # noqa: F401
 
+
 def __getattr__(name: str):
     return _lazy_getattr(name)
 
