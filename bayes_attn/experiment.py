@@ -9,14 +9,16 @@ A :class:`Point` is a network at one width, its data, a temperature and the sett
 - ``prune`` evaluates one point per sampled width, with the theory its validation scan solved (never solved again).
 
 :func:`check` refuses before anything is computed what :func:`evaluate` would refuse; :func:`solve` is the theory
-half (theory and GP limit); :func:`evaluate` the whole point. The verdict is the comparison's
+half (theory and GP limit); :func:`scan` the theory half over widths × temperatures (each sweep theory job is one
+cell of it, prune's validation scan the whole grid); :func:`evaluate` the whole point. The verdict is the comparison's
 (:attr:`PointResult.outcome`, :mod:`bayes_attn.verdict`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:  # imported where used: a theory-only point needs neither samp
     from .posterior import Posterior
     from .verdict import Verdict
 
-__all__ = ["Point", "PointResult", "Solved", "check", "evaluate", "gp_of", "sample", "solve"]
+__all__ = ["Point", "PointResult", "Scanned", "Solved", "check", "evaluate", "gp_of", "sample", "scan", "solve"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,15 +118,52 @@ def check(point: Point, *, memory_check: bool = True) -> SamplerSettings | None:
                           sampler=point.sampler, memory_check=memory_check)
 
 
-def solve(point: Point, *, gp: bool = True, basis: Basis | None = None) -> Solved:
+def solve(point: Point, *, gp: bool = True, basis: Basis | None = None,
+          init: str | Sequence[np.ndarray] = "gp") -> Solved:
     """The theory of ``point`` (docs/theory.md §4, with §8 where ``point.correction="laplace"``) and, unless
     ``gp`` is false, its GP limit; ``basis``: the point's :func:`~bayes_attn.theory.kernel_basis`, when computed
-    before (computed here otherwise)."""
+    before (computed here otherwise); ``init``: where the minimisation starts (:func:`~bayes_attn.solve_theory`)."""
     basis = kernel_basis(point.net, point.x) if basis is None else basis
     theory = solve_theory(point.net, point.x, point.y, temperature=point.temperature, correction=point.correction,
-                          basis=basis)
+                          basis=basis, init=init)
     limit = gp_of(point, basis=basis) if gp else None
     return Solved(theory, limit)
+
+
+@dataclass(frozen=True, eq=False)
+class Scanned:
+    """Result of :func:`scan`: ``theories[(width, temperature)]`` and the GP limit ``gps[temperature]``
+    (empty where not asked for)."""
+
+    theories: dict[tuple[int, float], Theory]
+    gps: dict[float, Theory]
+
+
+def scan(point: Point, widths: Sequence[int], temperatures: Sequence[float], *, gp: bool = True,
+         on_solved: Callable[[Theory], None] | None = None) -> Scanned:
+    """The theory half of ``point`` at every width × temperature, and (unless ``gp`` is false) its GP limit at each
+    temperature (which no width changes: docs/theory.md §4).
+
+    ``point`` gives the network (at any width), the data and the correction; its own width and temperature are
+    not used. Per width the temperatures are solved from the highest down, each started from the previous
+    solution where that converged to a minimum (else from the GP values); one kernel basis serves every cell.
+    ``on_solved``: called with each theory as it is solved (progress).
+    """
+    temps = sorted((float(t) for t in temperatures), reverse=True)
+    basis = kernel_basis(point.net, point.x) if widths or gp else None
+    theories: dict[tuple[int, float], Theory] = {}
+    for N in widths:
+        init: str | list[np.ndarray] = "gp"
+        for temp in temps:
+            cell = dataclasses.replace(point, net=point.net.with_width(N), temperature=temp)
+            t = solve(cell, gp=False, basis=basis, init=init).theory
+            leading = t.leading_order()  # where the correction starts from: the minimum of S
+            init = list(leading.order_parameters) if leading.converged and leading.is_minimum else init
+            theories[(int(N), temp)] = t
+            if on_solved is not None:
+                on_solved(t)
+    gps = {temp: gp_of(dataclasses.replace(point, temperature=temp), basis=basis) for temp in temps} if gp else {}
+    return Scanned(theories, gps)
 
 
 def evaluate(point: Point, *, theory: Theory | None = None) -> PointResult:

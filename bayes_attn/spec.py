@@ -46,6 +46,7 @@ import numpy as np
 
 from ._internal import checks as _checks
 from ._internal.spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
+from .experiment import Point
 from .network import Network
 from .samplers import SamplerSettings
 from .samplers.settings import check_keys
@@ -175,6 +176,17 @@ class Spec:
             random_seed=n.random_seed,
             readout=n.readout,
         )
+
+    def point(self, width: int | None = None, temperature: float | None = None, *, data: tuple | None = None,
+              correction: str = "laplace", sampler: SamplerSettings | None = None, progress_bar: bool = False) -> Point:
+        """The experiment point of this spec at ``width`` and ``temperature`` (default: the spec's): its data
+        (:meth:`data` unless the caller has them: ``(x, y, x_test, y_test)``), the comparison's tolerances and
+        headline, ``sampler`` (``None``: theory only) and the theory's ``correction``."""
+        x, y, xt, yt = self.data() if data is None else data
+        temperature = self.temperature if temperature is None else temperature
+        return Point(self.net(width), x, y, xt, yt, temperature, correction=correction, sampler=sampler,
+                     rtol=self.compare.rtol, n_sigma=self.compare.n_sigma, headline=self.compare.correction,
+                     progress_bar=progress_bar)
 
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Training and test data ``(x, y, x_test, y_test)`` (after :meth:`check_size`)."""

@@ -50,8 +50,53 @@ def test_no_job_wires_the_science_itself(module):
 def test_run_sweep_and_prune_evaluate_the_same_point():
     for module in ("runs/pipeline.py", "sweep/table.py", "oneshot/scan.py"):
         assert "evaluate" in _called(ROOT / "bayes_attn" / module), module
-    # prune's scan solves the theory grid; its points take that theory and sample and compare through the point
-    assert not _called(ROOT / "bayes_attn/oneshot/scan.py") & {"gp_limit", "sample_posterior", "compare"}
+    # prune's scan is experiment.scan's grid; its points take that theory and sample and compare through the point
+    assert not _called(ROOT / "bayes_attn/oneshot/scan.py") & set(SCIENCE)
+    for module in ("sweep/table.py", "oneshot/scan.py"):  # one scan: sweep's theory jobs and GP limits, prune's grid
+        assert "scan" in _called(ROOT / "bayes_attn" / module), module
+
+
+@pytest.mark.slow
+def test_scan_is_each_cell_solved_alone_and_the_gp_limit_per_temperature():
+    """Warm starts change where the minimisation starts, not the minimum it finds (to the solver's tolerance)."""
+    point = _point(correction="none", sampler=None)
+    widths, temps = [3, 30], [0.05, 0.5, 2.0]
+    solved = []
+    grid = experiment.scan(point, widths, temps, on_solved=solved.append)
+    assert set(grid.theories) == {(N, T) for N in widths for T in temps} and set(grid.gps) == set(temps)
+    assert [(t.net.widths[0], t.temperature) for t in solved] == [(N, T) for N in widths for T in sorted(temps)[::-1]]
+    for (N, T), t in grid.theories.items():
+        alone = ba.solve_theory(point.net.with_width(N), point.x, point.y, temperature=T)
+        assert t.converged and t.is_minimum and t.correction is None
+        np.testing.assert_allclose(t.U, alone.U, rtol=1e-6, atol=1e-9)  # gradient tol 1e-10: ~1e-10 / min eig of H
+    for T, gp in grid.gps.items():
+        np.testing.assert_array_equal(gp.U, experiment.gp_of(_point(temperature=T)).U)
+    empty = experiment.scan(point, [], temps, gp=False)  # nothing asked, nothing solved
+    assert empty.theories == {} and empty.gps == {}
+
+
+@pytest.mark.slow
+def test_sweep_and_prune_solve_their_theory_through_the_one_scan(monkeypatch, tmp_path):
+    from conftest import THEORY_ONLY
+
+    from bayes_attn.oneshot.scan import temperature_scan
+    from bayes_attn.oneshot.spec import OneShotSpec, TheorySpec
+    from bayes_attn.spec import spec_from_dict
+    from bayes_attn.sweep import sweep
+
+    calls, scan = [], experiment.scan
+    monkeypatch.setattr(experiment, "scan", lambda p, w, t, **kw: calls.append((list(w), list(t))) or scan(p, w, t,
+                                                                                                              **kw))
+    sweep(spec_from_dict(THEORY_ONLY), tmp_path / "sw", temperatures=[0.1, 1.0], progress_bar=False)
+    jobs = [(w, t) for w, t in calls if w]
+    assert sorted(jobs) == sorted(([N], [T]) for N in (3, 30) for T in (0.1, 1.0))  # each theory job one cell
+    assert [t for w, t in calls if not w] == [[0.1, 1.0]]  # and the GP limits at every temperature
+    calls.clear()
+    net = random_network((2, 2), width=4)
+    (x, y), (xv, yv), (xt, yt) = random_data(20), random_data(9, seed=7), random_data(7, seed=2)
+    spec = OneShotSpec(theory=TheorySpec(widths=(3, 30), temperatures=(0.1, 1.0), sample_widths=(), score_width=3))
+    temperature_scan(spec, net, (x, np.sign(y)), (xv, np.sign(yv)), (xt, np.sign(yt)), progress_bar=False)
+    assert calls == [([3, 30], [0.1, 1.0])]
 
 
 @pytest.mark.slow

@@ -50,7 +50,6 @@ from .. import experiment, stats, verdict
 from .._internal import checks as _checks
 from .._internal import io as _io
 from .._internal import outputs
-from ..experiment import Point
 from ..theory import head_scores
 from . import checkpoints, data, figures, pruning, results, training
 from . import model as gd_model
@@ -338,8 +337,8 @@ def _after_training(spec: OneShotSpec, out: Path, sets: ImageSets, ev: Evaluatio
     comparisons = {N: width_comparison(r.comparison, r.point.temperature, points.correction_problems[N])
                    for N, r in points.points.items()}
     lap("sampling and the theory against the samples")
-    score_point = Point(net.with_width(th.score_width), tr.x, tr.y, te.x, te.y, th.score_temperature,
-                        correction="none")
+    score_point = spec.point(net.with_width(th.score_width), (tr.x, tr.y), (te.x, te.y), th.score_temperature,
+                             correction="none")
     score_theory = scan.theories.get((th.score_width, th.score_temperature)) or experiment.solve(
         score_point, gp=False).theory
     scores = head_scores(score_theory.U, heads)

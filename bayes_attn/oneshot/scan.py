@@ -25,13 +25,13 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import gp, stats
+from .. import experiment, gp, stats
 from .._internal import checks as _checks
 from .._internal.precision import float64
 from ..diagnostics import group_diagnostics
-from ..experiment import Point, PointResult, evaluate
+from ..experiment import PointResult, evaluate
 from ..network import Network
-from ..theory import Theory, kernel_basis, laplace_correction, solve_theory
+from ..theory import Theory, laplace_correction
 from .spec import OneShotSpec
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,8 @@ def temperature_scan(spec: OneShotSpec, net: Network, train: tuple, validation: 
         test: ``(x, y)``, test episodes (reported at the chosen temperature only;
             never used for a choice).
 
-    For each width the temperatures are solved from the highest down, each
-    warm-started from the previous solution when that converged. The chosen
+    The grid is :func:`bayes_attn.experiment.scan`'s (per width from the highest
+    temperature down, each warm-started from the previous solution). The chosen
     temperature maximises validation accuracy among converged solutions
     (ties: the lowest temperature); the GP limit chooses its own.
     """
@@ -124,33 +124,33 @@ def temperature_scan(spec: OneShotSpec, net: Network, train: tuple, validation: 
     widths, temps = list(th.widths), sorted(th.temperatures)
     xi, xi_val, xi_test = path_inputs(net, x), path_inputs(net, x_val), path_inputs(net, x_test)
     s0 = net.variances[0]
-    nW, nT, D = len(widths), len(temps), net.D
-    acc_val, acc_test = np.zeros((nW, nT)), np.zeros((nW, nT))
-    converged, iterations, seconds = np.zeros((nW, nT), bool), np.zeros((nW, nT), int), np.zeros((nW, nT))
-    U_scan = np.zeros((nW, nT, D, D))
-    theories: dict[tuple[int, float], Theory] = {}
-    basis = kernel_basis(net, x)  # one basis for every width and temperature
-    for i, N in enumerate(widths):
-        net_N = net.with_width(N)
-        init: str | list[np.ndarray] = "gp"
-        for j in reversed(range(nT)):
-            temp = temps[j]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                t = solve_theory(net_N, x, y, temperature=temp, init=init, basis=basis)
-            ok = bool(t.converged and t.is_minimum)
-            init = list(t.order_parameters) if ok else init
-            theories[(N, temp)] = t
-            converged[i, j], iterations[i, j], seconds[i, j], U_scan[i, j] = ok, t.iterations, t.solve_seconds, t.U
-            acc_val[i, j] = stats.accuracy_se(predictor_mean(t.U, temp, xi, y, xi_val, s0sq=s0), y_val)[0]
-            acc_test[i, j] = stats.accuracy_se(predictor_mean(t.U, temp, xi, y, xi_test, s0sq=s0), y_test)[0]
-            if progress_bar:
-                log.info(f"theory N={N} T={temp:g}: validation {acc_val[i, j]:.3f}, {t.iterations} Newton steps, "
-                         f"{t.solve_seconds:.1f} s{'' if ok else ' (NOT converged)'}")
-    gp_val, gp_test = np.zeros(nT), np.zeros(nT)
-    for j, temp in enumerate(temps):
-        gp_val[j] = stats.accuracy_se(predictor_mean(net.gp_U, temp, xi, y, xi_val, s0sq=s0), y_val)[0]
-        gp_test[j] = stats.accuracy_se(predictor_mean(net.gp_U, temp, xi, y, xi_test, s0sq=s0), y_test)[0]
+
+    def accuracies(U: np.ndarray, temp: float) -> tuple[float, float]:  # validation, test
+        return tuple(stats.accuracy_se(predictor_mean(U, temp, xi, y, xi_s, s0sq=s0), y_s)[0]
+                     for xi_s, y_s in ((xi_val, y_val), (xi_test, y_test)))
+
+    def solved(t: Theory) -> None:
+        if progress_bar:
+            ok = t.converged and t.is_minimum
+            log.info(f"theory N={t.net.widths[0]} T={t.temperature:g}: validation "
+                     f"{accuracies(t.U, t.temperature)[0]:.3f}, {t.iterations} Newton steps, {t.solve_seconds:.1f} s"
+                     f"{'' if ok else ' (NOT converged)'}")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        point = spec.point(net, (x, y), (x_test, y_test), temps[0], correction="none")
+        grid = experiment.scan(point, widths, temps, on_solved=solved)
+    cells = [[grid.theories[(N, temp)] for temp in temps] for N in widths]  # widths, temperatures: non-empty
+
+    def over_cells(f: Any, dtype: type) -> np.ndarray:  # [width, temperature, ...]
+        return np.array([[f(t) for t in row] for row in cells], dtype)
+
+    converged = over_cells(lambda t: bool(t.converged and t.is_minimum), bool)
+    iterations, seconds = over_cells(lambda t: t.iterations, int), over_cells(lambda t: t.solve_seconds, float)
+    U_scan = over_cells(lambda t: t.U, float)
+    acc_val, acc_test = np.moveaxis(over_cells(lambda t: accuracies(t.U, t.temperature), float), -1, 0)
+    gp_val, gp_test = np.array([accuracies(grid.gps[temp].U, temp) for temp in temps], float).T
+    nW = len(widths)
     best = np.array([stats.choose_temperature(acc_val[i], converged[i]) for i in range(nW)])
     gp_best = stats.choose_temperature(gp_val)
     n = y_test.size
@@ -178,7 +178,7 @@ def temperature_scan(spec: OneShotSpec, net: Network, train: tuple, validation: 
         attrs={"n_train": int(x.shape[0]), "n_validation": int(x_val.shape[0]), "n_test": int(n),
                "temperature_choice": "argmax of validation accuracy over converged solutions (ties: lowest T)"},
     )
-    return Scan(ds, theories)
+    return Scan(ds, grid.theories)
 
 
 def corrected(theory: Theory) -> tuple[Theory | None, str]:
@@ -211,8 +211,8 @@ def _point_at(spec: OneShotSpec, x, y, x_test, y_test, leading: Theory, progress
     theory, why = corrected(leading)
     problems = [] if theory is not None else [
         f"the correction was {'skipped' if leading.problems else 'not computed'}: {why}"]
-    point = Point(leading.net, x, y, x_test, y_test, leading.temperature, sampler=spec.sampler,
-                  progress_bar=progress_bar)
+    point = spec.point(leading.net, (x, y), (x_test, y_test), leading.temperature, sampler=spec.sampler,
+                       progress_bar=progress_bar)
     return evaluate(point, theory=leading if theory is None else theory), problems
 
 

@@ -45,6 +45,8 @@ from typing import Any
 from .._internal import checks as _checks
 from .._internal import io as _io
 from .._internal.spec_types import check_name, check_type, read_shipped_toml, read_toml, section, to_toml
+from ..experiment import Point
+from ..network import Network
 from ..samplers import SamplerSettings
 from ..samplers.settings import check_keys
 from ..tasks import OMNIGLOT_RUNS_FILE, OMNIGLOT_SMALL_FILES
@@ -359,6 +361,14 @@ class OneShotSpec:
             return path
         base = Path(self.source).resolve().parent if self.source else PROJECT_ROOT / "models"
         return Path(os.path.normpath(base / path))
+
+    def point(self, net: Network, train: tuple, test: tuple, temperature: float, *, correction: str = "laplace",
+              sampler: SamplerSettings | None = None, progress_bar: bool = False) -> Point:
+        """The experiment point of the frozen network ``net`` (at its width) trained on ``train`` ``(x, y)`` and
+        tested on ``test`` at ``temperature``, as :meth:`bayes_attn.spec.Spec.point` makes one of a run spec:
+        ``sampler`` (``None``: theory only; prune passes ``[sampler]``) and the theory's ``correction``."""
+        return Point(net, *train, *test, temperature, correction=correction, sampler=sampler,
+                     progress_bar=progress_bar)
 
     @property
     def model_config(self) -> ModelConfig:

@@ -35,19 +35,7 @@ if TYPE_CHECKING:  # imported where used: the theory command needs neither sampl
     from ..posterior import Posterior
 
 __all__ = ["RUN_FILES", "RunResult", "SAMPLE_FILES", "SampleResult", "THEORY_FILES", "TheoryResult", "gp_accuracies",
-           "gp_on_paths", "point_of", "run", "sample_run", "theory_accuracy", "theory_run"]
-
-
-def point_of(spec: Spec, width: int | None = None, temperature: float | None = None, *, data: tuple | None = None,
-             correction: str = "laplace", sampler: SamplerSettings | None = None, progress_bar: bool = False) -> Point:
-    """The experiment point of ``spec`` at ``width`` and ``temperature`` (default: the spec's): its data
-    (``spec.data()`` unless the caller has them: ``(x, y, x_test, y_test)``), the comparison's tolerances and
-    headline, ``sampler`` (``None``: theory only) and the theory's ``correction``."""
-    x, y, xt, yt = spec.data() if data is None else data
-    temperature = spec.temperature if temperature is None else temperature
-    return Point(spec.net(width), x, y, xt, yt, temperature, correction=correction, sampler=sampler,
-                 rtol=spec.compare.rtol, n_sigma=spec.compare.n_sigma, headline=spec.compare.correction,
-                 progress_bar=progress_bar)
+           "gp_on_paths", "run", "sample_run", "theory_accuracy", "theory_run"]
 
 
 def gp_on_paths(gp: Theory, paths: tuple[str, ...]) -> Theory:
@@ -110,7 +98,7 @@ def theory_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     """
     correction = _checks.choice("correction", spec.compare.correction if correction is None else correction,
                                 CORRECTIONS)
-    point = point_of(spec, width, temperature, correction=correction)
+    point = spec.point(width, temperature, correction=correction)
     net, temperature, xt, yt = point.net, point.temperature, point.x_test, point.y_test
     experiment.check(point)
     with outputs.output_folder(out, force=force, command="theory", files=THEORY_FILES) as stage:
@@ -139,7 +127,7 @@ def sample_run(spec: Spec, out: str | Path, *, width: int | None = None, tempera
     """The posterior at one width (``spec.sampler``); writes ``posterior.nc``, ``summary.txt`` (ArviZ
     diagnostics), ``spec.toml``. The folder is held and its files replaced together, as in :func:`run`.
     """
-    point = point_of(spec, width, temperature, correction="none", sampler=spec.sampler, progress_bar=progress_bar)
+    point = spec.point(width, temperature, correction="none", sampler=spec.sampler, progress_bar=progress_bar)
     net, temperature = point.net, point.temperature
     experiment.check(point)  # refused before the folder
     with outputs.output_folder(out, force=force, command="sample", files=SAMPLE_FILES) as stage:
@@ -187,7 +175,7 @@ def run(spec: Spec, out: str | Path, *, width: int | None = None, temperature: f
     ``alignment.png``. The folder is held while the run computes (a second run
     into it fails at once) and its files are replaced together at the end.
     """
-    point = point_of(spec, width, temperature, sampler=spec.sampler, progress_bar=progress_bar)
+    point = spec.point(width, temperature, sampler=spec.sampler, progress_bar=progress_bar)
     net, temperature, xt, yt = point.net, point.temperature, point.x_test, point.y_test
     from . import figures
 

@@ -34,7 +34,7 @@ from .._internal import io as _io
 from .._internal import outputs
 from .._internal.fingerprints import data_fingerprint
 from ..runs import figures
-from ..runs.pipeline import gp_accuracies, point_of, theory_accuracy
+from ..runs.pipeline import gp_accuracies, theory_accuracy
 from ..samplers import SAMPLERS, SamplerSettings
 from ..spec import Spec, spec_from_dict
 from ..stats import accuracy, binomial_se, choose_temperature, power_law_slope
@@ -109,7 +109,8 @@ def theory_job(spec: Spec, N: int, temperature: float, folder: Path) -> Path:
     key = _theory_key(spec, N, temperature, (x, y, xt, yt, *(val or ())))
     if _finished(path, key) is not None:
         return path
-    t = experiment.solve(point_of(spec, N, temperature, data=(x, y, xt, yt), correction="none"), gp=False).theory
+    point = spec.point(N, temperature, data=(x, y, xt, yt), correction="none")
+    t = experiment.scan(point, [N], [temperature], gp=False).theories[(int(N), float(temperature))]  # one cell
     ds = t.to_dataset()
     ds["accuracy"] = theory_accuracy(t, xt, yt)
     ds["accuracy_validation"] = np.nan if val is None else theory_accuracy(t, *val)  # NaN: the task has none
@@ -127,7 +128,7 @@ def sample_job(spec: Spec, N: int, temperature: float, folder: Path, settings: S
     key = _sample_key(spec, N, temperature, (x, y, xt, yt), settings)
     if _finished(path, key) is not None:
         return path
-    result = experiment.evaluate(point_of(spec, N, temperature, data=(x, y, xt, yt), sampler=settings,
+    result = experiment.evaluate(spec.point(N, temperature, data=(x, y, xt, yt), sampler=settings,
                                           progress_bar=progress_bar))
     post = result.posterior  # the theory corrected (§8), compared both corrected and at leading order
     post.save(folder / f"posterior-{_tag(N, temperature)}.nc")
@@ -277,7 +278,7 @@ def _check_sampling(spec: Spec, sample_widths, temps, executor: Executor | None)
     data = spec.data() if sample_widths else None
     for N in sample_widths:
         for i, temp in enumerate(temps):  # the memory does not depend on the temperature: checked once per width
-            experiment.check(point_of(spec, N, temp, data=data, sampler=spec.sampler), memory_check=here and i == 0)
+            experiment.check(spec.point(N, temp, data=data, sampler=spec.sampler), memory_check=here and i == 0)
 
 
 def _check_temperatures(temperatures) -> list[float]:
@@ -394,8 +395,7 @@ def _assemble(spec: Spec, done: dict, widths, sample_widths, temps, data, valida
     _, _, xt, yt = data
     widths = [N for N in widths if all(("theory", N, temp) in done for temp in temps)]
     sample_widths = [N for N in sample_widths if all(("sample", N, temp) in done for temp in temps)]
-    gps = {temp: experiment.gp_of(point_of(spec, widths[0] if widths else None, temp, data=data, correction="none"))
-           for temp in temps}
+    gps = experiment.scan(spec.point(data=data, correction="none"), [], temps).gps
     gp_acc = [gp_accuracies(spec, gps[temp], xt, yt) for temp in temps]
     gp_val = [np.nan if validation is None else accuracy(gps[temp].predict(validation[0])[0], validation[1])
               for temp in temps]
