@@ -75,9 +75,8 @@ def test_huge_task_is_refused_before_allocating(tmp_path, capsys, change):
 def test_huge_width_or_seed_is_a_usage_error(capsys, monkeypatch, argv, match):
     from bayes_attn import spec
 
-    _forbid(monkeypatch, (spec.Spec, "data"))
-    t0 = time.perf_counter()
-    assert cli.main(argv) == cli.EXIT_USAGE and time.perf_counter() - t0 < 5
+    _forbid(monkeypatch, (spec.Spec, "data"))  # refused before the data are made (not timed: a loaded machine)
+    assert cli.main(argv) == cli.EXIT_USAGE
     assert match in _one_line(capsys.readouterr().err)
     with pytest.raises(ValueError, match=r"\[sampler\] seed must be an integer between"):
         spec_from_dict(TINY | {"sampler": TINY["sampler"] | {"seed": 2**70}})
