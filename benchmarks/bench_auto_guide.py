@@ -58,10 +58,10 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 from bench_guided import landed_fig3  # noqa: E402
+from harness import x64  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from bayes_attn._internal.precision import x64  # noqa: E402
 from bayes_attn.samplers import laplace, prepare, wishart  # noqa: E402
 
 

@@ -78,10 +78,9 @@ import numpy as np  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-from harness import CompileTimer  # noqa: E402
+from harness import CompileTimer, one_blas_thread_here  # noqa: E402
 
 from bayes_attn import samplers  # noqa: E402
-from bayes_attn._internal import threads  # noqa: E402
 from bayes_attn.diagnostics import EXTRA_FIELDS, sample_stats  # noqa: E402
 from bayes_attn.posterior import Posterior  # noqa: E402
 from bayes_attn.samplers import nuts  # noqa: E402
@@ -155,7 +154,7 @@ def main(a: argparse.Namespace) -> dict:
     x, y, xt, _ = task.generate()
     timer = CompileTimer()
     runs = []
-    with threads.limits():
+    with one_blas_thread_here():
         for mode in ("numpyro", "one-program", "numpyro", "one-program"):
             r = run_once(mode, net, x, y, xt, a, timer)
             r["call"] = 1 + sum(q["mode"] == mode for q in runs)
@@ -166,7 +165,7 @@ def main(a: argparse.Namespace) -> dict:
                   f"ESS/s {r['ess_per_s_total']:6.1f}", flush=True)
     ratio = None
     if a.collapsed:
-        with threads.limits():
+        with one_blas_thread_here():
             c = run_once("one-program", net, x, y, xt, a, timer, sampler="collapsed")
         c["call"] = 1
         runs.append(c)

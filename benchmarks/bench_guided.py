@@ -95,7 +95,6 @@ from harness import busy_cores  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from bayes_attn._internal.compile_cache import ENV_DIR, ENV_OFF, enable_compile_cache  # noqa: E402
 
 F32 = ("laplace-is", "auto")  # the runs also made in float32 (labels ``<label>-f32``)
 
@@ -194,7 +193,8 @@ def in_fresh_process(N: int, n_test: int, quick: bool, label: str, cache: bool =
     first (its calls dropped), so that the calls returned find it warm, as the command's second run does."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "one.json"
-        env = os.environ | ({ENV_DIR: str(Path(tmp) / "cache"), ENV_OFF: "0"} if cache else {})
+        cache_env = {"BAYES_ATTN_COMPILE_CACHE": str(Path(tmp) / "cache"), "BAYES_ATTN_NO_COMPILE_CACHE": "0"}
+        env = os.environ | (cache_env if cache else {})
         for _ in range(1 + cache):
             subprocess.run([sys.executable, __file__, "--widths", str(N), "--n-test", str(n_test), "--samplers",
                             label, "--out", str(out)] + ["--quick"] * quick + ["--compile-cache"] * cache,
@@ -256,8 +256,8 @@ def image(quick: bool) -> dict:
 def main(a: argparse.Namespace) -> dict:
     """Fig. 2c, then ``--busy`` and ``--image`` where asked; the envelope."""
     record = Record(a)
-    if a.compile_cache and not a.fresh:
-        enable_compile_cache()  # a child of --fresh --compile-cache (its folder in BAYES_ATTN_COMPILE_CACHE)
+    # a child of --fresh --compile-cache: the library turns its cache on at its first call (the folder and the
+    # switch in BAYES_ATTN_COMPILE_CACHE and BAYES_ATTN_NO_COMPILE_CACHE=0, set by the parent)
     results = {"fig2c": fig2c(a.widths, a.n_test, a.quick, a.samplers, a.fresh, a.fresh and a.compile_cache)}
     if a.busy:
         results["busy"] = busy(a.n_test, a.quick)

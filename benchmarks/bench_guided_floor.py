@@ -13,7 +13,7 @@ rounds, after compilation:
 - ``conditional``: ``f_train``, ``f_test`` for 20 000 draws of ``U`` on their own (``samplers.conditional_outputs``,
   the NUTS samplers' draws and ``laplace-is``'s repeated copies), per draw;
 - ``cholesky``: one batched ``P × P`` Cholesky factorisation (jitted, batches of 1024), per matrix
-  (these three inside ``bayes_attn._internal.threads.limits()``, as the library runs them);
+  (these three inside one BLAS thread (``harness.one_blas_thread_here``), as the library runs them);
 - ``laplace-is`` and ``wishart`` 4 × (500 + 2000) through ``sample_posterior`` (second calls), with their
   ESS of ``U``.
 
@@ -67,10 +67,9 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
-from harness import times  # noqa: E402
+from harness import one_blas_thread_here, times, x64  # noqa: E402
 
 from bayes_attn import markov  # noqa: E402
-from bayes_attn._internal import threads  # noqa: E402
 from bayes_attn.samplers import conditional_outputs, laplace, prepare  # noqa: E402
 
 NUTS_STEPS_PER_DRAW = 22.0
@@ -116,7 +115,7 @@ def fig2c(rounds: int, quick: bool) -> dict:
               "conditional": lambda r: conditional_outputs(U, jax.random.key(2 + r), inputs),
               "cholesky": lambda r: chol(mats)}
     per = {"S": count, "S and f": count, "conditional": count, "cholesky": mats.shape[0]}
-    with threads.limits():  # as the library runs them (one BLAS thread per call)
+    with one_blas_thread_here():  # as the library runs them (one BLAS thread per call)
         sec = {name: s / per[name] for name, s in phase_rounds(phases, rounds).items()}
     settings = {"laplace-is": dict(num_chains=4, num_samples=count // 4),
                 "wishart": dict(num_chains=4, num_warmup=50 if quick else 500, num_samples=50 if quick else 2000)}
@@ -144,13 +143,12 @@ def fig2c(rounds: int, quick: bool) -> dict:
 def image(rounds: int, quick: bool) -> dict:
     from bench_kernel_forms import gradient_fn, problem  # benchmarks/bench_kernel_forms.py
 
-    from bayes_attn._internal.precision import x64
     from bayes_attn.theory.bartlett import factor_shapes
 
     cfg = dict(heads=(2, 2), P=120, N0=16, T=8, width=10) if quick else dict(heads=(4, 4), P=600, N0=64, T=8, width=10)
     net, x, y = problem(**cfg)
     P, N0, r = cfg["P"], cfg["N0"], factor_shapes(net.heads, net.widths)[0][1]
-    with x64(False), threads.limits():
+    with x64(False), one_blas_thread_here():
         inputs = prepare(net, x, y, None, 0.5, "float32")
         grad = gradient_fn(inputs, "xi")[0]
         phi = jnp.asarray(np.random.default_rng(0).normal(size=(P, r * N0)) / np.sqrt(r * N0), jnp.float32)

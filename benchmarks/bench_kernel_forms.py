@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import Record, parse, parser
+from harness import Record, one_blas_thread_here, parse, parser, threads_now, x64
 from harness import headline as make_headline
 
 
@@ -75,8 +75,6 @@ import numpyro.distributions as dist  # noqa: E402
 from numpyro.infer.util import initialize_model  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
-from bayes_attn._internal import threads  # noqa: E402
-from bayes_attn._internal.precision import x64  # noqa: E402
 from bayes_attn.kernels import choose_kernel_form, kernel_form_costs  # noqa: E402
 from bayes_attn.samplers import prepare  # noqa: E402
 from bayes_attn.samplers.base import gram, likelihood_data  # noqa: E402
@@ -134,7 +132,7 @@ def time_case(name, cfg, dtype, rounds, per_round):
     if chosen != "woodbury":
         forms.append(f"{chosen} autodiff")
     load = os.getloadavg()
-    with x64(dtype == "float64"), threads.limits():
+    with x64(dtype == "float64"), one_blas_thread_here():
         inputs = prepare(net, x, y, None, 0.1, dtype)
         fns = {f: gradient_fn(inputs, f) for f in forms}
         times = {f: [] for f in forms}
@@ -165,7 +163,7 @@ def main(a: argparse.Namespace) -> dict:
     if a.quick:
         cases = {"tiny": dict(heads=(2, 2), P=12, N0=6, T=4, width=3),
                  "tiny r=1": dict(heads=(2, 2), P=40, N0=6, T=4, width=1)}
-    record = Record(a, threads=threads.record(),
+    record = Record(a, threads=threads_now(),
                     note="seconds per jitted value_and_grad of the wishart potential; median over rounds, forms "
                          "interleaved")
     dtypes = ("float32",) if a.quick else ("float32", "float64")

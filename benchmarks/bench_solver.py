@@ -68,11 +68,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from harness import times  # noqa: E402
+from harness import times, x64  # noqa: E402
 
 from bayes_attn import markov  # noqa: E402
 from bayes_attn import theory as th  # noqa: E402
-from bayes_attn._internal.precision import float64  # noqa: E402
 from bayes_attn.theory.coordinates import (  # noqa: E402
     log_cholesky,
     log_cholesky_to_vech,
@@ -215,7 +214,7 @@ def main(a: argparse.Namespace) -> dict:
                              f"{TOL_ADAM} or {a.adam_max_steps} steps; also run to our tol {TOL_OURS} (adam_tol1e-8_*)",
                     timing="wall seconds, best of repeats, excluding compilation (*_compile_s, nonzero only for the "
                            "first N) and the shared kernel set-up (setup_s)")
-    with float64():
+    with x64(True):
         task, net0 = markov.fig2c(10)
         x, y, _, _ = task.generate()
         rows = [width_row(net0.with_width(N), x, y, a) for N in a.widths]

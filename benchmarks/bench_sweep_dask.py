@@ -46,9 +46,9 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import xarray as xr  # noqa: E402
+from harness import one_blas_thread  # noqa: E402
 
 from bayes_attn import spec as spec_module  # noqa: E402
-from bayes_attn._internal.threads import one_blas_thread  # noqa: E402
 from bayes_attn.sweep import DaskLocal, sweep  # noqa: E402
 
 

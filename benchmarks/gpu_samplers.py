@@ -93,11 +93,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import numpyro  # noqa: E402
-from harness import CompileTimer, timed_nuts  # noqa: E402
+from harness import CompileTimer, timed_nuts, x64  # noqa: E402
 from numpyro.diagnostics import effective_sample_size, split_gelman_rubin  # noqa: E402
 
 from bayes_attn import markov, samplers  # noqa: E402
-from bayes_attn._internal.precision import x64  # noqa: E402
 
 
 def diagnostics(U, f_test) -> dict:

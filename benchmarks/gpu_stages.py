@@ -19,7 +19,7 @@ import time
 
 import jax
 import numpy as np
-from harness import REPO, CompileTimer
+from harness import REPO, CompileTimer, one_blas_thread_here, x64
 
 LANDED = REPO / "inference/results/fig3"
 LANDED_SPEC = REPO / "models/omniglot_oneshot_plain.toml"
@@ -96,8 +96,6 @@ def stage_gradient(widths: list[int], dtypes: list[str], calls: int, p_train: in
     from numpyro.infer.util import initialize_model
 
     from bayes_attn import samplers
-    from bayes_attn._internal import threads
-    from bayes_attn._internal.precision import x64
 
     setup = problem_seconds(p_train, n_test)
     net, x, y, _, chosen = image_problem(p_train, n_test)
@@ -105,7 +103,7 @@ def stage_gradient(widths: list[int], dtypes: list[str], calls: int, p_train: in
     smp = samplers.get("wishart")
     for N in widths:
         for dtype in dtypes:
-            with x64(dtype == "float64"), threads.limits():
+            with x64(dtype == "float64"), one_blas_thread_here():
                 inputs = samplers.prepare(net.with_width(N), x, y, None, chosen[N], dtype)
                 model, args = smp.build(inputs)
                 info = initialize_model(jax.random.key(0), model, model_args=args)
@@ -133,8 +131,6 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
     per second over all chains (the rate to compare across platforms, whatever the draws), bulk ESS and R-hat of
     ``U``."""
     from bayes_attn import samplers
-    from bayes_attn._internal import threads
-    from bayes_attn._internal.precision import x64
     from bayes_attn.posterior import resolve_chain_method
     from bayes_attn.samplers import SamplerSettings, nuts
 
@@ -146,7 +142,7 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
                           dtype=dtype, max_tree_depth=max_tree_depth, chain_method=method)
     fields = ("num_steps", "diverging", "accept_prob")
     t: dict = {}
-    with x64(dtype == "float64"), threads.limits():
+    with x64(dtype == "float64"), one_blas_thread_here():
         inputs = samplers.prepare(net.with_width(N), x, y, xt, chosen[N], dtype)
         (model, args), *t["build"] = timed(lambda: smp.build(inputs))
         try:

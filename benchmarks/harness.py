@@ -119,6 +119,48 @@ def versions() -> dict:
     return out
 
 
+BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""The variables that fix the BLAS threads; set, they win over :func:`one_blas_thread_here` (as in the library)."""
+
+
+def x64(enabled: bool = True) -> contextlib.AbstractContextManager:
+    """A block in JAX's 64-bit mode if ``enabled`` (JAX's own scoped switch, ``jax.enable_x64``)."""
+    import jax
+
+    return jax.enable_x64(bool(enabled))
+
+
+def one_blas_thread_here() -> contextlib.AbstractContextManager:
+    """A block with one BLAS thread (threadpoolctl), as the library runs each of its own calls; nothing changes
+    when one of :data:`BLAS_ENV` is set (the user's choice wins)."""
+    if any(v in os.environ for v in BLAS_ENV):
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(1, user_api="blas")
+
+
+def one_blas_thread() -> None:
+    """One BLAS thread in this whole process from now on, unless one of :data:`BLAS_ENV` is set (call it before
+    NumPy's BLAS does work: the variable for libraries loaded later, threadpoolctl for those loaded already)."""
+    if any(v in os.environ for v in BLAS_ENV):
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+
+
+def threads_now() -> dict:
+    """The thread settings in force (JSON-ready): BLAS threads per library, ``XLA_FLAGS``, JAX's devices."""
+    import jax
+    from threadpoolctl import threadpool_info
+
+    return {"blas_threads": {i["internal_api"]: i["num_threads"] for i in threadpool_info()},
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "devices": f"{jax.local_device_count()} x {jax.devices()[0].platform}", "cpu_count": os.cpu_count()}
+
+
 def headline(name: str, value: float | None, unit: str) -> dict | None:
     """The one number a summary table shows for a result file (``None`` where it was not measured)."""
     return None if value is None else {"name": name, "value": float(value), "unit": unit}

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import copy
 import hashlib
 import json
@@ -117,6 +119,49 @@ def test_every_benchmark_has_a_main():
     names = {p.stem for p in SCRIPTS}
     assert {"bench_solver", "bench_sampler", "bench_cold_start", "bench_sweep_dask", "report"} <= names
     assert "harness" not in names
+
+
+def internal_imports(source: str) -> list[str]:
+    """The imports of ``bayes_attn._internal`` (in any spelling) in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found += [n for n in names if n == "bayes_attn._internal" or n.startswith("bayes_attn._internal.")][:1]
+    return found
+
+
+def test_no_benchmark_imports_the_internals():
+    """The benchmarks measure the package as its users call it: no ``bayes_attn._internal`` (the harness has the
+    few helpers they need, on JAX's and threadpoolctl's public switches)."""
+    assert internal_imports("from bayes_attn import _internal\nimport bayes_attn._internal.threads\n"
+                            "from bayes_attn._internal.precision import x64\nfrom bayes_attn import experiment\n") \
+        == ["bayes_attn._internal", "bayes_attn._internal.threads", "bayes_attn._internal.precision"]
+    found = {p.name: internal_imports(p.read_text()) for p in sorted(BENCH.glob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}
+
+
+def test_harness_switches_precision_and_blas_threads_for_a_block(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+    from threadpoolctl import threadpool_info
+
+    before = bool(jax.config.jax_enable_x64)
+    for enabled, dtype in ((True, jnp.float64), (False, jnp.float32)):
+        with harness.x64(enabled):
+            assert jnp.ones(2).dtype == dtype
+        assert bool(jax.config.jax_enable_x64) == before
+    blas = lambda: {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}  # noqa: E731
+    for name in harness.BLAS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with harness.one_blas_thread_here():
+        assert blas() <= {1}
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")  # the user's choice wins: nothing is changed
+    assert isinstance(harness.one_blas_thread_here(), contextlib.nullcontext)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
