@@ -207,7 +207,7 @@ def summary_table(draws: xr.Dataset, workers: int | None = None) -> pd.DataFrame
     ``draws``: variables ``[chain, draw, ...]``. Each row of the table depends on its own entry's draws alone, so
     the entries are cut into pieces (about two per worker, along each variable's first dimension after ``draw``)
     and ArviZ summarises the pieces side by side: its rank normalisations (NumPy's sorts) and FFTs release the
-    GIL. 4 × 5000 draws of 221 entries (Fig. 2c): ``benchmarks/bench_summary.py``."""
+    GIL. 4 × 5000 draws of 221 entries (Fig. 2c): ``benchmarks/results/summary.json``."""
     import arviz_stats as azs
 
     def run(piece: xr.Dataset) -> pd.DataFrame:

@@ -7,11 +7,11 @@
 - slow: a ``--quick --out`` run of each script in :data:`QUICK` (2-25 CPU seconds each) writes an envelope of its
   own name, and ``report.py`` reads them. Left out, to keep the part near a minute on 2 cores (CPU seconds of a
   quick run in parentheses): ``bench_guided`` (265: eight samplers, three widths), ``bench_sampler`` (160), ``sbc``
-  (104), ``bench_guided_floor`` (45), ``bench_fixed_costs`` (41), ``bench_correction`` (39: fresh processes),
-  ``bench_cold_start`` (38: a cold ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36),
-  ``bench_adapt`` (30), ``bench_paper_step`` (18: the paper-size model), ``bench_solver`` (17);
-  ``bench_contention`` and ``bench_summary`` start one CPU-bound process per core, ``bench_sweep_dask`` two Dask
-  clusters; ``gpu_samplers`` is for a GPU; ``bench_suite`` runs pytest itself (the suite within the suite);
+  (104), ``bench_guided_floor`` (45), ``bench_correction`` (39: fresh processes), ``bench_cold_start`` (38: a cold
+  ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36), ``bench_paper_step`` (18: the paper-size
+  model), ``bench_solver`` (17), ``bench_image_n10`` (fresh processes at the image scale's shapes);
+  ``bench_contention`` starts one CPU-bound process per core, ``bench_sweep_dask`` two Dask clusters;
+  ``gpu_samplers`` is for a GPU; ``bench_suite`` runs pytest itself (the suite within the suite);
 - slow: the dry run of ``benchmarks/gpu.sh`` (the one command on a lent GPU machine) on the CPU, with ``gpu.py
   --quick`` (its stages in two worker processes, every code path) and without its tests.
 """
@@ -39,8 +39,7 @@ import harness  # noqa: E402  (benchmarks/harness.py)
 
 RESULTS = sorted((BENCH / "results").glob("*.json"))
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
-QUICK = {"bench_solve_theory": [], "bench_guided_compiles": [], "bench_auto_pilot": [], "bench_kernel_forms": [],
-         "bench_rhat_null": []}
+QUICK = {"bench_solve_theory": [], "bench_kernel_forms": [], "bench_rhat_null": []}
 """Scripts run with ``--quick`` (seconds each), and their extra arguments."""
 HELP_SECONDS = 10.0
 pytestmark = pytest.mark.xdist_group("benchmarks")
