@@ -1,4 +1,5 @@
-"""GPU against CPU on one machine: the samplers at the image scale, the theory solve and the paper-size training step.
+"""GPU against CPU on one machine: the samplers at the image scale and at large width, the theory solve and the
+paper-size training step.
 
 Each measurement runs twice, on the accelerator JAX finds (``device``: the GPU of a lent machine) and on the same
 machine's CPU (``cpu``: ``JAX_PLATFORMS=cpu``), each platform in a worker process of its own (``--worker``; the
@@ -19,7 +20,10 @@ Stages (the image task's scale: the landed Fig. 3 model, P = 600, 16 paths, 200 
 3. ``train``: one optimiser step of the paper-size model (``models/omniglot_paper.toml``);
 4. ``laplace-is N=100 float32``: ``sample_posterior``, 4 × 2500 proposals (the CPU: ``--cpu-fraction``);
 5. ``theory``: ``solve_theory`` (float64) at N = 100 twice, N = 10, and twice with the §8 correction;
-6. ``laplace-is N=10 float32``, ``wishart N=10 float64``.
+6. ``laplace-is N=10 float32``, ``wishart N=10 float64``;
+7. ``wishart fig2c N=10000 float32``, ``collapsed fig2c N=1000 float32``: the exact samplers at large width on the
+   Fig. 2c network (P = 100 training sequences, temperature 0.01, 4 chains × (500 + 500), tree depth 10), NUTS
+   as in 2 (``wishart``'s cost should not grow with N: 14 sampled dimensions at any width; ``collapsed``'s does).
 
 A stage starts only with ``--min-start-s`` of ``--budget-s`` left (else it is recorded as skipped, with the
 reason) and is stopped at ``--stage-cap-s`` or at the budget's end (recorded as ``timeout``; its worker is started
@@ -61,7 +65,8 @@ ORDER = ("gradient @device", "gradient @cpu", "wishart N=100 float32 @device", "
          "wishart N=10 float32 @device", "train @device", "train @cpu", "laplace-is N=100 float32 @device",
          "laplace-is N=100 float32 @cpu", "wishart N=10 float32 @cpu", "theory @device", "theory @cpu",
          "laplace-is N=10 float32 @device", "laplace-is N=10 float32 @cpu", "wishart N=10 float64 @device",
-         "wishart N=10 float64 @cpu")
+         "wishart N=10 float64 @cpu", "wishart fig2c N=10000 float32 @device", "wishart fig2c N=10000 float32 @cpu",
+         "collapsed fig2c N=1000 float32 @device", "collapsed fig2c N=1000 float32 @cpu")
 """The stages by value, each label's device run soon followed by its CPU run: what the budget leaves out is at the
 end (the CPU's N = 10 NUTS, dearest on the CPU, after the cheaper pairs)."""
 MIN_START_S = {"gradient": 15.0, "train": 15.0, "sample": 20.0, "theory": 25.0, "nuts": 40.0}
@@ -69,7 +74,8 @@ MIN_START_S = {"gradient": 15.0, "train": 15.0, "sample": 20.0, "theory": 25.0, 
 is skipped, leaving the time to a cheaper one after it)."""
 STARTUP_S = 90.0
 """Most seconds a worker may take to start (load JAX, find its devices)."""
-QUICK_LABELS = ("theory", "gradient", "wishart N=100 float32", "train", "laplace-is N=100 float32")
+QUICK_LABELS = ("theory", "gradient", "wishart N=100 float32", "train", "laplace-is N=100 float32",
+                "wishart fig2c N=10000 float32")
 """``--quick`` runs one label of each kind (every code path; each compiles once per worker)."""
 
 
@@ -114,6 +120,7 @@ def plan(a: argparse.Namespace) -> list[dict]:
     nuts = dict(chains=2, warmup=10, samples=10, max_tree_depth=3) if q else dict(
         chains=s["num_chains"], warmup=s["num_warmup"], samples=s["num_samples"], max_tree_depth=s["max_tree_depth"])
     guided = dict(chains=2, samples=50) if q else dict(chains=s["num_chains"], samples=s["guided_samples"])
+    fig2c = nuts if q else dict(chains=4, warmup=500, samples=500, max_tree_depth=10)
     labels = {
         "gradient": ("gradient", dict(widths=[100], dtypes=["float32"], calls=3) if q else
                      dict(widths=[10, 100], dtypes=["float32", "float64"], calls=30)),
@@ -124,6 +131,10 @@ def plan(a: argparse.Namespace) -> list[dict]:
         "theory": ("theory", dict(widths=[100], correction=False) if q else dict(widths=[100, 10], correction=True)),
         "laplace-is N=10 float32": ("sample", dict(sampler="laplace-is", N=10, dtype="float32", **guided)),
         "wishart N=10 float64": ("nuts", dict(N=10, dtype="float64", **nuts)),
+        # the exact samplers at large width on Fig. 2c (P = 100; 4 chains x (500 + 500) on the device)
+        "wishart fig2c N=10000 float32": ("nuts", dict(N=10000, dtype="float32", problem="fig2c", **fig2c)),
+        "collapsed fig2c N=1000 float32": ("nuts", dict(N=1000, dtype="float32", problem="fig2c", sampler="collapsed",
+                                                         **fig2c)),
     }
     out = []
     for name in ORDER:
@@ -132,6 +143,8 @@ def plan(a: argparse.Namespace) -> list[dict]:
         if (a.stages and not any(label.startswith(p) for p in a.stages)) or (q and label not in QUICK_LABELS):
             continue
         params = params | (data if kind != "train" else {})
+        if params.get("problem") == "fig2c":  # its own data: P = 100 sequences (40 when quick)
+            params = params | {"p_train": data["p_train"] or 100, "n_test": data["n_test"]}
         out.append({"name": name, "label": label, "platform": platform, "kind": kind,
                     "params": params if platform == "device" or q else cpu_params(kind, params, a)})
     return out

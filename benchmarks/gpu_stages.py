@@ -70,19 +70,42 @@ def image_problem(p_train: int | None, n_test: int):
     return net, tr.x[:p_train], tr.y[:p_train], ev.test.x[:n_test], chosen
 
 
-def shapes(p_train: int | None, n_test: int, N: int) -> dict:
+FIG2C_TEMPERATURE = 0.01
+"""The paper's temperature of Fig. 2c."""
+
+
+@functools.cache
+def fig2c_problem(p_train: int | None, n_test: int):
+    """``(net at width 10, x, y, x_test, {width: temperature})`` of the Fig. 2c Markov network (``p_train``
+    training sequences, 100 where ``None``), at the paper's temperature at every width: the exact samplers at
+    large width, where their cost should not grow with ``N`` (``wishart``) or does (``collapsed``)."""
+    import collections
+
+    from bayes_attn import markov
+
+    task, net = markov.fig2c(width=10, n_train=p_train or 100, n_test=n_test)
+    x, y, xt, _ = task.generate()
+    return net, x, y, xt, collections.defaultdict(lambda: FIG2C_TEMPERATURE)
+
+
+PROBLEMS = {"image": image_problem, "fig2c": fig2c_problem}
+"""The stages' problems by name: the image scale of Fig. 3 (the default) and the Fig. 2c network."""
+
+
+def shapes(p_train: int | None, n_test: int, N: int, problem: str = "image") -> dict:
     """The problem's shapes at width ``N`` (and its temperature)."""
-    net, x, _, xt, chosen = image_problem(p_train, n_test)
-    return {"N": N, "P": int(x.shape[0]), "tokens": int(x.shape[1]), "N0": int(x.shape[2]), "paths": int(net.D),
-            "n_test": int(xt.shape[0]), "temperature": float(chosen[N])}
+    net, x, _, xt, chosen = PROBLEMS[problem](p_train, n_test)
+    return {"problem": problem, "N": N, "P": int(x.shape[0]), "tokens": int(x.shape[1]), "N0": int(x.shape[2]),
+            "paths": int(net.D), "n_test": int(xt.shape[0]), "temperature": float(chosen[N])}
 
 
-def problem_seconds(p_train: int | None, n_test: int) -> float:
+def problem_seconds(p_train: int | None, n_test: int, problem: str = "image") -> float:
     """Seconds to build the problem in this process (0 when it was built already)."""
-    if image_problem.cache_info().currsize:
+    build = PROBLEMS[problem]
+    if build.cache_info().currsize:
         return 0.0
     t0 = time.perf_counter()
-    image_problem(p_train, n_test)
+    build(p_train, n_test)
     return time.perf_counter() - t0
 
 
@@ -124,18 +147,18 @@ def stage_gradient(widths: list[int], dtypes: list[str], calls: int, p_train: in
 # ----------------------------------------------------------------------------
 def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_tree_depth: int,
                p_train: int | None, n_test: int, sampler: str = "wishart", seed: int = 0,
-               chain_method: str = "auto") -> dict:
+               chain_method: str = "auto", problem: str = "image") -> dict:
     """NUTS as :func:`bayes_attn.sample_posterior` runs it (``prepare``, ``build``, the expansion's start and metric,
     ``nuts.mcmc`` with the chain method ``chain_method`` resolves to, the exact conditional draws of ``f``), its phases
     timed apart with their compile seconds, the leapfrog steps of warm-up and sampling counted: useful gradients
     per second over all chains (the rate to compare across platforms, whatever the draws), bulk ESS and R-hat of
-    ``U``."""
+    ``U``; ``problem``: a name of :data:`PROBLEMS`."""
     from bayes_attn import samplers
     from bayes_attn.posterior import resolve_chain_method
     from bayes_attn.samplers import SamplerSettings, nuts
 
-    setup = problem_seconds(p_train, n_test)
-    net, x, y, xt, chosen = image_problem(p_train, n_test)
+    setup = problem_seconds(p_train, n_test, problem)
+    net, x, y, xt, chosen = PROBLEMS[problem](p_train, n_test)
     smp, store = samplers.get(sampler), samplers.Storage()
     method = resolve_chain_method(chain_method, chains)
     cfg = SamplerSettings(name=sampler, num_warmup=warmup, num_samples=samples, num_chains=chains, seed=seed,
@@ -146,6 +169,8 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
         inputs = samplers.prepare(net.with_width(N), x, y, xt, chosen[N], dtype)
         (model, args), *t["build"] = timed(lambda: smp.build(inputs))
         try:
+            if smp.start is None:  # as sample_posterior: a sampler without the expansion's start starts at the prior
+                raise ValueError(f"{sampler} has no expansion start")
             start, *t["start"] = timed(lambda: smp.start(inputs))
             started = "expansion"
         except ValueError as err:  # as sample_posterior: the prior's start
@@ -166,8 +191,9 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
     total = sum(w for w, _ in t.values())
     compiled = sum(c for _, c in t.values())
     d = u_diagnostics(np.asarray(draws["U"], np.float64))
-    out = {**shapes(p_train, n_test, N), "sampler": sampler, "dtype": dtype, "chains": chains, "warmup": warmup,
-           "draws_per_chain": samples, "max_tree_depth": max_tree_depth, "chain_method": method, "start": started,
+    out = {**shapes(p_train, n_test, N, problem), "sampler": sampler, "dtype": dtype, "chains": chains,
+           "warmup": warmup, "draws_per_chain": samples, "max_tree_depth": max_tree_depth, "chain_method": method,
+           "start": started,
            "problem_seconds": setup, **{f"seconds_{k}": w for k, (w, _) in t.items()},
            **{f"compile_seconds_{k}": c for k, (_, c) in t.items()}, "wall_seconds": total,
            "compile_seconds": compiled, "run_seconds": total - compiled,

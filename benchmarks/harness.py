@@ -123,11 +123,18 @@ BLAS_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """The variables that fix the BLAS threads; set, they win over :func:`one_blas_thread_here` (as in the library)."""
 
 
-def x64(enabled: bool = True) -> contextlib.AbstractContextManager:
-    """A block in JAX's 64-bit mode if ``enabled`` (JAX's own scoped switch, ``jax.enable_x64``)."""
+@contextlib.contextmanager
+def x64(enabled: bool = True) -> Iterator[None]:
+    """A block in JAX's 64-bit mode if ``enabled``, the process-wide flag restored afterwards (as the library
+    switches it: a scoped ``jax.enable_x64`` would override the library's own float64 inside the block)."""
     import jax
 
-    return jax.enable_x64(bool(enabled))
+    before = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", bool(enabled))
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
 
 
 def one_blas_thread_here() -> contextlib.AbstractContextManager:
