@@ -126,8 +126,9 @@ def temperature_scan(spec: OneShotSpec, net: Network, train: tuple, validation: 
     s0 = net.variances[0]
 
     def accuracies(U: np.ndarray, temp: float) -> tuple[float, float]:  # validation, test
-        return tuple(stats.accuracy_se(predictor_mean(U, temp, xi, y, xi_s, s0sq=s0), y_s)[0]
+        val, test = (stats.accuracy_se(predictor_mean(U, temp, xi, y, xi_s, s0sq=s0), y_s)[0]
                      for xi_s, y_s in ((xi_val, y_val), (xi_test, y_test)))
+        return val, test
 
     def solved(t: Theory) -> None:
         if progress_bar:

@@ -367,7 +367,8 @@ class OneShotSpec:
         """The experiment point of the frozen network ``net`` (at its width) trained on ``train`` ``(x, y)`` and
         tested on ``test`` at ``temperature``, as :meth:`bayes_attn.spec.Spec.point` makes one of a run spec:
         ``sampler`` (``None``: theory only; prune passes ``[sampler]``) and the theory's ``correction``."""
-        return Point(net, *train, *test, temperature, correction=correction, sampler=sampler,
+        (x, y), (x_test, y_test) = train, test
+        return Point(net, x, y, x_test, y_test, temperature, correction=correction, sampler=sampler,
                      progress_bar=progress_bar)
 
     @property
