@@ -39,7 +39,7 @@ simulated at; at ``temperature/4`` the posterior is too narrow, at ``4·temperat
 with enough replications the pooled p-value must be small.
 
 The replications run as one compiled program: a ``jax.vmap`` of NumPyro's
-functional NUTS (:func:`bayes_attn.samplers.nuts.functional`) over batches of replications,
+functional NUTS (:func:`bayes_attn.samplers._nuts.functional`) over batches of replications,
 with the labels as a batched model argument (at the position the sampler
 declares, ``Sampler.labels_arg``), one chain per replication
 started as ``sample_posterior`` starts (the sampler's ``init_strategy``), the same NUTS kernel,
@@ -71,8 +71,10 @@ from numpyro.infer.util import initialize_model
 from ._internal import checks as _checks
 from ._internal.precision import x64
 from .network import Network, forward_from_xi, order_parameter_labels, order_parameters_from_weights
-from .samplers import SamplerSettings, Storage, blocks, get, nuts, prepare
-from .samplers.settings import GUIDED
+from .samplers import SamplerSettings, Storage, get, prepare
+from .samplers import _blocks as blocks
+from .samplers import _nuts as nuts
+from .samplers._settings import GUIDED
 
 __all__ = ["SBCResult", "batched_nuts", "random_problem", "sbc_ranks", "simulate", "true_and_drawn", "uniformity"]
 
@@ -238,7 +240,7 @@ def guided_draws(cfg: SamplerSettings, net: Network, x, x_test, y: jax.Array, *,
     ``y``, one chain of ``cfg.num_samples`` draws (after ``cfg.num_warmup``) kept every ``cfg.thinning``, as
     ``sample_posterior`` makes them, then ``f`` drawn exactly given ``U``; settings in blocks
     (:attr:`~bayes_attn.samplers.SamplerSettings.in_blocks`): ``max_samples // num_samples`` blocks, each continued
-    as :mod:`bayes_attn.samplers.blocks` continues them, whatever their diagnostics. Returns the observables
+    as :mod:`bayes_attn.samplers._blocks` continues them, whatever their diagnostics. Returns the observables
     ``{name: [R, S, ...]}`` and per-replication ``pareto_k`` (``laplace-is``) and ``prior_starts`` (none)."""
     smp = get(cfg.name)
     y = jnp.asarray(y, jnp.dtype(cfg.dtype))

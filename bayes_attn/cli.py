@@ -33,9 +33,9 @@ from ._internal.interrupt import exit_on_interrupt
 from ._internal.outputs import FailedAfterComputing, FolderBusyError
 from ._internal.precision import check_temperature
 from ._internal.threads import one_blas_thread
-from .samplers.settings import AUTO, AUTO_ORDER, SamplerSettings
+from .samplers._settings import AUTO, AUTO_ORDER, SamplerSettings
 from .spec import Spec, load_spec
-from .theory.correction import THEORY_NAMES
+from .theory._correction import THEORY_NAMES
 from .verdict import EXIT_INCONCLUSIVE, Verdict
 
 __all__ = ["EXIT_DIAGNOSTICS", "EXIT_FAILED", "EXIT_FAILED_JOBS", "EXIT_INTERRUPTED", "EXIT_USAGE", "INTERRUPTED",
@@ -100,7 +100,7 @@ def _settings(spec: Spec, args, samples: bool = True) -> SamplerSettings:
 
 def _precision(args) -> dict:
     """The command line's targets and budget of sampling in blocks (``None`` where not given)."""
-    from .samplers.settings import BLOCK_KEYS
+    from .samplers._settings import BLOCK_KEYS
 
     return {k: getattr(args, k, None) for k in BLOCK_KEYS}
 
@@ -172,10 +172,10 @@ def _status(v: Verdict, where: str = "") -> int:
 
 def sampling_plan(cfg: SamplerSettings, P: int) -> str:
     """The sampler and what it will compute for ``P`` training examples, for a command's first line: NUTS's chains
-    × (warm-up + draws), a guided sampler's proposals and batches (:func:`bayes_attn.samplers.laplace.plan`),
+    × (warm-up + draws), a guided sampler's proposals and batches (:func:`bayes_attn.samplers._laplace.plan`),
     ``auto``'s samplers in the order it tries them."""
     from .posterior import GUIDED
-    from .samplers import laplace
+    from .samplers import _laplace as laplace
 
     def plan(name: str) -> str:
         if name in GUIDED:
@@ -188,7 +188,7 @@ def sampling_plan(cfg: SamplerSettings, P: int) -> str:
 
 
 def cmd_sample(args) -> int:
-    from .runs.pipeline import sample_run
+    from .runs._pipeline import sample_run
 
     spec, out = _setup(args)
     if spec.sampler.target_precision is not None:
@@ -206,7 +206,7 @@ def cmd_sample(args) -> int:
 def cmd_theory(args) -> int:
     import pandas as pd
 
-    from .runs.pipeline import theory_run
+    from .runs._pipeline import theory_run
 
     spec, out = _setup(args, sampler=False)
     temperature = spec.temperature
@@ -233,8 +233,8 @@ def cmd_theory(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .runs.pipeline import run
-    from .runs.report import comparison_report
+    from .runs._pipeline import run
+    from .runs._report import comparison_report
 
     spec, out = _setup(args)
     print(f"{spec.name} ({spec.describe_task()}, {spec.net().D} paths): theory + "
@@ -251,9 +251,9 @@ def cmd_run(args) -> int:
 
 def cmd_sweep(args) -> int:
     from ._internal.compile_cache import cache_dir, disabled_by_env
-    from .sweep.executors import DaskLocal, InProcess, check_reachable, executor_from_options
-    from .sweep.table import sweep, sweep_verdict
-    from .sweep.temperature import CHOSEN_SPEC, choice_lines
+    from .sweep._executors import DaskLocal, InProcess, check_reachable, executor_from_options
+    from .sweep._table import sweep, sweep_verdict
+    from .sweep._temperature import CHOSEN_SPEC, choice_lines
 
     spec, out = _setup(args, sampler=False)
     sampled = spec.compare.sample_widths if args.sample_widths is None else args.sample_widths
@@ -297,8 +297,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_prune(args) -> int:
-    from .oneshot.pipeline import run_oneshot
-    from .oneshot.spec import load_oneshot_spec
+    from .oneshot._pipeline import run_oneshot
+    from .oneshot._spec import load_oneshot_spec
 
     spec = load_oneshot_spec(args.spec)  # None: the embedded shipped spec, models/omniglot_oneshot.toml
     spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**_precision(args)))

@@ -42,7 +42,7 @@ from .diagnostics import CHECKS_GROUP, convergence_failures, diagnostic_failures
 from .posterior import Posterior
 from .stats import accuracy
 from .theory import Theory, gp_limit
-from .theory.correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
+from .theory._correction import CORRECTIONS, THEORY_NAMES  # the theories a comparison can headline (§8, §4)
 
 __all__ = ["Check", "Comparison", "TEMPERATURE_RTOL", "checks_unconverged", "compare", "headline_of", "precision_unmet",
            "theories_line"]
@@ -297,7 +297,7 @@ def checks_unconverged(comparison: Comparison) -> list[str]:
 def precision_unmet(comparison: Comparison, fraction: float) -> list[str]:
     """The checks of ``comparison`` (and of its alternative theory) whose Monte-Carlo bound exceeds ``fraction``
     of their tolerance: where MC error alone could still pass a gap that large, so "agree" would be easier than
-    the tolerance says (``SamplerSettings.target_precision``, :mod:`bayes_attn.samplers.blocks`)."""
+    the tolerance says (``SamplerSettings.target_precision``, :mod:`bayes_attn.samplers._blocks`)."""
     comps = [comparison] + ([comparison.alternative] if comparison.alternative is not None else [])
     worst: dict[str, Check] = {}
     for c in (c for comp in comps for c in comp.checks):  # each check once, at its larger bound of the theories

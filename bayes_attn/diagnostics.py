@@ -2,7 +2,7 @@
 
 :class:`Summary` holds ArviZ's table of the invariant observables with the sampler's own statistics;
 :func:`diagnostic_failures` says why draws cannot be trusted, the rule the verdicts of :mod:`bayes_attn.comparison`,
-the blocks of :mod:`bayes_attn.samplers.blocks` and ``auto``'s choice of sampler read. The rule, per group of
+the blocks of :mod:`bayes_attn.samplers._blocks` and ``auto``'s choice of sampler read. The rule, per group of
 monitored entries (the entries of ``U``, of each ``U_l``, ``Ua``, ``f_train``, ``f_test``, and the per-draw
 statistics of the comparison's checks):
 
@@ -27,8 +27,8 @@ import xarray as xr
 
 from ._internal import checks as _checks
 from ._internal import threads
-from .samplers.blocks import Stopping
-from .samplers.settings import MAX_RHAT
+from .samplers._blocks import Stopping
+from .samplers._settings import MAX_RHAT
 
 __all__ = ["CHECKS_GROUP", "ESS_PER_SPLIT_CHAIN", "EXTRA_FIELDS", "FALSE_ALARM", "GROSS_RHAT", "GROUP_COLUMNS",
            "MAX_KHAT", "MAX_RHAT", "MIN_BFMI", "MIN_ESS", "MIN_TOTAL_ESS", "SUMMARY_WORKERS", "Summary",
@@ -249,7 +249,7 @@ class Summary:
         pareto_k: the Pareto ``k̂`` of ``laplace-is``'s importance weights (NaN for the others).
         is_ess: ``laplace-is``'s importance-sampling ESS ``1 / Σ w̄²`` before resampling (NaN for the others).
         sampler: the sampler that made the draws.
-        stopping: how a sampler in blocks stopped (:class:`~bayes_attn.samplers.blocks.Stopping`), or ``None``.
+        stopping: how a sampler in blocks stopped (:class:`~bayes_attn.samplers._blocks.Stopping`), or ``None``.
         chains, draws: the chains and the kept draws per chain the table was computed from (what
             :func:`rhat_bound` and :func:`required_ess` depend on; 0: unknown, the fixed bounds of
             :func:`convergence_failures` apply).

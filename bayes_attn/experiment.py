@@ -29,8 +29,8 @@ from .kernels import Basis
 from .network import Network
 from .samplers import SamplerSettings
 from .theory import Theory, gp_limit, kernel_basis, solve_theory
-from .theory.corrected import check_correction_fits
-from .theory.correction import CORRECTIONS
+from .theory._corrected import check_correction_fits
+from .theory._correction import CORRECTIONS
 from .verdict import check_tolerances
 
 if TYPE_CHECKING:  # imported where used: a theory-only point needs neither sampling nor the comparison

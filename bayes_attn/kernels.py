@@ -12,7 +12,7 @@ states its own costs:
   once per draw, by a cost model of one likelihood evaluation (:func:`kernel_form_costs`);
 - :func:`basis_form` (``"C"``, ``"xi"``): what the theory's Newton solve stores for the data term and its
   derivatives (docs/theory.md §4): the folded ``C`` wherever it fits in :data:`C_MAX_ENTRIES`;
-- :func:`bayes_attn.samplers.laplace.proposal_form` (``"C"``, ``"xi"``): the basis of the guided samplers'
+- :func:`bayes_attn.samplers._laplace.proposal_form` (``"C"``, ``"xi"``): the basis of the guided samplers'
   proposals, by the flops per draw and the bytes of ``C``.
 """
 

@@ -48,11 +48,14 @@ from .diagnostics import (
 )
 from .kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from .network import Network, order_parameter_labels
-from .samplers import SAMPLERS, SamplerSettings, Storage, blocks, get, memory, nuts, prepare
-from .samplers.auto import guided_refusal, sample_auto
-from .samplers.base import check_weights, map_batches
-from .samplers.nuts import resolve_chain_method
-from .samplers.settings import AUTO, AUTO_ORDER, GUIDED
+from .samplers import SAMPLERS, SamplerSettings, Storage, get, prepare
+from .samplers import _blocks as blocks
+from .samplers import _memory as memory
+from .samplers import _nuts as nuts
+from .samplers._auto import guided_refusal, sample_auto
+from .samplers._base import check_weights, map_batches
+from .samplers._nuts import resolve_chain_method
+from .samplers._settings import AUTO, AUTO_ORDER, GUIDED
 
 __all__ = ["GUIDED", "Posterior", "check_sampling", "invariant_observables", "load_posterior", "resolve_chain_method",
            "sample_posterior"]
@@ -98,12 +101,12 @@ def sample_posterior(
             :class:`~bayes_attn.samplers.SamplerSettings` (draws, chains, seed, dtype, ...); default:
             ``SamplerSettings()``. ``"auto"`` tries ``laplace-is``, then ``laplace-mh``,
             then ``wishart``, and keeps the first whose pilot and diagnostics pass (attribute ``auto``;
-            :mod:`bayes_attn.samplers.auto`).
+            :mod:`bayes_attn.samplers._auto`).
         keep_weights: also store the raw weights (large at large width).
         keep_effective_weights: also store ``w`` ``[D, N1]`` per draw.
         progress_bar: NumPyro's progress bar (and the guided samplers' log lines).
         until: with a sampler in blocks (a target or a budget in its settings,
-            :mod:`bayes_attn.samplers.blocks`), further reasons to draw another block, given the draws so far
+            :mod:`bayes_attn.samplers._blocks`), further reasons to draw another block, given the draws so far
             (the comparison's precision: :func:`bayes_attn.experiment.evaluate`); needed by ``target_precision``.
 
     Returns:
@@ -155,7 +158,7 @@ def check_sampling(net: Network, x, y, *, temperature: float, x_test=None,
                    keep_effective_weights: bool = False, memory_check: bool = True) -> SamplerSettings:
     """Refuse (one-line ``ValueError``) what :func:`sample_posterior` would refuse before drawing, computing
     nothing: its arguments, the temperature for the dtype, weights of a sampler that draws none, and (unless
-    ``memory_check`` is false) a run too big for this machine's memory (:func:`~bayes_attn.samplers.memory.check_fits`,
+    ``memory_check`` is false) a run too big for this machine's memory (:func:`~bayes_attn.samplers._memory.check_fits`,
     the rule sampling applies); with ``"auto"``, an explicit ``guided_samples`` that cannot fit, or no sampler
     that fits. Returns the settings."""
     x, y, temperature, x_test, cfg, options = _arguments(net, x, y, temperature, x_test, sampler, keep_weights,
@@ -185,8 +188,8 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
     """:func:`sample_posterior` with one registered sampler on ``problem`` ``(net, x, y, temperature, x_test)``
     (arguments checked); ``guide_of``: where the guided samplers and the expansion's start take their proposal
     (default: computed afresh; one for all blocks); ``rule_out``: the
-    :class:`~bayes_attn.samplers.laplace.PilotRule` that stops a guided sampler before its proposals
-    (:class:`~bayes_attn.samplers.laplace.RuledOut`); ``until``: see
+    :class:`~bayes_attn.samplers._laplace.PilotRule` that stops a guided sampler before its proposals
+    (:class:`~bayes_attn.samplers._laplace.RuledOut`); ``until``: see
     :func:`sample_posterior`."""
     net, x, y, temperature, x_test = problem
     smp = get(cfg.name)
@@ -198,7 +201,7 @@ def _sample(problem: tuple, cfg: SamplerSettings, options: Storage, progress_bar
         thread_record = threads.record(chain_method)
         inputs = prepare(net, x, y, x_test, temperature, cfg.dtype)
         if cfg.in_blocks and smp.draw is not None and guide_of is None:
-            from .samplers.laplace import GuideOnce
+            from .samplers._laplace import GuideOnce
             guide_of = GuideOnce()
         given = {} if guide_of is None else {"guide_of": guide_of}
         key_mcmc, key_cond = jax.random.split(jax.random.key(cfg.seed))
@@ -257,7 +260,7 @@ def _judge(drawn, *, complete: Callable, problem: tuple, cfg: SamplerSettings, u
            record: dict) -> tuple:
     """The reasons to draw another block after ``drawn`` (the rule's R-hat and ESS,
     :func:`~bayes_attn.diagnostics.convergence_failures`; the user's targets,
-    :func:`bayes_attn.samplers.blocks.reasons`; then ``until``'s) and the draws completed with their exact
+    :func:`bayes_attn.samplers._blocks.reasons`; then ``until``'s) and the draws completed with their exact
     conditional draws (the last block's are the result); the diagnostics judged go into ``record``."""
     net, x, y, temperature, _ = problem
     draws, stats, attrs = complete(drawn)

@@ -3,7 +3,7 @@
 A spec names a task, a network, the likelihood temperature and the sampler
 settings. Two task kinds: ``"markov"``, the paper's hidden-Markov-chain task
 with a network of its named heads, and ``"arrays"``, your own data and attention
-in ``.npz`` files (:mod:`bayes_attn.tasks.arrays`). Every other field has a
+in ``.npz`` files (:mod:`bayes_attn.tasks._arrays`). Every other field has a
 default. The embedded main job, the Fig. 2c Markov network at width 10, is the
 shipped spec ``models/markov_4paths.toml`` (package data: :func:`load_spec`
 without a path).
@@ -49,10 +49,10 @@ from ._internal.spec_types import check_name, check_type, read_shipped_toml, rea
 from .experiment import Point
 from .network import Network
 from .samplers import SamplerSettings
-from .samplers.settings import check_keys
-from .tasks.arrays import ArraysNetwork, ArraysTask
+from .samplers._settings import check_keys
+from .tasks._arrays import ArraysNetwork, ArraysTask
 from .tasks.markov import FIG2C_LAYERS, MarkovTask
-from .theory.correction import CORRECTIONS
+from .theory._correction import CORRECTIONS
 from .verdict import check_tolerances
 
 __all__ = ["TASK_KINDS", "CompareSpec", "NetworkSpec", "SHIPPED_SPEC", "Spec", "load_spec", "spec_from_dict"]
@@ -130,8 +130,8 @@ class Spec:
             without it is named ``markov_4paths``, or after its data file for ``kind = "arrays"``.
         temperature: the likelihood temperature (the variance of the labels' Gaussian noise, docs/theory.md §1).
         task: ``[task]``: :class:`~bayes_attn.tasks.markov.MarkovTask` (``kind = "markov"``) or
-            :class:`~bayes_attn.tasks.arrays.ArraysTask` (``kind = "arrays"``).
-        network: ``[network]``: :class:`NetworkSpec` or :class:`~bayes_attn.tasks.arrays.ArraysNetwork`.
+            :class:`~bayes_attn.tasks._arrays.ArraysTask` (``kind = "arrays"``).
+        network: ``[network]``: :class:`NetworkSpec` or :class:`~bayes_attn.tasks._arrays.ArraysNetwork`.
         sampler: ``[sampler]``: :class:`~bayes_attn.samplers.SamplerSettings`.
         compare: ``[compare]``: :class:`CompareSpec`.
         cluster: ``[cluster]``: a dask-jobqueue cluster for ``bayes-attn sweep --executor dask`` (docs/sweeps.md).

@@ -62,7 +62,9 @@ from harness import x64  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn import markov  # noqa: E402
-from bayes_attn.samplers import laplace, prepare, wishart  # noqa: E402
+from bayes_attn.samplers import _laplace as laplace  # noqa: E402
+from bayes_attn.samplers import _wishart as wishart  # noqa: E402
+from bayes_attn.samplers import prepare  # noqa: E402
 
 
 class Counting:

@@ -222,9 +222,14 @@ def busy(n_test: int, quick: bool, limit: float = 1800.0) -> dict:
 def landed_fig3():
     """The landed Fig. 3 model (``inference/results/fig3``; never retrained) as a network at N = 10, the theory's
     training episodes, the test episodes and the validation-chosen temperature by width (``{10: T, ...}``)."""
-    from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
-    from bayes_attn.oneshot import model as gd_model
-    from bayes_attn.oneshot.spec import load_oneshot_spec
+    from bayes_attn.oneshot import (
+        datasets,
+        evaluation_episodes,
+        load_oneshot_spec,
+        load_pruning,
+        to_network,
+        train_model,
+    )
 
     root = Path(__file__).resolve().parents[1]
     run = root / "inference/results/fig3"
@@ -233,7 +238,7 @@ def landed_fig3():
     sets = datasets(spec, None)
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, run, sets=sets, evaluation=ev)
-    net, _ = gd_model.to_network(model.params, model.config, width=10, variances=1.0)
+    net, _ = to_network(model.params, model.config, width=10, variances=1.0)
     return net, ev.theory_train, ev.test, chosen
 
 

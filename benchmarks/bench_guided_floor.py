@@ -7,7 +7,7 @@ exact draw of ``f`` given ``U`` made with it solves with the same factor (before
 again), so one factorisation per draw bounds its speed from below. Measured in one process, in alternated
 rounds, after compilation:
 
-- ``S``: 20 000 proposals and their exact log weights (``samplers.laplace.propose``), per draw;
+- ``S``: 20 000 proposals and their exact log weights (``samplers._laplace.propose``), per draw;
 - ``S and f``: the same with ``f_train``, ``f_test`` drawn with each (``propose(..., inputs)``, what the
   samplers run), per draw;
 - ``conditional``: ``f_train``, ``f_test`` for 20 000 draws of ``U`` on their own (``samplers.conditional_outputs``,
@@ -70,7 +70,8 @@ from bench_guided import measure  # noqa: E402  (benchmarks/bench_guided.py)
 from harness import one_blas_thread_here, times, x64  # noqa: E402
 
 from bayes_attn import markov  # noqa: E402
-from bayes_attn.samplers import conditional_outputs, laplace, prepare  # noqa: E402
+from bayes_attn.samplers import _laplace as laplace  # noqa: E402
+from bayes_attn.samplers import conditional_outputs, prepare  # noqa: E402
 
 NUTS_STEPS_PER_DRAW = 22.0
 """Leapfrog steps per draw of ``prune``'s N = 10 ``wishart`` runs on the landed Fig. 3 models (README, Fig. 3:
@@ -143,7 +144,7 @@ def fig2c(rounds: int, quick: bool) -> dict:
 def image(rounds: int, quick: bool) -> dict:
     from bench_kernel_forms import gradient_fn, problem  # benchmarks/bench_kernel_forms.py
 
-    from bayes_attn.theory.bartlett import factor_shapes
+    from bayes_attn.theory._bartlett import factor_shapes
 
     cfg = dict(heads=(2, 2), P=120, N0=16, T=8, width=10) if quick else dict(heads=(4, 4), P=600, N0=64, T=8, width=10)
     net, x, y = problem(**cfg)

@@ -93,9 +93,14 @@ def problem(run: str, quick: bool):
         yt = np.array([1.0, -1.0, 1.0, -1.0])
         T = 0.1
     else:
-        from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
-        from bayes_attn.oneshot import model as gd_model
-        from bayes_attn.oneshot.spec import load_oneshot_spec
+        from bayes_attn.oneshot import (
+            datasets,
+            evaluation_episodes,
+            load_oneshot_spec,
+            load_pruning,
+            to_network,
+            train_model,
+        )
 
         folder = ROOT / "inference/results/fig3" / run
         spec = load_oneshot_spec(folder / "spec.toml")
@@ -103,7 +108,7 @@ def problem(run: str, quick: bool):
         sets = datasets(spec, ROOT / "data/omniglot")  # the run's spec.toml names it relative to the repository
         ev = evaluation_episodes(spec, sets)
         model = train_model(spec, folder, sets=sets, evaluation=ev)
-        net, _ = gd_model.to_network(model.params, model.config, width=10, variances=spec.theory.variances)
+        net, _ = to_network(model.params, model.config, width=10, variances=spec.theory.variances)
         x, y, xt, yt = ev.theory_train.x, ev.theory_train.y, ev.test.x, ev.test.y
     theory = solve_theory(net, x, y, temperature=T, correction="laplace")
     return net, x, y, xt, yt, T, theory
@@ -113,7 +118,7 @@ def worker(run: str, lever: str, quick: bool) -> dict:
     """One point in this (fresh) process: the sampling stage timed, its diagnostics and verdict."""
     import bayes_attn as ba
     from bayes_attn import experiment
-    from bayes_attn.samplers.blocks import Stopping
+    from bayes_attn.samplers import Stopping
 
     net, x, y, xt, yt, T, theory = problem(run, quick)
     settings = dict(LEVERS[lever])

@@ -77,9 +77,9 @@ from numpyro.infer.util import initialize_model  # noqa: E402
 import bayes_attn as ba  # noqa: E402
 from bayes_attn.kernels import choose_kernel_form, kernel_form_costs  # noqa: E402
 from bayes_attn.samplers import prepare  # noqa: E402
-from bayes_attn.samplers.base import gram, likelihood_data  # noqa: E402
-from bayes_attn.samplers.wishart import factor_sites, model  # noqa: E402
-from bayes_attn.theory.bartlett import factor_chain, factor_shapes  # noqa: E402
+from bayes_attn.samplers._base import gram, likelihood_data  # noqa: E402
+from bayes_attn.samplers._wishart import factor_sites, model  # noqa: E402
+from bayes_attn.theory._bartlett import factor_chain, factor_shapes  # noqa: E402
 
 CASES = {
     "image N=100": dict(heads=(4, 4), P=600, N0=64, T=8, width=100),

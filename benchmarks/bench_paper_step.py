@@ -4,7 +4,7 @@
 estimate against a measured step.
 
 Each model trains on random episodes of its shapes (48 tokens, batch 128) through
-:func:`bayes_attn.oneshot.training.train`, once for ``--short`` steps and once for ``--long`` steps, alternated
+:func:`bayes_attn.oneshot.train`, once for ``--short`` steps and once for ``--long`` steps, alternated
 ``--rounds`` times; the step time is the difference of the wall times over the difference of the steps
 (compilation and set-up cancel; one untimed call first). Also written: the CPU time over the wall time (cores
 used) and the load.
@@ -51,8 +51,10 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bayes_attn.oneshot import training  # noqa: E402
-from bayes_attn.oneshot.spec import load_oneshot_spec  # noqa: E402
+from bayes_attn.oneshot import (  # noqa: E402
+    load_oneshot_spec,
+    train,
+)
 
 
 def timed(spec, steps: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -63,7 +65,7 @@ def timed(spec, steps: int, rng: np.random.Generator) -> tuple[float, float]:
     y = rng.choice([-1.0, 1.0], steps * batch).astype(np.float32)
     tc = dataclasses.replace(spec.training, epochs=1, patience=None)
     cpu0, t0 = os.times(), time.perf_counter()
-    training.train(cfg, x, y, tc, progress_bar=False)
+    train(cfg, x, y, tc, progress_bar=False)
     wall, cpu1 = time.perf_counter() - t0, os.times()
     return wall, (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall
 

@@ -46,9 +46,9 @@ def worker(repeats: int, widths: list[int]) -> dict:
 
     from bayes_attn import markov
     from bayes_attn import theory as th
-    from bayes_attn.theory import objective
 
-    clear = getattr(objective, "clear_basis_cache", lambda: None)  # code with a module-level basis cache
+    # an --old copy of the package that kept a module-level basis cache: cleared between timings
+    clear = getattr(getattr(th, "objective", None), "clear_basis_cache", lambda: None)
     task, net0 = markov.fig2c(10)
     x, y, _, _ = task.generate()
     given = {"basis": th.kernel_basis(net0, x)} if hasattr(th, "kernel_basis") else {}

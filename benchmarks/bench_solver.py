@@ -72,14 +72,14 @@ from harness import times, x64  # noqa: E402
 
 from bayes_attn import markov  # noqa: E402
 from bayes_attn import theory as th  # noqa: E402
-from bayes_attn.theory.coordinates import (  # noqa: E402
+from bayes_attn.theory._coordinates import (  # noqa: E402
     log_cholesky,
     log_cholesky_to_vech,
     matrix_gradients,
     unpack,
     vech_weights,
 )
-from bayes_attn.theory.objective import reduced_action  # noqa: E402
+from bayes_attn.theory._objective import reduced_action  # noqa: E402
 
 
 # ----------------------------------------------------------------------------

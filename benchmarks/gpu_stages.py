@@ -53,9 +53,14 @@ def timed(fn):
 @functools.cache
 def image_problem(p_train: int | None, n_test: int):
     """``(net at width 10, x, y, x_test, {width: temperature})`` of the landed Fig. 3 model; seconds to build."""
-    from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
-    from bayes_attn.oneshot import model as gd_model
-    from bayes_attn.oneshot.spec import load_oneshot_spec
+    from bayes_attn.oneshot import (
+        datasets,
+        evaluation_episodes,
+        load_oneshot_spec,
+        load_pruning,
+        to_network,
+        train_model,
+    )
 
     spec = load_oneshot_spec(LANDED_SPEC)
     meta = json.loads((LANDED / "model.json").read_text())
@@ -65,7 +70,7 @@ def image_problem(p_train: int | None, n_test: int):
     sets = datasets(spec, None)
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, LANDED, sets=sets, evaluation=ev)
-    net, _ = gd_model.to_network(model.params, model.config, width=10, variances=1.0)
+    net, _ = to_network(model.params, model.config, width=10, variances=1.0)
     tr = ev.theory_train
     return net, tr.x[:p_train], tr.y[:p_train], ev.test.x[:n_test], chosen
 
@@ -149,13 +154,14 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
                p_train: int | None, n_test: int, sampler: str = "wishart", seed: int = 0,
                chain_method: str = "auto", problem: str = "image") -> dict:
     """NUTS as :func:`bayes_attn.sample_posterior` runs it (``prepare``, ``build``, the expansion's start and metric,
-    ``nuts.mcmc`` with the chain method ``chain_method`` resolves to, the exact conditional draws of ``f``), its phases
+    ``samplers.mcmc`` with the chain
+    method ``chain_method`` resolves to, the exact conditional draws of ``f``), its phases
     timed apart with their compile seconds, the leapfrog steps of warm-up and sampling counted: useful gradients
     per second over all chains (the rate to compare across platforms, whatever the draws), bulk ESS and R-hat of
     ``U``; ``problem``: a name of :data:`PROBLEMS`."""
     from bayes_attn import samplers
     from bayes_attn.posterior import resolve_chain_method
-    from bayes_attn.samplers import SamplerSettings, nuts
+    from bayes_attn.samplers import SamplerSettings, mcmc
 
     setup = problem_seconds(p_train, n_test, problem)
     net, x, y, xt, chosen = PROBLEMS[problem](p_train, n_test)
@@ -175,7 +181,7 @@ def stage_nuts(N: int, dtype: str, chains: int, warmup: int, samples: int, max_t
             started = "expansion"
         except ValueError as err:  # as sample_posterior: the prior's start
             start, t["start"], started = None, (0.0, 0.0), f"prior ({err})"
-        mcmc = nuts.mcmc(smp, cfg, model, inputs, store, start=start)
+        mcmc = mcmc(smp, cfg, model, inputs, store, start=start)
         k_mcmc, k_cond = jax.random.split(jax.random.key(seed))
         _, *t["warmup"] = timed(lambda: mcmc.warmup(k_mcmc, *args, extra_fields=fields, collect_warmup=True)
                                 or mcmc.post_warmup_state)
@@ -292,7 +298,7 @@ def stage_train(short: int, long: int, tiny: bool = False) -> dict:
     (``benchmarks/bench_paper_step.py``'s measurement; one untimed short training first)."""
     from bench_paper_step import timed as train_seconds
 
-    from bayes_attn.oneshot.spec import load_oneshot_spec
+    from bayes_attn.oneshot import load_oneshot_spec
 
     spec = load_oneshot_spec(PAPER_SPEC)
     if tiny:

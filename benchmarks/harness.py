@@ -343,18 +343,18 @@ class CompileTimer:
 def timed_nuts(smp, inputs, model, args, options, *, num_warmup: int, num_samples: int, num_chains: int,
                chain_method: str, target_accept: float, seed: int, extra_fields: tuple[str, ...],
                max_tree_depth: int = 10):
-    """NUTS as ``sample_posterior`` runs it (built by :mod:`bayes_attn.samplers.nuts`), the phases timed apart.
+    """NUTS as ``sample_posterior`` runs it (built by :func:`bayes_attn.samplers.mcmc`), the phases timed apart.
 
     Returns ``(mcmc, draws, extra, (t0, t1, t2, t3))``: ``draws`` include the sampler's conditional draws; warm-up
     is ``[t0, t1]``, sampling ``[t1, t2]``, the conditional draws ``[t2, t3]`` (``time.perf_counter`` seconds)."""
     import jax
 
-    from bayes_attn.samplers import SamplerSettings, nuts
+    from bayes_attn.samplers import SamplerSettings, mcmc
 
     settings = SamplerSettings(name=smp.name, num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
                                seed=seed, dtype=str(inputs.dtype), target_accept=target_accept,
                                max_tree_depth=max_tree_depth, chain_method=chain_method)
-    mcmc = nuts.mcmc(smp, settings, model, inputs, options)
+    mcmc = mcmc(smp, settings, model, inputs, options)
     k_mcmc, k_cond = jax.random.split(jax.random.key(seed))
     t0 = time.perf_counter()
     mcmc.warmup(k_mcmc, *args, extra_fields=extra_fields)

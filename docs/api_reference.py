@@ -18,7 +18,7 @@ import bayes_attn
 EXTRA = {
     "run": "bayes_attn.runs.run",
     "theory_run": "bayes_attn.runs.theory_run",
-    "comparison_report": "bayes_attn.runs.report.comparison_report",
+    "comparison_report": "bayes_attn.runs._report.comparison_report",
     "sweep": "bayes_attn.sweep.sweep",
     "alpha_sweep": "bayes_attn.sweep.alpha_sweep",
     "executor_from_options": "bayes_attn.sweep.executor_from_options",
@@ -29,7 +29,7 @@ EXTRA = {
 }
 """Names outside ``bayes_attn.__all__`` that the pages and the gallery use, by their public home."""
 
-DATA = {"SAMPLERS": "bayes_attn.samplers.registry.SAMPLERS"}
+DATA = {"SAMPLERS": "bayes_attn.samplers._registry.SAMPLERS"}
 """Where the public data names are defined (their docstrings live there)."""
 
 GROUPS = {

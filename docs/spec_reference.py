@@ -18,12 +18,12 @@ import typing
 from pathlib import Path
 
 from bayes_attn._internal.spec_types import _describe
-from bayes_attn.oneshot.model import ModelConfig
-from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec
-from bayes_attn.oneshot.training import TrainConfig
+from bayes_attn.oneshot._model import ModelConfig
+from bayes_attn.oneshot._spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec
+from bayes_attn.oneshot._training import TrainConfig
 from bayes_attn.samplers import SamplerSettings
 from bayes_attn.spec import CompareSpec, NetworkSpec, Spec
-from bayes_attn.tasks.arrays import ArraysNetwork, ArraysTask
+from bayes_attn.tasks._arrays import ArraysNetwork, ArraysTask
 from bayes_attn.tasks.markov import MarkovTask
 
 TOP = {"run": (Spec, ("name", "temperature")), "oneshot": (OneShotSpec, ("name",))}

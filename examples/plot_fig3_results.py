@@ -19,8 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
-from bayes_attn.oneshot import load_pruning
-from bayes_attn.oneshot.prune_result import PAPER_SPEARMAN_RHO
+from bayes_attn.oneshot import PAPER_SPEARMAN_RHO, load_pruning
 
 here = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 results = here.parent / "inference" / "results" / "fig3" / "rotations"

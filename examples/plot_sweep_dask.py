@@ -4,8 +4,8 @@ A sweep on a local Dask cluster
 
 A sweep's jobs (the theory at each width, the sampler at each sampled width)
 are independent, so they can run in parallel: :func:`bayes_attn.sweep.sweep`
-takes an ``executor`` from :mod:`bayes_attn.sweep.executors`.
-:class:`~bayes_attn.sweep.executors.DaskLocal` starts a ``distributed``
+takes an ``executor`` (:class:`~bayes_attn.sweep.Executor`).
+:class:`~bayes_attn.sweep.DaskLocal` starts a ``distributed``
 ``LocalCluster`` of worker processes on this machine (one BLAS thread each)
 and closes it when the sweep ends; ``DaskScheduler`` uses a running
 scheduler's workers and ``DaskJobqueue`` a SLURM or PBS cluster. The command
@@ -25,7 +25,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from bayes_attn.spec import spec_from_dict
-from bayes_attn.sweep import executors, sweep
+from bayes_attn.sweep import DaskLocal, sweep
 
 spec = spec_from_dict(
     {
@@ -58,7 +58,7 @@ if __name__ == "__main__":
     # Two worker processes that share compiled programs through a cache folder (as
     # ``bayes-attn sweep --executor dask`` does), so each program compiles once.
     cache = Path(tempfile.mkdtemp()) / "jax-cache"
-    executor = executors.DaskLocal(
+    executor = DaskLocal(
         2,
         compilation_cache=cache,
         env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"},

@@ -39,8 +39,8 @@ if __name__ == "__main__":
     import xarray as xr
 
     from bayes_attn import load_spec
-    from bayes_attn.runs import figures
-    from bayes_attn.sweep.table import alpha_sweep
+    from bayes_attn.runs import finite_size
+    from bayes_attn.sweep import alpha_sweep
 
     numpyro.set_host_device_count(4)  # one CPU device per chain
     spec = load_spec("models/markov_4paths.toml")
@@ -60,4 +60,4 @@ if __name__ == "__main__":
     if base is None:
         print(f"no fixed-P sweep at {fixed}: run inference/fig2c.py first for the side-by-side figure")
     else:
-        print("wrote", figures.finite_size(base, a.out / "finite_size_alpha.png", alpha_sweeps=sweeps))
+        print("wrote", finite_size(base, a.out / "finite_size_alpha.png", alpha_sweeps=sweeps))

@@ -19,7 +19,7 @@ if __name__ == "__main__":
     import xarray as xr  # after parsing: --help imports nothing heavy
 
     from bayes_attn import gp_limit, solve_theory
-    from bayes_attn.runs import figures
+    from bayes_attn.runs import alignment
     from bayes_attn.spec import load_spec
 
     spec = load_spec("models/markov_4paths.toml")
@@ -33,4 +33,4 @@ if __name__ == "__main__":
     a.out.mkdir(parents=True, exist_ok=True)
     ds.to_netcdf(a.out / "alignment.nc")
     print(ds.isel(pc=slice(0, 8)).to_dataframe().unstack("kernel").to_string())
-    print("wrote", figures.alignment(theory, gp, a.out / "alignment.png"))
+    print("wrote", alignment(theory, gp, a.out / "alignment.png"))

@@ -70,7 +70,7 @@ def finished(folder: Path, spec) -> PruneResult | None:
 
 def summarise(runs: dict[str, dict[int, PruneResult]]) -> dict:
     """Per run and pooled over seeds: accuracies and the spread of ρ."""
-    from bayes_attn.oneshot.prune_result import PAPER_SPEARMAN_RHO
+    from bayes_attn.oneshot import PAPER_SPEARMAN_RHO
 
     out = {"paper": {"base_accuracy": PAPER_BASE_ACCURACY, "spearman_rho": PAPER_SPEARMAN_RHO}, "variants": {}}
     for variant, by_seed in runs.items():

@@ -57,7 +57,7 @@ VARIANTS = {
 
 def variant_spec(changes: dict, patience: int, epochs: int):
     """The plain spec with ``changes``, early stopping after ``patience`` epochs, at most ``epochs``."""
-    from bayes_attn.oneshot.spec import OneShotSpec, load_oneshot_spec  # here: --help imports nothing heavy
+    from bayes_attn.oneshot import OneShotSpec, load_oneshot_spec  # here: --help imports nothing heavy
 
     table = tomllib.loads(load_oneshot_spec(SPEC).to_toml())
     for key, value in {**changes, "training.patience": patience, "training.epochs": epochs}.items():
@@ -68,13 +68,13 @@ def variant_spec(changes: dict, patience: int, epochs: int):
 
 def train_on_validation(spec) -> dict:
     """Train ``spec``'s model with early stopping on its validation episodes; the numbers of the module doc."""
-    from bayes_attn.oneshot import data, training
+    from bayes_attn import oneshot
 
-    sets = data.datasets(spec)
-    val = data.evaluation_episodes(spec, sets).validation  # its test episodes are built, never evaluated
+    sets = oneshot.datasets(spec)
+    val = oneshot.evaluation_episodes(spec, sets).validation  # its test episodes are built, never evaluated
     load0, cpu0, t0 = os.getloadavg(), os.times(), time.perf_counter()
-    _, hist = training.train(spec.model_config, None, None, spec.training, x_val=val.x, y_val=val.y,
-                             augment=lambda epoch, rng: data.gd_episodes(spec, sets, epoch)[1:])
+    _, hist = oneshot.train(spec.model_config, None, None, spec.training, x_val=val.x, y_val=val.y,
+                             augment=lambda epoch, rng: oneshot.gd_episodes(spec, sets, epoch)[1:])
     wall, cpu1 = time.perf_counter() - t0, os.times()
     steps = len(hist.loss) * -(-spec.task.n_gd_train // spec.training.batch)
     k, p = hist.kept_epoch, spec.training.patience

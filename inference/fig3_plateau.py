@@ -26,9 +26,8 @@ def main() -> None:
     p.add_argument("lr", type=float, nargs="?", default=3e-4, help="Adam's learning rate (default 3e-4)")
     a = p.parse_args()
     qk, epochs, lr = a.qk_scale, a.epochs, a.lr
-    from bayes_attn.oneshot import data as pl  # after parsing: --help imports nothing heavy
-    from bayes_attn.oneshot.spec import load_oneshot_spec
-    from bayes_attn.oneshot.training import train
+    from bayes_attn import oneshot as pl  # after parsing: --help imports nothing heavy
+    from bayes_attn.oneshot import load_oneshot_spec, train
 
     base = load_oneshot_spec(ROOT / "models/omniglot_oneshot_plain.toml")
     spec = dataclasses.replace(

@@ -6,7 +6,7 @@ diagnostic targets R-hat ≤ 1.01 and bulk ESS ≥ 400 on ``U``. This script sam
 the frozen network of a finished run again with longer chains (and, if asked,
 deeper trees), at the temperature its scan chose on validation episodes
 (``pruning.json``; never the test episodes), as one experiment point each
-(:func:`bayes_attn.oneshot.scan.sample_at_widths`, which also compares the
+(:func:`bayes_attn.oneshot.sample_at_widths`, which also compares the
 theory with the samples as ``prune`` does), and puts the sampled test accuracy
 beside the theory's at the same width and temperature.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import xarray as xr
 
 from bayes_attn.diagnostics import MAX_RHAT
-from bayes_attn.samplers.settings import SAMPLER_NAMES
+from bayes_attn.samplers import SAMPLER_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"max_r_hat": MAX_RHAT, "min_ess_bulk": 400}  # the targets on U
@@ -77,10 +77,15 @@ def main() -> None:
     a = p.parse_args()
     from bayes_attn import stats  # after parsing: --help imports little
     from bayes_attn.cli import configure_logging
-    from bayes_attn.oneshot import datasets, evaluation_episodes, load_pruning, train_model
-    from bayes_attn.oneshot import model as gd_model
-    from bayes_attn.oneshot.scan import sample_at_widths
-    from bayes_attn.oneshot.spec import load_oneshot_spec
+    from bayes_attn.oneshot import (
+        datasets,
+        evaluation_episodes,
+        load_oneshot_spec,
+        load_pruning,
+        sample_at_widths,
+        to_network,
+        train_model,
+    )
     from bayes_attn.theory import solve_theory
 
     configure_logging(logging.INFO)
@@ -99,7 +104,7 @@ def main() -> None:
     ev = evaluation_episodes(spec, sets)
     model = train_model(spec, a.run, sets=sets, evaluation=ev)
     th = spec.theory
-    net, _ = gd_model.to_network(model.params, model.config, width=th.score_width, variances=th.variances)
+    net, _ = to_network(model.params, model.config, width=th.score_width, variances=th.variances)
     tr, te = ev.theory_train, ev.test
     out = a.run / "sampling"
     out.mkdir(exist_ok=True)

@@ -17,7 +17,7 @@ def main() -> None:
     p.add_argument("--out", default="inference/results/fig2c/path_kernels.png")
     a = p.parse_args()
     from bayes_attn import gp_limit, load_spec, solve_theory  # after parsing: --help imports nothing heavy
-    from bayes_attn.oneshot.figures import path_kernels
+    from bayes_attn.oneshot import path_kernels
 
     spec = load_spec(a.spec)
     x, y, _, _ = spec.data()

@@ -31,7 +31,7 @@ import pytest  # noqa: E402
 
 import bayes_attn as ba  # noqa: E402
 from bayes_attn.diagnostics import MIN_ESS as COMPARE_MIN_ESS  # noqa: E402
-from bayes_attn.oneshot.model import ModelConfig, Params, init_params  # noqa: E402
+from bayes_attn.oneshot._model import ModelConfig, Params, init_params  # noqa: E402
 
 numpyro.set_host_device_count(2)
 jax.config.update("jax_enable_x64", True)
@@ -315,7 +315,7 @@ SWEEP_SETTINGS = {"thinning": 2, "target_accept": 0.9}  # not the defaults, so t
 def tiny_sweep(tmp_path_factory):
     """The TINY sweep with :data:`SWEEP_SETTINGS`, run once per test process: ``(spec, folder, dataset)``."""
     from bayes_attn.spec import spec_from_dict
-    from bayes_attn.sweep import table
+    from bayes_attn.sweep import _table as table
 
     spec = spec_from_dict(TINY)
     spec = dataclasses.replace(spec, sampler=spec.sampler.replace(**SWEEP_SETTINGS))

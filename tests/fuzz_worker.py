@@ -50,7 +50,7 @@ def load(kind: str, path: Path) -> str:
 
         return hashlib.sha256(repr(load_pruning(path)).encode()).hexdigest()
     if kind == "checkpoint":
-        from bayes_attn.oneshot.checkpoints import load_model
+        from bayes_attn.oneshot._checkpoints import load_model
 
         m = load_model(path)
         return hashlib.sha256(repr((m.config, m.train_config, m.history, m.training_hash)).encode()).hexdigest() + \

@@ -1,4 +1,4 @@
-"""Your own arrays through the command (spec kind ``task.kind = "arrays"``, bayes_attn.tasks.arrays): the command's
+"""Your own arrays through the command (spec kind ``task.kind = "arrays"``, bayes_attn.tasks._arrays): the command's
 theory equals the API's on the same arrays, each bad input is refused before computing with exit 2 naming the file
 and the key, and the run's spec.toml records each file's sha256."""
 
@@ -131,7 +131,7 @@ BAD = ["missing key", "wrong ndim", "N0 differs", "P differs", "NaN", "inf", "dt
 def test_each_bad_array_is_refused_before_computing_naming_the_file_and_the_key(tmp_path, capsys, monkeypatch, case):
     data, attention, file, key = _bad(case)
     path = _write(tmp_path, data, attention)
-    _forbid(monkeypatch, (ba.theory.solve, "solve_theory"))
+    _forbid(monkeypatch, (ba.theory._solve, "solve_theory"))
     assert cli.main(["theory", str(path), "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     assert file in line and key in line, line
@@ -179,7 +179,7 @@ def test_a_malformed_archive_is_refused_naming_the_member(tmp_path, capsys, monk
     refused before anything is computed or allocated (issue 74 rows 1–3, 7)."""
     path = _write(tmp_path)
     file, named = _zip_case(tmp_path, case)
-    _forbid(monkeypatch, (ba.theory.solve, "solve_theory"))
+    _forbid(monkeypatch, (ba.theory._solve, "solve_theory"))
     assert cli.main(["theory", str(path), "--out", str(tmp_path / "out")]) == cli.EXIT_USAGE
     line = _one_line(capsys.readouterr().err)
     assert file in line and named in line, line
@@ -250,7 +250,7 @@ def test_a_sweep_on_arrays_without_a_validation_set_runs_at_one_temperature_and_
 
 
 def test_an_alpha_sweep_needs_a_task_that_can_draw_more_sequences(tmp_path):
-    from bayes_attn.sweep.table import alpha_sweep
+    from bayes_attn.sweep._table import alpha_sweep
 
     with pytest.raises(ValueError, match="alpha_sweep .* task.kind = 'markov', got 'arrays'"):
         alpha_sweep(load_spec(_write(tmp_path)), tmp_path / "out", alpha=2.0, widths=[3])

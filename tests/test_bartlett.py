@@ -1,4 +1,4 @@
-"""Bartlett factors of the order parameters' Wishart chain (bayes_attn.theory.bartlett; docs/theory.md §7)."""
+"""Bartlett factors of the order parameters' Wishart chain (bayes_attn.theory._bartlett; docs/theory.md §7)."""
 
 import math
 
@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 from conftest import rng_of
 
-from bayes_attn.theory import bartlett
+from bayes_attn.theory import _bartlett as bartlett
 
 # three layers, two of them singular (U_1: 8×8 of rank 3, U_2: 4×4 of rank 3), and a regular network
 SINGULAR = dict(heads=(2, 2, 2), widths=(3, 3, 2, 4), variances=(1.0, 0.7, 1.3, 0.8, 1.5))

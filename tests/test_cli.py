@@ -20,8 +20,8 @@ from bayes_attn.spec import spec_from_dict
 
 
 def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypatch):
-    from bayes_attn.runs import pipeline
-    from bayes_attn.sweep import table
+    from bayes_attn.runs import _pipeline as pipeline
+    from bayes_attn.sweep import _table as table
 
     path = _spec_file(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -47,7 +47,7 @@ def test_theory_sample_and_run_have_their_own_default_folders(tmp_path, monkeypa
 
 @pytest.mark.parametrize("case", ["missing", "file", "no_zip"])
 def test_prune_bad_data_dir_is_one_line(tmp_path, capsys, monkeypatch, case):
-    from bayes_attn.oneshot import data
+    from bayes_attn.oneshot import _data as data
 
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "empty").mkdir()
@@ -315,7 +315,7 @@ def test_tiny_temperatures_solve_and_predict_or_are_refused_before_solving(tmp_p
     for T in ("1e-5", "1e-9", "1e-11"):
         assert cli.main(["theory", str(path), "--temperature", T, "--out", str(tmp_path / T)]) in (0, 3), T
         assert float(xr.load_dataset(tmp_path / T / "theory.nc")["accuracy"]) >= 0, T  # finite: NaN is not
-    _forbid(monkeypatch, (ba.theory.solve, "solve_theory"), (ba.experiment, "solve_theory"))
+    _forbid(monkeypatch, (ba.theory._solve, "solve_theory"), (ba.experiment, "solve_theory"))
     capsys.readouterr()
     assert cli.main(["theory", str(path), "--temperature", "1e-13", "--out", str(tmp_path / "t13")]) == cli.EXIT_USAGE
     assert "x is too large for temperature 1e-13" in capsys.readouterr().err

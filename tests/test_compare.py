@@ -14,7 +14,7 @@ from bayes_attn._internal.fingerprints import fingerprint
 from bayes_attn.comparison import Check, Comparison
 from bayes_attn.diagnostics import MAX_RHAT, MIN_BFMI, MIN_ESS, sample_stats
 from bayes_attn.posterior import Posterior
-from bayes_attn.runs.report import comparison_report
+from bayes_attn.runs._report import comparison_report
 from bayes_attn.stats import accuracy
 
 

@@ -17,7 +17,7 @@ from bayes_attn.samplers import SamplerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIENCE = ("solve_theory", "gp_limit", "sample_posterior", "compare")
-JOBS = ("runs/pipeline.py", "sweep/table.py", "oneshot/pipeline.py", "cli.py")
+JOBS = ("runs/_pipeline.py", "sweep/_table.py", "oneshot/_pipeline.py", "cli.py")
 """The job modules: each reaches the science through :mod:`bayes_attn.experiment` alone."""
 
 
@@ -48,11 +48,11 @@ def test_no_job_wires_the_science_itself(module):
 
 
 def test_run_sweep_and_prune_evaluate_the_same_point():
-    for module in ("runs/pipeline.py", "sweep/table.py", "oneshot/scan.py"):
+    for module in ("runs/_pipeline.py", "sweep/_table.py", "oneshot/_scan.py"):
         assert "evaluate" in _called(ROOT / "bayes_attn" / module), module
     # prune's scan is experiment.scan's grid; its points take that theory and sample and compare through the point
-    assert not _called(ROOT / "bayes_attn/oneshot/scan.py") & set(SCIENCE)
-    for module in ("sweep/table.py", "oneshot/scan.py"):  # one scan: sweep's theory jobs and GP limits, prune's grid
+    assert not _called(ROOT / "bayes_attn/oneshot/_scan.py") & set(SCIENCE)
+    for module in ("sweep/_table.py", "oneshot/_scan.py"):  # one scan: sweep's theory jobs and GP limits, prune's grid
         assert "scan" in _called(ROOT / "bayes_attn" / module), module
 
 
@@ -79,8 +79,8 @@ def test_scan_is_each_cell_solved_alone_and_the_gp_limit_per_temperature():
 def test_sweep_and_prune_solve_their_theory_through_the_one_scan(monkeypatch, tmp_path):
     from conftest import THEORY_ONLY
 
-    from bayes_attn.oneshot.scan import temperature_scan
-    from bayes_attn.oneshot.spec import OneShotSpec, TheorySpec
+    from bayes_attn.oneshot._scan import temperature_scan
+    from bayes_attn.oneshot._spec import OneShotSpec, TheorySpec
     from bayes_attn.spec import spec_from_dict
     from bayes_attn.sweep import sweep
 

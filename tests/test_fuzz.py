@@ -40,7 +40,8 @@ def _originals(folder: Path) -> dict[str, tuple[Path, Path]]:
     from test_arrays import _write
     from test_compare import _synthetic_posterior
 
-    from bayes_attn.oneshot import load_pruning, prune_result
+    from bayes_attn.oneshot import _prune_result as prune_result
+    from bayes_attn.oneshot import load_pruning
     from bayes_attn.spec import load_spec
 
     net = random_network((2, 2), width=6)

@@ -11,7 +11,7 @@ from conftest import key_of, random_data, random_network, rng_of
 
 from bayes_attn import gp
 from bayes_attn.kernels import kernel_from_C, path_kernel_from_xi
-from bayes_attn.samplers.base import FeatureNormal, GramNormal
+from bayes_attn.samplers._base import FeatureNormal, GramNormal
 
 
 def test_xi_form_equals_path_kernel_form_in_float64():

@@ -16,7 +16,7 @@ def test_kernel_forms_agree_in_float64(rank):
     import jax.numpy as jnp
 
     from bayes_attn._internal.precision import x64
-    from bayes_attn.samplers.base import FeatureNormal, gram, likelihood_data, observation, prepare
+    from bayes_attn.samplers._base import FeatureNormal, gram, likelihood_data, observation, prepare
 
     net = ba.Network(random_network((2, 2), N0=5).attention, 3, [0.7, 1.1, 0.9, 1.3])
     x, y = random_data(30, N0=5)
@@ -60,7 +60,7 @@ def test_one_rule_chooses_every_form():
     """:func:`cheapest_form`: the least cost among the forms that fit (ties: the first listed); the samplers',
     the theory's and the proposals' choices all go through it."""
     from bayes_attn.kernels import basis_form, cheapest_form
-    from bayes_attn.samplers.laplace import proposal_form
+    from bayes_attn.samplers._laplace import proposal_form
 
     assert cheapest_form({"a": 2.0, "b": 1.0}) == "b"
     assert cheapest_form({"a": 2.0, "b": 1.0}, fits={"b": False}) == "a"

@@ -27,9 +27,9 @@ from conftest import (
 import bayes_attn as ba
 from bayes_attn import cli, experiment
 from bayes_attn._internal import outputs
-from bayes_attn.runs import pipeline
+from bayes_attn.runs import _pipeline as pipeline
 from bayes_attn.spec import spec_from_dict
-from bayes_attn.sweep import table
+from bayes_attn.sweep import _table as table
 
 
 def _snapshot(folder):

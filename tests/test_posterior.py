@@ -24,7 +24,8 @@ from conftest import (
 import bayes_attn as ba
 from bayes_attn import cli
 from bayes_attn import posterior as bp
-from bayes_attn.samplers import memory, nuts
+from bayes_attn.samplers import _memory as memory
+from bayes_attn.samplers import _nuts as nuts
 from bayes_attn.spec import spec_from_dict
 
 SETTINGS_KEYS = {f.name for f in dataclasses.fields(ba.SamplerSettings)} | {"method", "form"}
@@ -240,7 +241,7 @@ def test_conditional_draws_of_V0_are_exact(check):
              "V2": jnp.broadcast_to(W.V[1], (1, M, *W.V[1].shape)),
              "a": jnp.broadcast_to(W.a, (1, M, *W.a.shape))}
     inputs = ba.samplers.prepare(net, x, y, xt, T, "float64")
-    V0 = np.asarray(ba.samplers.collapsed.conditional_V0(draws, key_of(1), inputs))[0]  # [M, N1, N0]
+    V0 = np.asarray(ba.samplers._collapsed.conditional_V0(draws, key_of(1), inputs))[0]  # [M, N1, N0]
     xi_all = np.asarray(net.xi(np.concatenate([x, xt])))
     f = np.einsum("pdi,mni,dn->mp", xi_all, V0, w) / math.sqrt(w.shape[1] * net.N0 * net.D)
     _assert_gaussian(check, f, *_gp_posterior(net, U, x, y, xt, T))

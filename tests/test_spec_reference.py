@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import TINY
 
-from bayes_attn.oneshot.spec import SECTIONS, OneShotSpec
+from bayes_attn.oneshot._spec import SECTIONS, OneShotSpec
 from bayes_attn.samplers import SamplerSettings
 from bayes_attn.spec import Spec, spec_from_dict
 

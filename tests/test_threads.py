@@ -130,7 +130,7 @@ def test_command_fills_the_cache_unless_told_not_to(tmp_path):
 
 # no code from a received folder: the workers' compiled programs are not read from the output folder
 def test_dask_compilation_cache_lives_in_the_users_cache_folder(tmp_path, monkeypatch):
-    from bayes_attn.sweep import table
+    from bayes_attn.sweep import _table as table
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("BAYES_ATTN_COMPILE_CACHE", raising=False)
@@ -157,7 +157,7 @@ def test_exported_programs_are_loaded_not_traced_and_equal_the_traced(monkeypatc
     damaged file is exported again; another head structure is another key."""
     import jax
 
-    from bayes_attn.theory import objective
+    from bayes_attn.theory import _objective as objective
 
     def values(net):
         x, y = random_data(7)
@@ -198,7 +198,7 @@ def test_exported_programs_are_loaded_not_traced_and_equal_the_traced(monkeypatc
 # issue 33: the exported programs never change a number ------------------------------------------------------------
 def _theory_values(fn=None) -> list[np.ndarray]:
     """``fn`` (default: the theory's log-Cholesky value, gradient and Hessian) of a small fixed problem."""
-    from bayes_attn.theory import objective
+    from bayes_attn.theory import _objective as objective
 
     net = random_network((2, 2))
     x, y = random_data(7)
@@ -271,7 +271,7 @@ def test_damaged_exported_program_is_traced_again_and_rewritten(exported, monkey
 def test_program_of_another_function_under_the_name_is_traced_again(exported, monkeypatch, caplog):
     """Issue 33, row 1b: one program file copied over another of the same signature (``value`` and
     ``log_cholesky_value``: a vector and a problem to a number) is not run: the numbers are the traced ones."""
-    from bayes_attn.theory import objective
+    from bayes_attn.theory import _objective as objective
 
     folder, traced = exported
     _theory_values(objective.value)

@@ -6,9 +6,9 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ..samplers.settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS
+from ..samplers._settings import CHAIN_METHODS, SAMPLER_DESCRIPTIONS
 from ..spec import CompareSpec
-from ..theory.correction import CORRECTIONS
+from ..theory._correction import CORRECTIONS
 from .precision import DTYPES
 
 DEFAULT_OUT = {"theory": "runs/<spec name>-N<width>-theory", "sample": "runs/<spec name>-N<width>-sample",
@@ -60,7 +60,7 @@ def _sampling(p: argparse.ArgumentParser) -> None:
 
 
 def _precision(p: argparse.ArgumentParser, comparison: bool = True) -> None:
-    """Sampling in blocks until a target or a budget (:mod:`bayes_attn.samplers.blocks`); ``comparison``: the
+    """Sampling in blocks until a target or a budget (:mod:`bayes_attn.samplers._blocks`); ``comparison``: the
     command compares with a theory (then ``--target-precision``)."""
     g = p.add_argument_group("sampling to a precision (in blocks of --samples draws per chain, each continuing the "
                              "chains, until the targets hold or the budget is spent; the verdict says which)")

@@ -1,7 +1,7 @@
 """Typed TOML specs: field types checked from dataclass annotations, values written back as TOML.
 
 Shared by the run specs (:mod:`bayes_attn.spec`) and the one-shot specs
-(:mod:`bayes_attn.oneshot.spec`). Every error names the field
+(:mod:`bayes_attn.oneshot._spec`). Every error names the field
 (``task.seed must be an integer, got 1.5``).
 """
 

@@ -25,25 +25,24 @@ from typing import TYPE_CHECKING
 
 import lazy_loader
 
-from .settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMPLER_NAMES, SamplerSettings
+from ._settings import CHAIN_METHODS, DEFAULT_SAMPLER, SAMPLER_DESCRIPTIONS, SAMPLER_NAMES, SamplerSettings
 
 if TYPE_CHECKING:
-    from . import collapsed, full, full_token, laplace, wishart  # noqa: F401
-    from .base import Sampler, SamplerInputs, Storage, conditional_outputs, prepare  # noqa: F401
+    from ._base import Sampler, SamplerInputs, Storage, conditional_outputs, prepare  # noqa: F401
+    from ._blocks import Stopping  # noqa: F401
+    from ._nuts import mcmc  # noqa: F401
 
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
 __getattr__, _, _ = lazy_loader.attach(
     __name__,
-    submodules=["base", "blocks", "collapsed", "full", "full_token", "laplace", "memory", "nuts", "registry",
-                "wishart"],
-    submod_attrs={"base": ["Storage", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
-                  "registry": ["SAMPLERS"]},
+    submod_attrs={"_base": ["Storage", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
+                  "_blocks": ["Stopping"], "_nuts": ["mcmc"], "_registry": ["SAMPLERS"]},
 )
 
 
 def get(name: str):
     """The :class:`Sampler` called ``name`` (a ``ValueError`` lists the choices)."""
-    from .registry import SAMPLERS as samplers
+    from ._registry import SAMPLERS as samplers
 
     if name not in samplers:
         raise ValueError(f"sampler must be one of {list(samplers)}, got {name!r}")
@@ -57,4 +56,4 @@ __all__ = [
     "SAMPLER_NAMES",
     "SAMPLERS",
     "SamplerSettings",
-    "Storage", "Sampler", "SamplerInputs", "conditional_outputs", "get", "prepare"]
+    "Storage", "Sampler", "SamplerInputs", "Stopping", "conditional_outputs", "get", "mcmc", "prepare"]

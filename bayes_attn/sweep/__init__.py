@@ -1,15 +1,15 @@
 """Sweeps over width and temperature (paper Fig. 2c/2e): job records, one table, executors.
 
-- :mod:`.table`: :func:`sweep` and :func:`alpha_sweep`: the jobs, their
+- :mod:`._table`: :func:`sweep` and :func:`alpha_sweep`: the jobs, their
   per-job files and the assembled ``sweep.nc`` with its figures;
-- :mod:`.jobs`: jobs, outcomes, :func:`run_jobs` and the in-process runner;
-- :mod:`.dask_executors`: the Dask executors (a local cluster, a running
+- :mod:`._jobs`: jobs, outcomes, :func:`run_jobs` and the in-process runner;
+- :mod:`._dask_executors`: the Dask executors (a local cluster, a running
   scheduler, a dask-jobqueue batch cluster), each with its own ``run``;
-- :mod:`.executors`: their public names in one place, and the choice of an
+- :mod:`._executors`: their public names in one place, and the choice of an
   executor from command-line options.
 """
 
-from .executors import (
+from ._executors import (
     JOBQUEUE_CLASSES,
     DaskJobqueue,
     DaskLocal,
@@ -22,7 +22,7 @@ from .executors import (
     job_seed,
     run_jobs,
 )
-from .table import alpha_sweep, best_temperature_view, sweep, sweep_jobs
+from ._table import alpha_sweep, best_temperature_view, sweep, sweep_jobs
 
 __all__ = [
     "JOBQUEUE_CLASSES", "DaskJobqueue", "DaskLocal", "DaskScheduler", "Executor", "InProcess", "Job", "Outcome",

@@ -1,9 +1,9 @@
 """The paper's tasks (docs/theory.md §6).
 
 :mod:`.markov`: the hidden-Markov-chain task and its heads (paper Fig. 2).
-:mod:`.arrays`: your own data and attention from ``.npz`` files (the spec kind ``"arrays"``).
-The one-shot image task (paper Fig. 3): :mod:`.images`: Omniglot / one-shot runs / digits readers, :class:`ImageSet`
-and class splits; :mod:`.episodes`: balanced 2-way 1-shot episodes and the
+Your own data and attention from ``.npz`` files: the spec kind ``"arrays"``.
+The one-shot image task (paper Fig. 3): Omniglot / one-shot runs / digits readers, :class:`ImageSet`
+and class splits; balanced 2-way 1-shot episodes and the
 :class:`Tokenizer` that turns them into the tokens ``x0``.
 """
 
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import lazy_loader
 
-from .episodes import N_IMAGES, Episodes, Tokenizer, make_episodes
-from .images import (
+from ._episodes import N_IMAGES, Episodes, Tokenizer, make_episodes
+from ._images import (
     DEFAULT_SPLIT,
     OMNIGLOT_FULL_FILES,
     OMNIGLOT_RUNS_FILE,
@@ -26,12 +26,11 @@ from .images import (
     split_by_group,
 )
 
-__getattr__, _, _ = lazy_loader.attach(__name__, submodules=["arrays", "markov"])  # imports JAX: on first use
+__getattr__, _, _ = lazy_loader.attach(__name__, submodules=["markov"])  # imports JAX: on first use
 if TYPE_CHECKING:
-    from . import arrays, markov  # noqa: F401
+    from . import markov  # noqa: F401
 
 __all__ = [
-    "arrays",
     "markov",
     "DEFAULT_SPLIT",
     "N_IMAGES",

@@ -14,19 +14,19 @@ Symbols (docs/theory.md):
 
 Modules:
 
-- :mod:`.coordinates`: flat coordinates of ``[U_1, ..., U_L]`` — vech
+- :mod:`._coordinates`: flat coordinates of ``[U_1, ..., U_L]`` — vech
   (upper-triangular entries) and log-Cholesky — and the maps between them;
-- :mod:`.objective`: :class:`Problem` (data, widths, variances, kernel basis),
+- :mod:`._objective`: :class:`Problem` (data, widths, variances, kernel basis),
   ``S`` = entropy + data term, the reduced action ``S / N_max`` with ``Ua``
   eliminated and its exact gradient and Hessian (jit-compiled, float64);
   :func:`action`, :func:`action_gradient`, :func:`gp_order_parameters`;
-- :mod:`.newton`: :class:`NewtonSolver`, damped Newton with Armijo
+- :mod:`._newton`: :class:`NewtonSolver`, damped Newton with Armijo
   backtracking, returning a :class:`NewtonResult`;
-- :mod:`.result`: :class:`Theory` (order parameters, predictor mean and
+- :mod:`._result`: :class:`Theory` (order parameters, predictor mean and
   variance, kernel–task alignment, head scores, netCDF) and :func:`load_theory`;
-- :mod:`.solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`;
-- :mod:`.correction`: the exact ``S(θ)`` of the order parameters' posterior, its
-  mode and its Laplace expansion (docs/theory.md §8); :mod:`.corrected`: the
+- :mod:`._solve`: :func:`solve_theory` (minimum of ``S``) and :func:`gp_limit`;
+- :mod:`._correction`: the exact ``S(θ)`` of the order parameters' posterior, its
+  mode and its Laplace expansion (docs/theory.md §8); :mod:`._corrected`: the
   corrected theory, :func:`laplace_correction`, used by
   ``solve_theory(..., correction="laplace")``.
 
@@ -34,11 +34,11 @@ All JAX computations run in float64 inside :func:`bayes_attn._internal.precision
 whatever the caller's JAX default; results are NumPy float64.
 """
 
-from .corrected import laplace_correction
-from .newton import NewtonResult, NewtonSolver
-from .objective import Problem, action, action_gradient, gp_order_parameters, kernel_basis, make_problem
-from .result import Correction, Theory, head_scores, load_theory
-from .solve import gp_limit, solve_theory
+from ._corrected import laplace_correction
+from ._newton import NewtonResult, NewtonSolver
+from ._objective import Problem, action, action_gradient, gp_order_parameters, kernel_basis, make_problem
+from ._result import Correction, Theory, head_scores, load_theory
+from ._solve import gp_limit, solve_theory
 
 __all__ = [
     "Correction",

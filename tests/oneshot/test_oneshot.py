@@ -14,9 +14,12 @@ from conftest import seed_of
 
 from bayes_attn import oneshot
 from bayes_attn._internal import outputs
-from bayes_attn.oneshot import checkpoints, model, prune_result, training
-from bayes_attn.oneshot.spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
-from bayes_attn.oneshot.training import TrainConfig
+from bayes_attn.oneshot import _checkpoints as checkpoints
+from bayes_attn.oneshot import _model as model
+from bayes_attn.oneshot import _prune_result as prune_result
+from bayes_attn.oneshot import _training as training
+from bayes_attn.oneshot._spec import ModelSpec, OneShotSpec, PruningSpec, TaskSpec, TheorySpec, load_oneshot_spec
+from bayes_attn.oneshot._training import TrainConfig
 from bayes_attn.samplers import SamplerSettings
 from bayes_attn.theory import head_scores
 
@@ -50,7 +53,7 @@ def test_prune_default_spec_is_the_shipped_toml(tmp_path, monkeypatch):
     assert embedded == shipped and embedded.to_toml() == shipped.to_toml()
     assert embedded.data_path() == shipped.data_path()  # the relative data_dir resolves to the same folder
     # the command without a spec file runs on it (the pipeline itself replaced, not run)
-    import bayes_attn.oneshot.pipeline as oneshot_pipeline
+    import bayes_attn.oneshot._pipeline as oneshot_pipeline
     from bayes_attn import cli
 
     seen = {}
@@ -97,9 +100,9 @@ def test_default_spec_round_trips_and_hash_ignores_evaluation_settings():
 def test_data_check_resolves_the_spec_files_relative_data_dir(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the spec's data_dir is relative to its file, not to the working folder
     spec = load_oneshot_spec(path)
-    oneshot.data.check_data(spec)
+    oneshot._data.check_data(spec)
     with pytest.raises(ValueError, match="data_dir: the folder .* does not exist"):
-        oneshot.data.check_data(spec, tmp_path / "missing")
+        oneshot._data.check_data(spec, tmp_path / "missing")
 
 
 @pytest.mark.parametrize("table, match", [
@@ -160,7 +163,8 @@ def test_prune_refuses_guided_samples_too_big_before_training(tmp_path, monkeypa
     not left for ``auto``'s ``wishart`` at the end (issue 53)."""
     from conftest import forbid_calls
 
-    from bayes_attn.oneshot import data, pipeline
+    from bayes_attn.oneshot import _data as data
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     needs_omniglot()
     forbid_calls(monkeypatch, (data, "datasets"), (pipeline, "train_model"))
@@ -178,7 +182,7 @@ def test_prune_keeps_the_trained_model_when_it_fails_later(tmp_path, monkeypatch
     from conftest import forbid_calls, one_line
 
     from bayes_attn import cli
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     needs_omniglot()
     spec_path, out = tmp_path / "tiny.toml", tmp_path / "out"
@@ -214,7 +218,7 @@ SEVEN = dataclasses.replace(TINY, training=dataclasses.replace(TINY.training, se
 def fake_after_training(monkeypatch, fail: list) -> None:
     """Replace prune's stages after training (scan, sampling, pruning, files): they write ``report.md`` naming the
     training seed and return :func:`fake_result`, or raise ``fail[0]`` when ``fail`` holds an error."""
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     def after(spec, out, *args):
         if fail:
@@ -345,7 +349,7 @@ def test_a_full_disk_after_training_says_where_the_model_is_kept(tmp_path, monke
 def test_only_the_full_zip_gets_a_hint_to_set_task_files(tmp_path):
     """A folder with Omniglot's full ``images_background.zip`` but not the small zips the spec reads is refused
     with the hint to set ``task.files`` (issue 53)."""
-    from bayes_attn.oneshot import data
+    from bayes_attn.oneshot import _data as data
 
     (tmp_path / "images_background.zip").write_bytes(b"")
     spec = dataclasses.replace(TINY, task=dataclasses.replace(TINY.task, data_dir=str(tmp_path)))
@@ -368,7 +372,7 @@ def test_prune_prints_rho_rounded(tmp_path, monkeypatch, capsys):
     """The command prints ρ and its p-value rounded, not with every digit of a float (issue 53), and says when ρ is
     undefined."""
     from bayes_attn import cli
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "run_oneshot", lambda *a, **k: fake_result(0.123456789012, 0.0123456789))
     assert cli.main(["prune", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
@@ -386,7 +390,7 @@ def test_prune_no_progress_keeps_the_result_on_stdout_and_stderr_quiet(tmp_path,
     import logging
 
     from bayes_attn import cli
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     def fake(*a, **k):
         logging.getLogger("bayes_attn.oneshot").info("epoch 1: val accuracy 0.5")  # a progress line
@@ -409,7 +413,7 @@ def test_prune_verdict_from_rhat_and_divergences(tmp_path, capsys, monkeypatch):
 
     from bayes_attn import cli
     from bayes_attn._internal import outputs
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     ds = xr.Dataset({"rhat_U": ("sample_width", [2.49, 1.0]), "divergences": ("sample_width", [9, 0])},
                     coords={"sample_width": [10, 100]})
@@ -428,7 +432,7 @@ def test_prune_labels_the_samplers_and_the_comparisons_r_hat(tmp_path, capsys, m
     """Two R-hats at one width, the sampler's on ``U`` and the comparison's on every observable, each named as
     such in the inconclusive warning (not "N=10: max R-hat …" twice)."""
     from bayes_attn import cli
-    from bayes_attn.oneshot import pipeline
+    from bayes_attn.oneshot import _pipeline as pipeline
 
     r = prune_result.load_pruning(SHIPPED_RUN / "compared" / "pruning.json")
     N = min(r.comparisons)

@@ -1,5 +1,5 @@
 """``pruning.json``: one serialiser and one loader of the typed result of ``bayes-attn prune``
-(bayes_attn.oneshot.prune_result)."""
+(bayes_attn.oneshot._prune_result)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bayes_attn.oneshot import prune_result
-from bayes_attn.oneshot.pruning import PruningResult, Spearman
+from bayes_attn.oneshot import _prune_result as prune_result
+from bayes_attn.oneshot._pruning import PruningResult, Spearman
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "inference/results/fig3").rglob("pruning.json"))
@@ -60,7 +60,7 @@ def test_a_shipped_file_with_samples_but_no_comparison_reads_not_compared():
     reads ``not compared`` in the API, in the file written back and in ``report.md``, never ``agree``."""
     from bayes_attn import verdict
     from bayes_attn._internal import outputs
-    from bayes_attn.oneshot import results
+    from bayes_attn.oneshot import _results as results
 
     assert ROOT / "inference/results/fig3/pruning.json" in UNCOMPARED, UNCOMPARED
     for path in UNCOMPARED:

@@ -1,4 +1,4 @@
-"""Head ablation, head scores and Spearman's rank correlation of the one-shot model (bayes_attn.oneshot.pruning)."""
+"""Head ablation, head scores and Spearman's rank correlation of the one-shot model (bayes_attn.oneshot._pruning)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ from conftest import (
     small_x,
 )
 
-from bayes_attn.oneshot import model, pruning
+from bayes_attn.oneshot import _model as model
+from bayes_attn.oneshot import _pruning as pruning
 from bayes_attn.theory import Theory, head_scores, solve_theory
 
 
@@ -104,7 +105,7 @@ def test_single_head_drops_and_cumulative_pruning():
 
 @pytest.mark.slow
 def test_theory_ablation_is_the_predictor_with_the_heads_paths_out_of_U():
-    from bayes_attn.oneshot.scan import path_inputs, predictor_mean
+    from bayes_attn.oneshot._scan import path_inputs, predictor_mean
 
     net = random_network((2, 3), width=5, N0=6, scale=2.0)
     x, y = random_data(30)

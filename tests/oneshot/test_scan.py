@@ -1,4 +1,4 @@
-"""The theory's predictor and the temperature scan on the frozen attention (bayes_attn.oneshot.scan)."""
+"""The theory's predictor and the temperature scan on the frozen attention (bayes_attn.oneshot._scan)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import random_data, random_network
 
-from bayes_attn.oneshot.scan import path_inputs, predictor_mean, temperature_scan
-from bayes_attn.oneshot.spec import OneShotSpec, TheorySpec
+from bayes_attn.oneshot._scan import path_inputs, predictor_mean, temperature_scan
+from bayes_attn.oneshot._spec import OneShotSpec, TheorySpec
 from bayes_attn.theory import solve_theory
 
 

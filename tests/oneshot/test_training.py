@@ -1,4 +1,4 @@
-"""The gradient-descent model of Fig. 3 (bayes_attn.oneshot.model, .training).
+"""The gradient-descent model of Fig. 3 (bayes_attn.oneshot._model, .training).
 
 Every fast path has a plain NumPy twin here: the forward pass, the order
 parameter over paths. Head pruning is tested in test_pruning.py, but for its
@@ -18,9 +18,12 @@ import pytest
 from conftest import SMALL_MODEL as SMALL
 from conftest import numpy_forward, rng_of, seed_of, small_model, small_x
 
-from bayes_attn.oneshot import checkpoints, model, pruning, training
-from bayes_attn.oneshot.model import ModelConfig
-from bayes_attn.oneshot.training import TrainConfig
+from bayes_attn.oneshot import _checkpoints as checkpoints
+from bayes_attn.oneshot import _model as model
+from bayes_attn.oneshot import _pruning as pruning
+from bayes_attn.oneshot import _training as training
+from bayes_attn.oneshot._model import ModelConfig
+from bayes_attn.oneshot._training import TrainConfig
 
 
 # ----- the two implementations agree -------------------------------------------

@@ -10,7 +10,7 @@ from conftest import TINY, spec_file
 
 import bayes_attn as ba
 from bayes_attn import cli, gp_limit
-from bayes_attn.runs import pipeline
+from bayes_attn.runs import _pipeline as pipeline
 from bayes_attn.spec import Spec, load_spec, spec_from_dict
 
 
@@ -99,7 +99,7 @@ def test_gp_on_paths_equals_gp_of_subnetwork():
 def test_log_axis_ticks_are_plain_numbers_and_heatmap_numbers_readable():
     from matplotlib.figure import Figure
 
-    from bayes_attn.runs import figures
+    from bayes_attn.runs import _figures as figures
 
     fig = Figure()
     ax = fig.subplots()

@@ -1,4 +1,4 @@
-"""Sampling in blocks (bayes_attn.samplers.blocks): continued NUTS chains are one long run bit for bit, a reachable
+"""Sampling in blocks (bayes_attn.samplers._blocks): continued NUTS chains are one long run bit for bit, a reachable
 target stops within one block of being met, an unreachable one at its budget with the verdict inconclusive, and
 continued guided samplers stay calibrated (SBC)."""
 
@@ -10,7 +10,7 @@ from conftest import TINY, seed_of
 
 import bayes_attn as ba
 from bayes_attn import calibration, cli
-from bayes_attn.samplers import blocks
+from bayes_attn.samplers import _blocks as blocks
 from bayes_attn.spec import spec_from_dict
 
 

@@ -1,4 +1,4 @@
-"""The samplers guided by the finite-width expansion (docs/theory.md §9, ``bayes_attn.samplers.laplace``).
+"""The samplers guided by the finite-width expansion (docs/theory.md §9, ``bayes_attn.samplers._laplace``).
 
 References independent of the code under test: SciPy's multivariate normal and t log densities (the
 proposal), the ``wishart`` NUTS sampler (the exact posterior, §7), repeated independent runs (the error bars),
@@ -32,9 +32,12 @@ import bayes_attn as ba
 from bayes_attn import calibration, gp, markov
 from bayes_attn._internal.precision import x64
 from bayes_attn.diagnostics import MAX_KHAT, MAX_RHAT, Summary
-from bayes_attn.samplers import SamplerSettings, get, laplace, prepare, weights, wishart
-from bayes_attn.samplers import proposal as proposal_module
-from bayes_attn.theory.correction import order_parameters_at
+from bayes_attn.samplers import SamplerSettings, get, prepare
+from bayes_attn.samplers import _laplace as laplace
+from bayes_attn.samplers import _proposal as proposal_module
+from bayes_attn.samplers import _weights as weights
+from bayes_attn.samplers import _wishart as wishart
+from bayes_attn.theory._correction import order_parameters_at
 
 ORDER = ("U", "U_2", "U_3", "Ua")
 
@@ -143,11 +146,11 @@ def tiny_guided():
 def test_proposals_draw_f_as_the_conditional_draws_do(tiny_guided):
     """The draws of ``f`` made with each proposal (solved with the Cholesky factor of ``G`` that its ``S``
     computed in the theory's kernel basis, :func:`laplace.propose`) are the exact conditional draws of the NUTS
-    samplers (:func:`bayes_attn.samplers.base.pathwise_draw` with the factor of the sampler's own ``G``, as in
-    :func:`~bayes_attn.samplers.base.conditional_outputs`, whose distribution ``tests/test_posterior.py``
+    samplers (:func:`bayes_attn.samplers._base.pathwise_draw` with the factor of the sampler's own ``G``, as in
+    :func:`~bayes_attn.samplers._base.conditional_outputs`, whose distribution ``tests/test_posterior.py``
     checks): given the proposals' ``U_1`` and the same keys, equal to rounding (float64), at the training and test
     inputs."""
-    from bayes_attn.samplers import base
+    from bayes_attn.samplers import _base as base
 
     net, inputs, g = tiny_guided
     with x64(True):
@@ -223,7 +226,7 @@ def test_resampled_draws_carry_the_importance_sampling_error(check):
     bounds are its two-sided 1e-3 / 16 quantiles (about ±35 % in the ratio of standard deviations), so false
     failures <= 1e-3. Power is modest: shuffled copies would hide the duplicates and give a ratio of about
     ``sqrt(M / ESS_IS + 0.4)``, 1.3 where ``ESS_IS = 0.8 M``, near the upper bound; the test guards gross errors
-    (a missing resample, weights ignored), the derivation in ``samplers/laplace.py`` the rest.
+    (a missing resample, weights ignored), the derivation in ``samplers/_laplace.py`` the rest.
 
     Measured over 14 seed offsets (tests/robustness.md): the nearest threshold, that of max_sd_ratio, is 3.68 sds
     from the statistic's mean (normal tail 1.2e-04)."""
@@ -574,7 +577,7 @@ def test_proposals_evaluate_S_in_either_basis_alike(tiny_guided, monkeypatch):
     for a, b in zip(f, f_xi, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10)
     # the memory estimate counts the folded C and the float64 C [D, D, P, P] it is made from, only where used
-    from bayes_attn.samplers.memory import guided_bytes
+    from bayes_attn.samplers._memory import guided_bytes
 
     P, D = inputs.xi.shape[:2]
     cfg = SamplerSettings(dtype="float64")
@@ -588,7 +591,7 @@ def test_auto_refuses_guided_samples_too_big_for_the_memory_rather_than_falling_
     does not quietly run ``wishart`` instead (issue 53)."""
     from conftest import forbid_calls
 
-    from bayes_attn.samplers import nuts
+    from bayes_attn.samplers import _nuts as nuts
 
     net, x, y, xt = tiny_problem()
     forbid_calls(monkeypatch, (nuts, "mcmc"), (laplace, "guide"))
@@ -604,7 +607,7 @@ def test_auto_logs_what_it_tried(monkeypatch, caplog):
     """``auto``'s record of what it tried and why goes to the log at INFO, not only into the attribute."""
     import logging
 
-    from bayes_attn.samplers import auto
+    from bayes_attn.samplers import _auto as auto
 
     net, x, y, xt = tiny_problem()
     monkeypatch.setattr(auto, "AUTO_ORDER", ("laplace-is",))  # one guided sampler: cheap
@@ -625,7 +628,7 @@ def test_auto_leaves_a_guided_sampler_whose_pilot_projects_too_few_effective_dra
     drawn and the next sampler runs; each entry of the record carries its measured seconds per effective draw.
     In blocks (a target) the projection does not apply: more blocks may reach it."""
     from bayes_attn.diagnostics import required_ess
-    from bayes_attn.samplers import auto
+    from bayes_attn.samplers import _auto as auto
 
     net, x, y, xt = tiny_problem()
     drawn, real_propose = [], laplace.propose
@@ -653,7 +656,7 @@ def test_auto_leaves_a_guided_sampler_after_its_pilot_rules_it_out(monkeypatch):
     proposals whose k̂ was 2.3–2.8): only the pilots' proposals are drawn, the record names the pilot and keeps its
     ``k̂``, and the explicit sampler, asked for by name, still draws all its proposals. Deterministic: the rule is
     forced (threshold −∞) rather than waited for."""
-    from bayes_attn.samplers import auto
+    from bayes_attn.samplers import _auto as auto
 
     net, x, y, xt = tiny_problem()
     drawn, real_propose = [], laplace.propose

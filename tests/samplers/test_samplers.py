@@ -37,7 +37,7 @@ from numpyro.infer.util import potential_energy
 import bayes_attn as ba
 from bayes_attn import calibration, samplers
 from bayes_attn._internal.precision import x64 as x64_context
-from bayes_attn.samplers import nuts
+from bayes_attn.samplers import _nuts as nuts
 
 TEMPERATURE = 0.1
 # agreement of 17 posterior means (U's upper triangle, f_test) within Z estimated standard errors: Bonferroni with
@@ -305,7 +305,7 @@ def test_conditional_draws_compile_once_per_shape(monkeypatch):
         with traced_programs() as traced:
             padded = samplers.conditional_outputs(U, key_of(1), hotter)  # 40 draws: one batch of 256, 216 dropped
         assert "_conditional_f" not in traced, traced
-        monkeypatch.setattr(samplers.base, "CONDITIONAL_BATCH", 7)
+        monkeypatch.setattr(samplers._base, "CONDITIONAL_BATCH", 7)
         whole = samplers.conditional_outputs(U, key_of(1), hotter)  # six batches of 7 (two dropped)
     for k in ("f_train", "f_test"):
         assert padded[k].shape == (2, 20, {"f_train": 6, "f_test": 3}[k])

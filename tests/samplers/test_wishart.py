@@ -34,8 +34,8 @@ from bayes_attn import markov
 from bayes_attn._internal.precision import x64
 from bayes_attn.network import order_parameters_from_weights
 from bayes_attn.samplers import Storage, get, prepare
-from bayes_attn.samplers.wishart import prior_draw, site_sizes
-from bayes_attn.theory.bartlett import factor_shapes, num_parameters, order_parameters_from_factors
+from bayes_attn.samplers._wishart import prior_draw, site_sizes
+from bayes_attn.theory._bartlett import factor_shapes, num_parameters, order_parameters_from_factors
 
 Z = 5.0  # |z| bound on z-scores of 20 000 iid draws: 2Φ(−5) = 5.7e-7 each, <= 140 per test -> false failures < 1e-4
 NDRAW = 20000

@@ -23,7 +23,7 @@ pytest.importorskip("distributed")
 from conftest import TINY, forbid_calls, one_line, spec_file  # noqa: E402
 
 from bayes_attn import cli  # noqa: E402
-from bayes_attn.sweep.executors import (  # noqa: E402
+from bayes_attn.sweep._executors import (  # noqa: E402
     DaskJobqueue,
     DaskLocal,
     DaskScheduler,
@@ -111,7 +111,7 @@ def test_job_seed_is_stable_across_processes_and_differs_between_params():
     seed = job_seed(BASE_SEED, **params)
     assert 0 <= seed < 2**31
     assert seed == 113108793  # pinned: changing the recipe changes every result
-    code = (f"from bayes_attn.sweep.executors import job_seed; "
+    code = (f"from bayes_attn.sweep._executors import job_seed; "
             f"print(job_seed({BASE_SEED}, temperature=0.01, width=100, kind='sample'))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -172,7 +172,7 @@ def test_run_jobs_checks_its_arguments():
 
 
 def test_in_process_run_does_not_import_dask():
-    code = ("import sys, bayes_attn.sweep.executors as e\n"
+    code = ("import sys, bayes_attn.sweep._executors as e\n"
             "out = e.run_jobs(repr, [e.Job('a', {'k': 1}, 1)], e.InProcess(), progress=False)\n"
             "print(out[0].ok, 'distributed' in sys.modules, 'dask' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -215,7 +215,7 @@ def test_dask_local_gives_the_in_process_results_with_worker_settings(tmp_path, 
 JAX_SCRIPT = """
 import jax  # before Dask starts the workers, as the bayes-attn command does: spawned workers import it too
 import jax.numpy as jnp
-import bayes_attn.sweep.executors as ex
+import bayes_attn.sweep._executors as ex
 
 
 def settings(job):
@@ -364,7 +364,7 @@ def test_cluster_options_cannot_inject_shell_commands():
 
 def test_cluster_without_its_submit_command_fails_before_computing(tmp_path, capsys, monkeypatch):
     pytest.importorskip("dask_jobqueue")
-    from bayes_attn.sweep import table
+    from bayes_attn.sweep import _table as table
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
     forbid_calls(monkeypatch, (table, "sweep"))
@@ -375,7 +375,7 @@ def test_cluster_without_its_submit_command_fails_before_computing(tmp_path, cap
 
 
 def test_unreachable_scheduler_fails_fast(tmp_path, capsys, monkeypatch):
-    from bayes_attn.sweep import table
+    from bayes_attn.sweep import _table as table
 
     forbid_calls(monkeypatch, (table, "sweep"))
     with socket.socket() as s:  # a port nobody listens on
@@ -393,7 +393,7 @@ def test_dask_executor_without_dask_installed_fails_before_any_job(monkeypatch):
     usage error naming the extra, before anything runs; the in-process executor needs no Dask."""
     import importlib.util
 
-    from bayes_attn.sweep.executors import check_reachable
+    from bayes_attn.sweep._executors import check_reachable
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "distributed" else real(name, *a))

@@ -12,8 +12,8 @@ from conftest import TINY, forbid_calls, one_line, spec_file
 from bayes_attn import cli, experiment
 from bayes_attn._internal import compile_cache
 from bayes_attn.spec import spec_from_dict
-from bayes_attn.sweep import table
-from bayes_attn.sweep.executors import DaskLocal, Job
+from bayes_attn.sweep import _table as table
+from bayes_attn.sweep._executors import DaskLocal, Job
 from bayes_attn.verdict import Verdict
 
 
@@ -76,7 +76,7 @@ def test_sweep_on_unconverged_chains_is_inconclusive_and_exits_3(tmp_path, capsy
 
 
 def test_inconclusive_points_are_ringed_in_the_sweep_figure(tmp_path):
-    from bayes_attn.runs import figures
+    from bayes_attn.runs import _figures as figures
 
     ds = xr.Dataset(
         {"accuracy_theory": ("width", [0.8, 0.9]), "accuracy_sampled": ("sample_width", [0.7, 0.85]),
@@ -107,7 +107,7 @@ def test_inconclusive_points_are_ringed_in_the_sweep_figure(tmp_path):
 def test_cluster_section_round_trips_and_builds_a_jobqueue_executor(tmp_path):
     import tomllib
 
-    from bayes_attn.sweep.executors import DaskJobqueue, executor_from_options
+    from bayes_attn.sweep._executors import DaskJobqueue, executor_from_options
 
     data = TINY | {"cluster": {"class": "SLURMCluster", "workers": 3, "queue": "normal", "cores": 1,
                                 "memory": "4GB", "walltime": "01:00:00", "env": {"JAX_PLATFORMS": "cpu"}}}

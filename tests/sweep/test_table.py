@@ -1,4 +1,4 @@
-"""The sweep's jobs, their per-job files and the assembled table (bayes_attn.sweep.table)."""
+"""The sweep's jobs, their per-job files and the assembled table (bayes_attn.sweep._table)."""
 
 import dataclasses
 import json
@@ -13,7 +13,8 @@ from bayes_attn import experiment
 from bayes_attn import posterior as ba_posterior
 from bayes_attn import theory as ba_theory
 from bayes_attn.spec import load_spec, spec_from_dict
-from bayes_attn.sweep import job_seed, table
+from bayes_attn.sweep import _table as table
+from bayes_attn.sweep import job_seed
 
 
 def load_spec_text(text):
@@ -195,7 +196,7 @@ def test_best_temperature_view_where_the_theory_and_the_gp_limit_choose_differen
 def test_a_grid_choice_within_noise_says_so():
     """A lead of 0.02 in accuracy is 0.35 standard errors on 100 validation examples (within noise) and 11 on
     100,000; a single eligible temperature leads by ``inf``."""
-    from bayes_attn.sweep import temperature
+    from bayes_attn.sweep import _temperature as temperature
 
     assert temperature.margin([0.78, 0.80, 0.5], 100) == pytest.approx(0.02 / np.hypot(0.04, np.sqrt(0.1716) / 10))
     assert temperature.margin([0.78, 0.80], 100_000) > 10
@@ -212,7 +213,7 @@ def test_a_grid_sweeps_figure_labels_each_widths_temperature_and_breaks_the_line
     """Issue 71 item 5: the view puts each width at its own best temperature; the panels say which (``T=…`` above
     each width) and draw no line across a change of temperature (the unlabelled joined line made a peak that
     sweep.nc does not have)."""
-    from bayes_attn.runs import figures
+    from bayes_attn.runs import _figures as figures
 
     temps = [0.01, 0.3]
     ds = xr.Dataset(

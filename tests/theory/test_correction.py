@@ -1,4 +1,4 @@
-"""Tests of the finite-width correction (docs/theory.md §8, ``bayes_attn.theory.correction``).
+"""Tests of the finite-width correction (docs/theory.md §8, ``bayes_attn.theory._correction``).
 
 References, all independent of the code under test:
 
@@ -36,16 +36,16 @@ from conftest import fig2c_wishart, record_check, rng_of, seed_of, three_layers_
 from numpyro.infer.util import log_density
 
 import bayes_attn as ba
-import bayes_attn.theory.solve as solve_module
+import bayes_attn.theory._solve as solve_module
 from bayes_attn import Network, gp, markov
 from bayes_attn import theory as th
 from bayes_attn._internal.precision import x64
 from bayes_attn.kernels import kernel_diag_from_xi, kernel_from_C, path_kernel_from_xi
 from bayes_attn.samplers import get, prepare
-from bayes_attn.samplers.wishart import site_sizes
-from bayes_attn.theory import correction as cr
-from bayes_attn.theory.bartlett import factor_shapes
-from bayes_attn.theory.coordinates import log_cholesky_to_vech, unpack
+from bayes_attn.samplers._wishart import site_sizes
+from bayes_attn.theory import _correction as cr
+from bayes_attn.theory._bartlett import factor_shapes
+from bayes_attn.theory._coordinates import log_cholesky_to_vech, unpack
 
 MARKOV_LAYERS = (("same_token", "random"), ("uniform", "random"))
 P_MAX = 64

@@ -1,4 +1,4 @@
-"""Damped Newton minimisation of the reduced action (bayes_attn.theory.newton)."""
+"""Damped Newton minimisation of the reduced action (bayes_attn.theory._newton)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from conftest import CONFIGS, random_problem, rng_of
 
 from bayes_attn import theory as th
-from bayes_attn.theory.coordinates import unpack
-from bayes_attn.theory.newton import newton_direction
+from bayes_attn.theory._coordinates import unpack
+from bayes_attn.theory._newton import newton_direction
 
 
 def test_newton_solver_checks_its_parameters():

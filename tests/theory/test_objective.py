@@ -1,4 +1,4 @@
-"""The action, its derivatives and the kernel basis of the theory's problem (bayes_attn.theory.objective)."""
+"""The action, its derivatives and the kernel basis of the theory's problem (bayes_attn.theory._objective)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from conftest import CONFIGS, N0, TOKENS, P, random_problem, random_spd, rng_of
 
 from bayes_attn import Network, kernels
 from bayes_attn import theory as th
-from bayes_attn.theory.coordinates import matrix_gradients, pack, unpack
-from bayes_attn.theory.objective import value_grad_hess
+from bayes_attn.theory._coordinates import matrix_gradients, pack, unpack
+from bayes_attn.theory._objective import value_grad_hess
 
 
 # ----------------------------------------------------------------------------

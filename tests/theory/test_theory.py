@@ -20,11 +20,11 @@ import scipy.optimize
 from conftest import CONFIGS, N0, TOKENS, random_problem, random_spd, rng_of, seed_of
 
 import bayes_attn as ba
-import bayes_attn.theory.solve as solve_module
+import bayes_attn.theory._solve as solve_module
 from bayes_attn import Network, markov
 from bayes_attn import theory as th
 from bayes_attn._internal import precision
-from bayes_attn.theory.coordinates import (
+from bayes_attn.theory._coordinates import (
     log_cholesky,
     log_cholesky_to_vech,
     matrix_gradients,
