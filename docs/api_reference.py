@@ -18,7 +18,7 @@ import bayes_attn
 EXTRA = {
     "run": "bayes_attn.runs.run",
     "theory_run": "bayes_attn.runs.theory_run",
-    "comparison_report": "bayes_attn.runs._report.comparison_report",
+    "comparison_report": "bayes_attn.runs.comparison_report",
     "sweep": "bayes_attn.sweep.sweep",
     "alpha_sweep": "bayes_attn.sweep.alpha_sweep",
     "executor_from_options": "bayes_attn.sweep.executor_from_options",
@@ -26,8 +26,12 @@ EXTRA = {
     "load_oneshot_spec": "bayes_attn.oneshot.load_oneshot_spec",
     "load_pruning": "bayes_attn.oneshot.load_pruning",
     "calibration": "bayes_attn.calibration",
+    **{f"bayes_attn.{m}": f"bayes_attn.{m}" for m in ("cli", "comparison", "diagnostics", "experiment", "gp", "kernels", "network",
+                                      "oneshot", "posterior", "runs", "spec", "stats", "sweep", "tasks", "theory",
+                                      "verdict")},
 }
-"""Names outside ``bayes_attn.__all__`` that the pages and the gallery use, by their public home."""
+"""Names outside ``bayes_attn.__all__`` that the pages and the gallery use, by their public home; and the public
+modules, each paged with the names of its ``__all__`` that no other page documents."""
 
 DATA = {"SAMPLERS": "bayes_attn.samplers._registry.SAMPLERS"}
 """Where the public data names are defined (their docstrings live there)."""
@@ -42,6 +46,9 @@ GROUPS = {
     "One-shot pruning (Fig. 3)": ("run_oneshot",),
     "Calibration": ("calibration",),
     "Files": ("load_spec", "load_theory", "load_posterior", "load_oneshot_spec", "load_pruning"),
+    "Modules": tuple(f"bayes_attn.{m}" for m in (
+        "kernels", "network", "tasks", "gp", "theory", "diagnostics", "verdict", "posterior", "comparison",
+        "experiment", "spec", "stats", "runs", "sweep", "oneshot", "cli")),
 }
 """The API reference's workflows, each a table of its names in this order."""
 
@@ -63,12 +70,19 @@ def page_text(name: str) -> str:
     obj, dotted = target(name)
     kind = ("automodule" if inspect.ismodule(obj) else "autoclass" if isinstance(obj, type)
             else "autofunction" if callable(obj) else "autodata")
-    own = [n for n in getattr(obj, "__all__", []) if n not in bayes_attn.__all__]  # a module's, not those paged
+    own = own_names(obj) if kind == "automodule" else []
     # a sampler's settings are indexed on the samplers page, as bayes_attn.samplers.SamplerSettings
     indexed = "   :no-index:\n" if getattr(obj, "__module__", "").startswith("bayes_attn.samplers") else ""
     options = {"autoclass": "   :members:\n" + indexed, "autodata": "   :no-value:\n",
                "automodule": f"   :members: {', '.join(own)}\n"}.get(kind, "")
     return f"{name}\n{'=' * len(name)}\n\n.. {kind}:: {dotted}\n{options}"
+
+
+def own_names(module) -> list[str]:
+    """The names of a public module's ``__all__`` its page documents: not those of ``bayes_attn.__all__`` nor of
+    :data:`EXTRA` (paged on their own)."""
+    paged = set(EXTRA.values())
+    return [n for n in module.__all__ if n not in bayes_attn.__all__ and f"{module.__name__}.{n}" not in paged]
 
 
 def names() -> list[str]:

@@ -206,3 +206,34 @@ def test_getting_started_python_block_runs(tmp_path, monkeypatch, capsys):
     assert re.search(r"^\*\*Verdict: .* theory and sampling (agree|DISAGREE)\*\*", printed, flags=re.M) or \
         "INCONCLUSIVE" in printed, printed[-2000:]
     assert {"theory.nc", "posterior.nc", "comparison.nc"} <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_the_public_surface_is_what_the_api_reference_lists():
+    """Issue 71: every public module (no part of its dotted name private) is paged, with every name of its
+    ``__all__`` on one page — its own, a top-level name's or an :data:`EXTRA` name's — so that the public names are
+    the ones docs/api.md lists."""
+    import importlib
+    import importlib.util
+    import inspect
+    import pkgutil
+
+    import bayes_attn
+
+    loader = importlib.util.spec_from_file_location("api_reference", ROOT / "docs" / "api_reference.py")
+    assert loader is not None and loader.loader is not None
+    api = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(api)
+    public = {m.name for m in pkgutil.walk_packages(bayes_attn.__path__, "bayes_attn.")
+              if not any(p.startswith("_") for p in m.name.split(".")[1:])}
+    paged_modules = {dotted for name in api.names() for obj, dotted in [api.target(name)] if inspect.ismodule(obj)}
+    assert public == paged_modules, public ^ paged_modules
+    unlisted = []
+    for dotted in sorted(public):
+        module = importlib.import_module(dotted)
+        on_page = set(api.own_names(module))
+        for n in module.__all__:
+            top = n in bayes_attn.__all__ and getattr(bayes_attn, n) is getattr(module, n)
+            if not (n in on_page or top or f"{dotted}.{n}" in api.EXTRA.values()):
+                unlisted.append(f"{dotted}.{n}")
+    assert not unlisted, unlisted
+    assert len(public) < 25 and sum(len(importlib.import_module(m).__all__) for m in public) < 300  # issue 71: 65, 671

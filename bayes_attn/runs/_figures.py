@@ -122,7 +122,7 @@ def predictor(c: Comparison, path) -> Path:
 
 
 def alignment(theory: Theory, gp: Theory, path, n_pcs: int = 20) -> Path:
-    """Kernel–task alignment (paper Fig. 2d): |cos(eigenvector, Y)| per PC, finite width vs GP."""
+    """Kernel–task alignment (paper Fig. 2d): ``|cos(eigenvector, Y)|`` per PC, finite width vs GP."""
     fig, axes = _subplots(1, 2, figsize=(10, 4))
     for t, name, color in ((theory, f"finite width (N = {theory.net.widths[0]})", "tab:orange"),
                            (gp, "GP limit", "tab:gray")):

@@ -83,7 +83,7 @@ class SamplerSettings:
         guided_samples: draws per chain of ``laplace-is`` and ``laplace-mh`` (also when ``auto`` tries them),
             default ``num_samples``: one of their draws costs one evaluation of the likelihood, one of NUTS a
             trajectory of several gradients, so ``auto`` can give them more draws for the same time.
-        target_ess: sample in blocks (:mod:`bayes_attn.samplers._blocks`) until every entry of the invariant
+        target_ess: sample in blocks (:class:`bayes_attn.samplers.Stopping`) until every entry of the invariant
             observables has a bulk ESS of at least this (beside the ESS the convergence rule asks,
             :func:`bayes_attn.diagnostics.required_ess`).
         target_precision: sample in blocks until the comparison can decide: every check's Monte-Carlo bound
