@@ -26,9 +26,9 @@ EXTRA = {
     "load_oneshot_spec": "bayes_attn.oneshot.load_oneshot_spec",
     "load_pruning": "bayes_attn.oneshot.load_pruning",
     "calibration": "bayes_attn.calibration",
-    **{f"bayes_attn.{m}": f"bayes_attn.{m}" for m in ("cli", "comparison", "diagnostics", "experiment", "gp", "kernels", "network",
-                                      "oneshot", "posterior", "runs", "spec", "stats", "sweep", "tasks", "theory",
-                                      "verdict")},
+    **{f"bayes_attn.{m}": f"bayes_attn.{m}" for m in (
+        "cli", "comparison", "diagnostics", "experiment", "gp", "kernels", "network", "oneshot", "posterior", "runs",
+        "spec", "stats", "sweep", "tasks", "theory", "verdict")},
 }
 """Names outside ``bayes_attn.__all__`` that the pages and the gallery use, by their public home; and the public
 modules, each paged with the names of its ``__all__`` that no other page documents."""

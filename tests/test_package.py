@@ -103,7 +103,8 @@ def test_scripts_and_tests_use_only_public_names(folder):
 def test_private_name_detector_can_fail(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("import bayes_attn as ba\nfrom bayes_attn import _io\nfrom bayes_attn.posterior import _x\n"
-                 "ba.theory._newton.x\nba.theory._solve._y\nfrom bayes_attn._internal import outputs\nimport bayes_attn._internal.io\n"
+                 "ba.theory._newton.x\nba.theory._solve._y\n"
+                 "from bayes_attn._internal import outputs\nimport bayes_attn._internal.io\n"
                  "from bayes_attn.theory import _objective\nfrom bayes_attn.theory._objective import _helper\n")
     assert len(_private_uses(f)) == 8  # the plumbing of bayes_attn._internal is allowed
     assert sorted(_private_uses(f, modules_ok=True)) == [  # a private module, not a private name in it

@@ -33,11 +33,16 @@ if TYPE_CHECKING:
     from ._nuts import mcmc  # noqa: F401
 
 # Imported on first use (the samplers import NumPyro; settings and the command's options do not need them).
-__getattr__, _, _ = lazy_loader.attach(
+__getattr__, _lazy_dir, _ = lazy_loader.attach(
     __name__,
     submod_attrs={"_base": ["Storage", "Sampler", "SamplerInputs", "conditional_outputs", "prepare"],
                   "_blocks": ["Stopping"], "_nuts": ["mcmc"], "_registry": ["SAMPLERS"]},
 )
+
+
+def __dir__() -> list[str]:
+    """The module's names and those imported on first use (so that ``dir`` and autodoc see both)."""
+    return sorted(set(globals()) | set(_lazy_dir()))
 
 
 def get(name: str):
