@@ -15,8 +15,7 @@ The samplers' likelihood ``log Normal(Y | 0, G)`` (:func:`log_likelihood`)
 carries its derivative in closed form, ``d log p = ½ αᵀ dG α − ½ tr(G⁻¹ dG)
 − αᵀ dY`` with ``α = G⁻¹ Y``: one triangular inverse instead of the
 Cholesky factorisation's own derivative (two ``P × P`` triangular solves),
-faster per gradient of the ``wishart`` sampler as measured by
-``benchmarks/bench_kernel_forms.py``.
+faster per gradient of the ``wishart`` sampler (measured: ``benchmarks/results/kernel_forms.json``).
 
 Through the path inputs ``xi`` ``[P, D, N0]`` (docs/theory.md §2) the kernel is
 ``K(U)(x, x') = s0² / (N0 D) Σ xi_π(x) U[π, π'] xi_π'(x')``, so for any weights

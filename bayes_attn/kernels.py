@@ -137,7 +137,7 @@ picks the cheapest by the cost model :func:`kernel_form_costs`.
 TENSOR_READ_COST = 16.0
 """Cost of reading one entry of ``C`` in the ``"tensor"`` form, in flops of a matrix product (the
 contraction is memory-bound). Any value from about 5 to 115 picks the faster form in every case of
-``benchmarks/bench_kernel_forms.py`` (``results/kernel_forms.json``)."""
+``benchmarks/results/kernel_forms.json``."""
 
 
 def kernel_form_costs(D: int, P: int, N0: int, rank: int | None = None) -> dict[str, float]:

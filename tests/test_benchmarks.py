@@ -4,14 +4,14 @@
   names lie beside it;
 - every script with a ``__main__`` answers ``--help`` with exit 0 in under 10 s and writes nothing (the
   ``benchmarks/`` folder byte for byte the same afterwards); the scripts run in parallel subprocesses;
-- slow: a ``--quick --out`` run of each script in :data:`QUICK` (2-25 CPU seconds each) writes an envelope of its
+- the sampling benchmarks' cases (``benchmarks/cases.toml``) name problems, levers and settings that exist;
+- slow: a ``--quick --out`` run of each script in :data:`QUICK` (2-50 CPU seconds each) writes an envelope of its
   own name, and ``report.py`` reads them. Left out, to keep the part near a minute on 2 cores (CPU seconds of a
-  quick run in parentheses): ``bench_guided`` (265: eight samplers, three widths), ``bench_sampler`` (160), ``sbc``
-  (104), ``bench_guided_floor`` (45), ``bench_correction`` (39: fresh processes), ``bench_cold_start`` (38: a cold
-  ``bayes-attn theory`` compiles everything), ``bench_auto_guide`` (36), ``bench_paper_step`` (18: the paper-size
-  model), ``bench_solver`` (17), ``bench_image_n10`` (fresh processes at the image scale's shapes);
-  ``bench_contention`` starts one CPU-bound process per core, ``bench_sweep_dask`` two Dask clusters;
-  ``bench_suite`` runs pytest itself (the suite within the suite);
+  quick run in parentheses): ``run.py guided`` and ``run.py image_n10`` (40 and 60: the runner's code paths are
+  ``guided_fresh``'s), ``bench_sampler`` (160), ``sbc`` (104), ``bench_correction`` (39: fresh processes),
+  ``bench_cold_start`` (38: a cold ``bayes-attn theory`` compiles everything), ``bench_paper_step`` (18: the
+  paper-size model), ``bench_solver`` (17); ``bench_contention`` starts one CPU-bound process per core,
+  ``bench_sweep_dask`` two Dask clusters; ``bench_suite`` runs pytest itself (the suite within the suite);
 - slow: the dry run of ``benchmarks/gpu.sh`` (the one command on a lent GPU machine) on the CPU, with ``gpu.py
   --quick`` (its stages in two worker processes, every code path) and without its tests.
 """
@@ -39,8 +39,9 @@ import harness  # noqa: E402  (benchmarks/harness.py)
 
 RESULTS = sorted((BENCH / "results").glob("*.json"))
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
-QUICK = {"bench_solve_theory": [], "bench_kernel_forms": [], "bench_rhat_null": []}
-"""Scripts run with ``--quick`` (seconds each), and their extra arguments."""
+QUICK = {"solve_theory": ("bench_solve_theory", []), "rhat_null": ("bench_rhat_null", []),
+         "guided_fresh": ("run", ["guided_fresh"])}
+"""Benchmarks run with ``--quick`` (seconds each): the name of their result, their script and its arguments."""
 HELP_SECONDS = 10.0
 pytestmark = pytest.mark.xdist_group("benchmarks")
 
@@ -188,8 +189,8 @@ def quick_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess,
     folder = tmp_path_factory.mktemp("bench_quick")
 
     def one(name: str):
-        out = folder / f"{name}.json"
-        return (*run(BENCH / f"{name}.py", [*QUICK[name], "--quick", "--out", str(out)], 300), out)
+        out, (script, args) = folder / f"{name}.json", QUICK[name]
+        return (*run(BENCH / f"{script}.py", [*args, "--quick", "--out", str(out)], 300), out)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(QUICK, pool.map(one, QUICK), strict=True))
@@ -203,7 +204,7 @@ def test_quick_run_writes_an_envelope(name, quick_runs):
     assert out.returncode == 0, out.stderr[-3000:]
     record = json.loads(path.read_text())
     assert harness.validate(record) == []
-    assert record["benchmark"] == name.removeprefix("bench_") and record["settings"]["quick"] is True
+    assert record["benchmark"] == name and record["settings"]["quick"] is True
     assert record["results"] and record["headline"]["value"] == record["headline"]["value"]  # a number, not NaN
     assert {p.name for p in path.parent.iterdir()} >= {path.name}
 
@@ -256,3 +257,33 @@ def test_gpu_script_dry_run(tmp_path):
     assert set(record["results"]["speedups"]) == {name.rsplit(" @", 1)[0] for name in stages}
     assert record["headline"]["value"] > 0 and set(record["files"]) == {"gpu_device.log", "gpu_cpu.log"}
     assert snapshot(BENCH) == before
+
+
+def test_the_cases_name_what_exists():
+    """Every set of ``benchmarks/cases.toml`` resolves (problem, levers) and builds cases whose settings are
+    ``SamplerSettings`` fields for registered samplers; its quick cases run on the tiny problem."""
+    import dataclasses
+
+    import bayes_attn as ba
+
+    sys.path.insert(0, str(BENCH))
+    import run as runner  # benchmarks/run.py
+
+    cases = runner.load_cases()
+    fields = {f.name for f in dataclasses.fields(ba.SamplerSettings)}
+    assert {"image_n10", "guided", "guided_fresh"} <= set(cases["sets"])
+    for name in cases["sets"]:
+        for quick in (False, True):
+            built = runner.cases_of(cases, name, quick)
+            assert built, (name, quick)
+            for c in built:
+                assert set(c["settings"]) <= fields, (name, c["label"], set(c["settings"]) - fields)
+                assert c["sampler"] in ba.SAMPLERS or c["sampler"] == "auto", c["sampler"]
+                ba.SamplerSettings(name=c["sampler"]).replace(**c["settings"])  # every value accepted
+            assert all(c["problem"] == "tiny" for c in built) == quick
+    guided = runner.cases_of(cases, "guided", False)
+    assert {c["place"] for c in guided if c["label"] == "collapsed"} == {10, 100}  # only_widths
+    assert len(guided) == 3 * 7 + 2
+    bad = dict(cases, sets={"x": dict(cases["sets"]["guided"], levers=["nope"])})
+    with pytest.raises(ValueError, match="lever 'nope'"):
+        runner.check_cases(bad)
