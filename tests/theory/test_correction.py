@@ -237,7 +237,7 @@ def test_mode_from_the_prior_means_is_the_mode_from_the_leading_order():
     mode (N = 4: before the one driver, its stall rule stopped at the first slow damped steps, 'stalled' with a
     Newton decrement of 5-18). The gradient there vanishes (at the rounding level of ``S``)."""
     net, x, y = _markov_problem(4, p=16)
-    problem = th.objective.make_problem(net, x, y, 0.1)
+    problem = th.make_problem(net, x, y, 0.1)
     lead = th.solve_theory(net, x, y, temperature=0.1)
     from_lead = cr.find_mode(net, problem, lead.order_parameters, lead.Ua)
     from_prior = cr.find_mode(net, problem, *th.gp_order_parameters(net))
