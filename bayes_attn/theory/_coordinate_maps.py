@@ -50,8 +50,34 @@ def bartlett_prior(theta, problem: Problem, shapes):
     """``− log`` of the site density: ``Σ (e^{u}/2 − ν u/2)`` over ``u = log c``, ``c ~ χ²(ν)``, plus ``|z|²/2``."""
     nr = n_diagonals(shapes)
     logc, low = theta[:nr], theta[nr:]
-    nu = jnp.concatenate([problem.widths[k] - jnp.arange(r, dtype=theta.dtype) for k, (_, r) in enumerate(shapes)])
+    nu = _site_degrees(theta, problem, shapes)
     return jnp.sum(0.5 * jnp.exp(logc) - 0.5 * nu * logc) + 0.5 * jnp.sum(low * low)
+
+
+def _site_degrees(theta, problem: Problem, shapes):
+    """The degrees of freedom ``ν`` of every diagonal site, level by level (``N_k − i`` for row ``i``)."""
+    return jnp.concatenate([problem.widths[k] - jnp.arange(r, dtype=theta.dtype) for k, (_, r) in enumerate(shapes)])
+
+
+def cbrt_to_log(theta, shapes):
+    """Bartlett sites in cube-root coordinates ``(w, z)``, ``w = c^{1/3}``, to ``(log c, z)``."""
+    nr = n_diagonals(shapes)
+    return jnp.concatenate([3.0 * jnp.log(theta[:nr]), theta[nr:]])
+
+
+def bartlett_cbrt_order_parameters(theta, problem: Problem, shapes):
+    """``([U_1..U_L], Ua)`` from cube-root Bartlett coordinates ``θ = (c^{1/3}, lower entries)``."""
+    return bartlett_order_parameters(cbrt_to_log(theta, shapes), problem, shapes)
+
+
+def bartlett_cbrt_prior(theta, problem: Problem, shapes):
+    """``− log`` of the site density in ``w = c^{1/3}`` (Wilson–Hilferty: near normal for a few degrees of
+    freedom): ``c ~ χ²(ν)`` gives ``p(w) ∝ w^{3ν/2 − 1} e^{−w³/2}``, so ``Σ (w³/2 − (3ν/2 − 1) log w)``, plus
+    ``|z|²/2``."""
+    nr = n_diagonals(shapes)
+    w, low = theta[:nr], theta[nr:]
+    nu = _site_degrees(theta, problem, shapes)
+    return jnp.sum(0.5 * w**3 - (1.5 * nu - 1.0) * jnp.log(w)) + 0.5 * jnp.sum(low * low)
 
 
 def log_cholesky_split(theta, heads):
@@ -106,5 +132,6 @@ def log_cholesky_prior(theta, problem: Problem, shapes=None):
 
 
 MAPS = {"bartlett": (bartlett_order_parameters, bartlett_prior),
+        "bartlett_cbrt": (bartlett_cbrt_order_parameters, bartlett_cbrt_prior),
         "log_cholesky": (log_cholesky_order_parameters, log_cholesky_prior)}
 """Per coordinate choice: ``(θ → ([U_1..U_L], Ua), θ → prior part of S)``."""

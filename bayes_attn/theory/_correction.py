@@ -50,6 +50,12 @@ Coordinates (:data:`COORDINATES`):
   — formally ``O(1/N)``, with a large constant. Without data, heads (2, 2)
   and widths (20, 30, 15), the error of the corrected ``E[U_1]`` is 0.3 %
   in Bartlett sites and 15 % in log-Cholesky coordinates.
+- ``"bartlett_cbrt"``: the same sites with ``w = c^{1/3}`` for each χ² diagonal (Wilson–Hilferty: a χ² of a
+  few degrees of freedom is nearer normal in ``c^{1/3}`` than in ``log c``), density ``w^{3ν/2 − 1}
+  e^{−w³/2}``: a candidate where the expansion is strained (``N < D``, issue 73). It agrees with ``"bartlett"``
+  to ``O(1/N²)``; measured against the exact posterior it is no better (``benchmarks/bench_regime.py``,
+  ``results/regime.json``): on the image task at ``N = 10`` both corrections are further from the exact mean
+  of ``U`` than the leading order, and neither mean is positive semi-definite.
 
 Accuracy and cost: ``benchmarks/bench_correction.py`` (``results/correction*.json``; the README). The
 standard deviations ``sqrt(g'ᵀ Σ g')`` are leading order: their relative error is ``O(1/N)``, larger for
@@ -115,7 +121,7 @@ __all__ = [
 CORRECTIONS = ("laplace", "none")
 THEORY_NAMES = {"laplace": "corrected (Laplace, §8)", "none": "leading order (§4)"}
 """How reports name the theory of each correction."""
-COORDINATES = ("bartlett", "log_cholesky")
+COORDINATES = ("bartlett", "bartlett_cbrt", "log_cholesky")
 
 
 def _order_parameters(theta, problem, coordinates, shapes):
@@ -310,7 +316,11 @@ def start_point(Us: Sequence[np.ndarray], Ua: float, net, coordinates: str = "ba
     _checks.choice("coordinates", coordinates, COORDINATES)
     if coordinates == "log_cholesky":
         return np.concatenate([log_cholesky(Us), [math.log(Ua)]])
-    return sites_of_order_parameters(Us, Ua, net.heads, net.widths, net.variances)
+    theta = np.array(sites_of_order_parameters(Us, Ua, net.heads, net.widths, net.variances), dtype=np.float64)
+    if coordinates == "bartlett_cbrt":  # (log c, z) -> (c^{1/3}, z)
+        nr = sum(r for _, r in shapes_of(net.heads, net.widths, coordinates))
+        theta[:nr] = np.exp(theta[:nr] / 3.0)
+    return theta
 
 
 # ----------------------------------------------------------------------------

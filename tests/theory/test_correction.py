@@ -440,20 +440,61 @@ def test_one_layer_one_head_against_quadrature():
 # ----------------------------------------------------------------------------
 # coordinate independence
 # ----------------------------------------------------------------------------
+def test_cube_root_sites_are_the_log_sites_with_their_jacobian():
+    """``bartlett_cbrt``'s prior part, written in closed form (``Σ w³/2 − (3ν/2 − 1) log w + |z|²/2``), is the log-site
+    prior of ``u = 3 log w`` plus ``−log |du/dw| = log w − log 3`` per site (the change-of-variables rule; up to the
+    constants both leave out); its order
+    parameters are the log sites'; and its start point is the log sites' (a full-rank level maps back to itself)."""
+    import jax.numpy as jnp
+
+    from bayes_attn.theory import _coordinate_maps as maps
+
+    net, x, y = _markov_problem(16, p=8, pinned=True)
+    net = Network(net.attention, [3, 5, 6], net.variances)  # N_1 = 3 < D_1 = 4: trapezoidal factors too
+    problem = th.make_problem(net, x, y, 0.1)
+    shapes = cr.shapes_of(net.heads, net.widths, "bartlett_cbrt")
+    nr = maps.n_diagonals(shapes)
+    rng = np.random.default_rng(seed_of(7))
+    with x64():
+        for _ in range(5):
+            n = nr + sum(maps.n_lower(m, r) for m, r in shapes)
+            theta = jnp.asarray(np.concatenate([rng.uniform(0.3, 3.0, nr), rng.normal(size=n - nr)]))
+            logs = maps.cbrt_to_log(theta, shapes)
+            jac = float(jnp.sum(jnp.log(theta[:nr]))) - nr * np.log(3.0)
+            # equal up to the normalising constants both leave out: log 3 per site
+            assert float(maps.bartlett_cbrt_prior(theta, problem, shapes)) == pytest.approx(
+                float(maps.bartlett_prior(logs, problem, shapes)) + jac + nr * np.log(3.0), rel=1e-12, abs=1e-10)
+            a = maps.bartlett_cbrt_order_parameters(theta, problem, shapes)
+            b = maps.bartlett_order_parameters(logs, problem, shapes)
+            assert all(np.allclose(u, v, rtol=1e-12) for u, v in zip(a[0], b[0], strict=True)) and a[1] == b[1]
+        lead = th.solve_theory(net, x, y, temperature=0.1)
+        start = cr.start_point(lead.order_parameters, lead.Ua, net, "bartlett_cbrt")
+        Us, Ua = cr.order_parameters_at(jnp.asarray(start), problem, shapes, "bartlett_cbrt")
+        logs = cr.start_point(lead.order_parameters, lead.Ua, net, "bartlett")  # rank N_1 = 3 at most, as these
+        Us0, Ua0 = cr.order_parameters_at(jnp.asarray(logs), problem, shapes, "bartlett")
+    assert np.all(start[:nr] > 0)
+    np.testing.assert_allclose(start[:nr], np.exp(logs[:nr] / 3.0), rtol=1e-12)
+    for U, U0 in zip(Us, Us0, strict=True):
+        np.testing.assert_allclose(np.asarray(U), np.asarray(U0), rtol=1e-10, atol=1e-12)
+    assert float(Ua) == pytest.approx(float(Ua0), rel=1e-10)
+    np.testing.assert_allclose(np.asarray(Us[1]), lead.order_parameters[1], rtol=1e-8)  # a full-rank level: itself
+
+
 @pytest.mark.slow
-def test_two_coordinate_choices_agree_to_second_order():
-    """Bartlett sites and log-Cholesky coordinates (``P = N/2``): the corrected means differ by ``O(1/N²)`` (fitted
-    slope below −1.6) while the correction itself is ``O(1/N)``; the predicted sds differ by ``O(1/N)`` relative.
-    (Log-Cholesky coordinates are the poorer choice: the off-diagonal entries of each factor scale with the level
-    above, a funnel that moves the mode of ``Ua`` by about (number of off-diagonals)/``Na``; hence the large
-    second-order difference at the smallest width.)"""
+@pytest.mark.parametrize("other", ["log_cholesky", "bartlett_cbrt"])
+def test_two_coordinate_choices_agree_to_second_order(other):
+    """Bartlett sites and log-Cholesky coordinates, or cube-root sites (``P = N/2``): the corrected means differ by
+    ``O(1/N²)`` (fitted slope below −1.6) while the correction itself is ``O(1/N)``; the predicted sds differ by
+    ``O(1/N)`` relative. (Log-Cholesky coordinates are the poorer choice: the off-diagonal entries of each factor
+    scale with the level above, a funnel that moves the mode of ``Ua`` by about (number of off-diagonals)/``Na``;
+    hence the large second-order difference at the smallest width.)"""
     Ns = np.array([16, 32, 64, 128])
     diff, shift, sd_diff = [], [], []
     for N in Ns:
         net, x, y = _markov_problem(int(N))
         lead = th.solve_theory(net, x, y, temperature=0.01)
         a = th.laplace_correction(lead, coordinates="bartlett")
-        b = th.laplace_correction(lead, coordinates="log_cholesky")
+        b = th.laplace_correction(lead, coordinates=other)
         diff.append(_rel(b.U, a.U))
         shift.append(_rel(lead.U, a.U))
         sd_diff.append(np.abs(b.correction.U_sd - a.correction.U_sd).max() / a.correction.U_sd.max())
