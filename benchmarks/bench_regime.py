@@ -30,7 +30,7 @@ import time
 import warnings
 from pathlib import Path
 
-from harness import Record, parse, parser
+from harness import Record, parse, parser, trained_image
 from harness import headline as make_headline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,6 @@ def image(runs) -> list[dict]:
     import xarray as xr
 
     from bayes_attn import theory as th
-    from bayes_attn.oneshot import datasets, evaluation_episodes, load_oneshot_spec, to_network, train_model
 
     rows = []
     for run in runs:
@@ -106,11 +105,7 @@ def image(runs) -> list[dict]:
         ds = xr.open_dataset(folder / "oneshot.nc")
         i = list(ds["sample_width"].values).index(10)
         T, exact = float(ds["temperature_sampled"].values[i]), ds["U_sampled"].values[i]
-        spec = load_oneshot_spec(folder / "spec.toml")
-        sets = datasets(spec, ROOT / "data/omniglot")  # the run's spec.toml names it relative to the repository
-        ev = evaluation_episodes(spec, sets)
-        model = train_model(spec, folder, sets=sets, evaluation=ev)
-        net, _ = to_network(model.params, model.config, width=10, variances=spec.theory.variances)
+        _, ev, net = trained_image(folder)
         lead = th.solve_theory(net, ev.theory_train.x, ev.theory_train.y, temperature=T)
         rows.append({"problem": "image", "run": run, "N": 10, "temperature": T} | theories(lead, exact))
         print(json.dumps(rows[-1]), flush=True)

@@ -340,6 +340,22 @@ class CompileTimer:
         return total
 
 
+def trained_image(folder: str | os.PathLike, *, width: int = 10, variances=None, data_dir=REPO / "data/omniglot"):
+    """A shipped trained one-shot model (``inference/results/fig3/<run>``; its training reused, never rerun):
+    ``(spec, episodes, network at width)``, the network's variances the spec's unless given. ``data_dir``: the
+    images (the runs' spec.toml names them relative to the repository; ``None``: the spec's own)."""
+    from bayes_attn.oneshot import datasets, evaluation_episodes, load_oneshot_spec, to_network, train_model
+
+    folder = Path(folder)
+    spec = load_oneshot_spec(folder / "spec.toml")
+    sets = datasets(spec, data_dir)
+    ev = evaluation_episodes(spec, sets)
+    model = train_model(spec, folder, sets=sets, evaluation=ev)
+    net, _ = to_network(model.params, model.config, width=width,
+                        variances=spec.theory.variances if variances is None else variances)
+    return spec, ev, net
+
+
 def timed_nuts(smp, inputs, model, args, options, *, num_warmup: int, num_samples: int, num_chains: int,
                chain_method: str, target_accept: float, seed: int, extra_fields: tuple[str, ...],
                max_tree_depth: int = 10):

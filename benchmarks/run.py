@@ -32,7 +32,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from harness import Record, parse, parser
+from harness import Record, parse, parser, trained_image
 from harness import headline as make_headline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,22 +107,11 @@ def data(case: dict, problems: dict):
         task, net = markov.fig2c(int(case["place"]), n_test=p["n_test"])
         x, y, xt, yt = task.generate()
         return net, x, y, xt, yt, p["temperature"]
-    from bayes_attn.oneshot import (
-        datasets,
-        evaluation_episodes,
-        load_oneshot_spec,
-        load_pruning,
-        to_network,
-        train_model,
-    )
+    from bayes_attn.oneshot import load_pruning
 
     folder = ROOT / "inference/results/fig3" / case["place"]
-    spec = load_oneshot_spec(folder / "spec.toml")
     T = float(load_pruning(folder).temperatures.finite_width[10])
-    sets = datasets(spec, ROOT / "data/omniglot")  # the run's spec.toml names it relative to the repository
-    ev = evaluation_episodes(spec, sets)
-    model = train_model(spec, folder, sets=sets, evaluation=ev)
-    net, _ = to_network(model.params, model.config, width=10, variances=spec.theory.variances)
+    _, ev, net = trained_image(folder)
     return net, ev.theory_train.x, ev.theory_train.y, ev.test.x, ev.test.y, T
 
 
